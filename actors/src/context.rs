@@ -1,0 +1,141 @@
+//! What every actor of a node shares: configuration, storage, clock,
+//! metrics, the rate limiter backend and the tenant registry map (read by
+//! the front door without a message round trip).
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicI64, Ordering},
+};
+
+use dashmap::DashMap;
+use fastack_core::{
+    Config, clock::SharedClock, metrics::Metrics, ratelimit::LocalCells, ratelimit::RedisLimiter,
+    store::Store,
+};
+use fastack_entities::{EventId, NodeId, Tenant, TenantId};
+use parking_lot::{Mutex, RwLock};
+use ractor::ActorRef;
+
+use crate::{
+    ingest_writer::IngestQueue, tenant_registry::TenantRegistryMsg,
+    tenant_supervisor::TenantSupervisorMsg,
+};
+
+pub struct Ctx {
+    pub config: Config,
+    pub store: Store,
+    pub clock: SharedClock,
+    pub metrics: Arc<Metrics>,
+    pub redis_limiter: Option<RedisLimiter>,
+    pub node_id: NodeId,
+    /// Running tenants: the front door's lock-free lookup.
+    pub tenants: DashMap<TenantId, Arc<TenantShared>>,
+    /// The current registry actor (it changes when it is restarted).
+    pub registry: RwLock<Option<ActorRef<TenantRegistryMsg>>>,
+    /// The ingest queue: it outlives writer restarts (the mailbox is kept).
+    pub ingest: IngestQueue,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx").field("node_id", &self.node_id).finish()
+    }
+}
+
+impl Ctx {
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
+    /// Tells a tenant's processor that new inbox rows are waiting.
+    pub fn wake(&self, tenant: TenantId) {
+        if let Some(shared) = self.tenants.get(&tenant) {
+            shared.wake();
+        }
+    }
+}
+
+/// Per-tenant state shared between the tenant's actors and the front door.
+/// Created by the registry, managed by the tenant's supervisor; it survives
+/// supervisor and processor restarts.
+pub struct TenantShared {
+    tenant: RwLock<Tenant>,
+    /// In-process rate limit cells (embedded mode).
+    pub limits: LocalCells,
+    /// Recently accepted idempotency keys: answers most duplicates without a
+    /// database round trip. The storage fence stays the source of truth.
+    pub idempotency: quick_cache::sync::Cache<String, (EventId, [u8; 32])>,
+    pending: AtomicBool,
+    last_activity_ms: AtomicI64,
+    supervisor: Mutex<Option<ActorRef<TenantSupervisorMsg>>>,
+}
+
+impl std::fmt::Debug for TenantShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantShared").field("tenant", &self.tenant.read().id).finish()
+    }
+}
+
+pub const IDEMPOTENCY_CACHE_ENTRIES: usize = 10_000;
+
+impl TenantShared {
+    pub fn new(tenant: Tenant) -> Self {
+        TenantShared {
+            tenant: RwLock::new(tenant),
+            limits: LocalCells::default(),
+            idempotency: quick_cache::sync::Cache::new(IDEMPOTENCY_CACHE_ENTRIES),
+            pending: AtomicBool::new(false),
+            last_activity_ms: AtomicI64::new(now_ms()),
+            supervisor: Mutex::new(None),
+        }
+    }
+
+    pub fn tenant(&self) -> Tenant {
+        self.tenant.read().clone()
+    }
+
+    pub fn set_tenant(&self, tenant: Tenant) {
+        *self.tenant.write() = tenant;
+    }
+
+    pub fn touch(&self) {
+        self.last_activity_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn idle_ms(&self) -> i64 {
+        now_ms() - self.last_activity_ms.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_supervisor(&self, sup: Option<ActorRef<TenantSupervisorMsg>>) {
+        *self.supervisor.lock() = sup;
+    }
+
+    /// Stops the tenant's supervisor, if one runs.
+    pub(crate) fn stop_supervisor(&self, reason: &str) {
+        if let Some(sup) = self.supervisor.lock().take() {
+            sup.stop(Some(reason.to_owned()));
+        }
+    }
+
+    /// Marks work pending; only the first wake after a drain sends a message.
+    pub fn wake(&self) {
+        self.touch();
+        if !self.pending.swap(true, Ordering::AcqRel)
+            && let Some(sup) = self.supervisor.lock().as_ref()
+        {
+            let _ = sup.cast(TenantSupervisorMsg::Wake);
+        }
+    }
+
+    /// Clears the pending flag; returns whether it was set.
+    pub(crate) fn take_pending(&self) -> bool {
+        self.pending.swap(false, Ordering::AcqRel)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,375 @@
+//! The durable half of the fast-ack path: a group commit.
+//!
+//! Requests of all tenants queue in [`IngestQueue`]. The writer takes
+//! whatever has accumulated (up to `ingest_max_rows`), records idempotency
+//! keys and inbox rows in one transaction, and only after the commit answers
+//! each request through its reply port. One fsync serves every request that
+//! arrived while the previous commit was running, so a hot tenant is never
+//! serialised behind one fsync per request.
+//!
+//! The queue belongs to the node, not to the actor: when the writer is
+//! restarted by its supervisor, requests already queued are still there
+//! (the mailbox is kept). A request in a commit that fails is answered with
+//! an error (the client retries; nothing was acknowledged).
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use fastack_core::store::{Fence, IngestRow};
+use fastack_entities::{EventId, TenantId};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::sync::{Mutex, Semaphore, mpsc};
+use tracing::{debug, warn};
+
+use crate::context::Ctx;
+
+/// How a row came out of the fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// New event, durably queued under this id.
+    Accepted(EventId),
+    /// Same key and same content as an earlier event: its id.
+    Duplicate(EventId),
+}
+
+impl ItemOutcome {
+    pub fn id(&self) -> EventId {
+        match self {
+            ItemOutcome::Accepted(id) | ItemOutcome::Duplicate(id) => *id,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IngestError {
+    /// Row `index` reuses a key with different content; nothing of the
+    /// request was kept.
+    #[error("idempotency key of item {index} was used with a different payload")]
+    Conflict { index: usize },
+    #[error("the event store is unavailable")]
+    Unavailable,
+}
+
+pub type IngestReply = Result<Vec<ItemOutcome>, IngestError>;
+
+/// One front-door request: its rows are kept all together or not at all.
+pub struct IngestRequest {
+    pub rows: Vec<IngestRow>,
+    pub reply: RpcReplyPort<IngestReply>,
+    deferrals: u8,
+}
+
+/// The node's ingest queue (bounded: a slow database pushes back on callers).
+#[derive(Clone)]
+pub struct IngestQueue {
+    tx: mpsc::Sender<IngestRequest>,
+    rx: Arc<Mutex<mpsc::Receiver<IngestRequest>>>,
+}
+
+impl IngestQueue {
+    pub fn new(capacity: usize) -> Self {
+        let (tx, rx) = mpsc::channel(capacity);
+        IngestQueue {
+            tx,
+            rx: Arc::new(Mutex::new(rx)),
+        }
+    }
+
+    /// Queues rows and waits for the commit that makes them durable.
+    pub async fn submit(&self, rows: Vec<IngestRow>) -> IngestReply {
+        let (tx, rx) = ractor::concurrency::oneshot();
+        let request = IngestRequest {
+            rows,
+            reply: tx.into(),
+            deferrals: 0,
+        };
+        if self.tx.send(request).await.is_err() {
+            return Err(IngestError::Unavailable);
+        }
+        rx.await.unwrap_or(Err(IngestError::Unavailable))
+    }
+
+    pub fn depth(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+}
+
+pub struct IngestWriterActor;
+
+pub struct IngestWriterArgs {
+    pub ctx: Arc<Ctx>,
+}
+
+pub struct IngestWriterState {
+    ctx: Arc<Ctx>,
+    /// Group commits allowed in flight at once.
+    slots: Arc<Semaphore>,
+}
+
+/// The writer's own messages.
+#[derive(Debug)]
+pub enum IngestWriterMsg {
+    /// Take the next group from the queue and commit it.
+    Drain,
+}
+
+impl Actor for IngestWriterActor {
+    type Msg = IngestWriterMsg;
+    type State = IngestWriterState;
+    type Arguments = IngestWriterArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let concurrency = args.ctx.config.ingest_concurrency.unwrap_or(
+            match args.ctx.store.backend() {
+                fastack_core::store::Backend::Postgres => 4,
+                fastack_core::store::Backend::Sqlite => 1,
+            },
+        );
+        myself.send_message(IngestWriterMsg::Drain)?;
+        Ok(IngestWriterState {
+            ctx: args.ctx,
+            slots: Arc::new(Semaphore::new(concurrency.max(1))),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            IngestWriterMsg::Drain => {
+                let permit = state.slots.clone().acquire_owned().await?;
+                let max_rows = state.ctx.config.ingest_max_rows;
+                let batch = {
+                    let mut rx = state.ctx.ingest.rx.lock().await;
+                    // Wake up now and then so stop signals are handled.
+                    match tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                        Err(_) => None,
+                        Ok(None) => {
+                            myself.stop(Some("ingest queue closed".to_owned()));
+                            return Ok(());
+                        }
+                        Ok(Some(first)) => {
+                            let mut rows = first.rows.len();
+                            let mut batch = vec![first];
+                            while rows < max_rows {
+                                match rx.try_recv() {
+                                    Ok(next) => {
+                                        rows += next.rows.len();
+                                        batch.push(next);
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                            Some(batch)
+                        }
+                    }
+                };
+                if let Some(batch) = batch {
+                    state
+                        .ctx
+                        .metrics
+                        .ingest_queue_depth
+                        .set(state.ctx.ingest.depth() as i64);
+                    let ctx = state.ctx.clone();
+                    tokio::spawn(async move {
+                        let deferred = flush(&ctx, batch).await;
+                        drop(permit);
+                        for request in deferred {
+                            if ctx.ingest.tx.send(request).await.is_err() {
+                                warn!("ingest queue closed while re-queueing a deferred request");
+                            }
+                        }
+                    });
+                }
+                myself.send_message(IngestWriterMsg::Drain)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a request's rows landed in the flat row list of a group.
+enum Placement {
+    /// Rows `start..start + len` of the group.
+    Owner { start: usize },
+    /// A single-row request whose key another request of the group owns.
+    Dependent { owner_row: usize },
+}
+
+/// Commits one group. Returns requests to retry in the next group (they
+/// collided with a request that was rejected).
+async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest> {
+    let started = Instant::now();
+    let mut rows: Vec<IngestRow> = Vec::new();
+    let mut row_request: Vec<usize> = Vec::new();
+    let mut owners: HashMap<(TenantId, String), usize> = HashMap::new();
+    let mut placement: Vec<Option<Placement>> = Vec::with_capacity(requests.len());
+    let mut deferred_idx: Vec<usize> = Vec::new();
+
+    for (ri, request) in requests.iter_mut().enumerate() {
+        let collides = request
+            .rows
+            .iter()
+            .find_map(|r| owners.get(&(r.tenant_id, r.idempotency_key.clone())).copied());
+        match collides {
+            None => {
+                let start = rows.len();
+                for row in request.rows.drain(..) {
+                    owners.insert((row.tenant_id, row.idempotency_key.clone()), rows.len());
+                    row_request.push(ri);
+                    rows.push(row);
+                }
+                placement.push(Some(Placement::Owner { start }));
+            }
+            Some(owner_row) if request.rows.len() == 1 => {
+                placement.push(Some(Placement::Dependent { owner_row }));
+            }
+            Some(_) => {
+                // A batch colliding with another request of this group waits
+                // for the next group, so all-or-nothing holds for both.
+                placement.push(None);
+                deferred_idx.push(ri);
+            }
+        }
+    }
+    // A request is rejected when any of its rows hits an existing key with
+    // a different fingerprint.
+    let rejected_of = |fences: &[Fence]| -> HashSet<usize> {
+        let mut rejected = HashSet::new();
+        for (i, fence) in fences.iter().enumerate() {
+            if let Fence::Taken { fingerprint, .. } = fence
+                && *fingerprint != rows[i].fingerprint
+            {
+                rejected.insert(row_request[i]);
+            }
+        }
+        rejected
+    };
+    let keep = |fences: &[Fence]| -> Vec<bool> {
+        let rejected = rejected_of(fences);
+        row_request.iter().map(|r| !rejected.contains(r)).collect()
+    };
+
+    let result = ctx.store.commit_ingest(&rows, &keep).await;
+    ctx.metrics.group_commit_rows.observe(rows.len() as f64);
+    ctx.metrics
+        .group_commit_seconds
+        .observe(started.elapsed().as_secs_f64());
+
+    let fences = match result {
+        Ok(f) => f,
+        Err(error) => {
+            warn!(%error, rows = rows.len(), "group commit failed");
+            // Deferred requests are answered too: the client retries and the
+            // fence keeps the retry exact.
+            for request in requests {
+                request.reply.send(Err(IngestError::Unavailable)).ok();
+            }
+            return Vec::new();
+        }
+    };
+    let rejected = rejected_of(&fences);
+
+    // Owner rows: effective (id, fingerprint) of each key after the commit.
+    let effective = |i: usize| -> (ItemOutcome, [u8; 32]) {
+        match &fences[i] {
+            Fence::Fresh => (ItemOutcome::Accepted(rows[i].event_id), rows[i].fingerprint),
+            Fence::Taken {
+                event_id,
+                fingerprint,
+            } => (ItemOutcome::Duplicate(*event_id), *fingerprint),
+        }
+    };
+
+    let mut woken: HashSet<TenantId> = HashSet::new();
+    let mut accepted = 0u64;
+    let mut duplicates = 0u64;
+    let mut deferred = Vec::new();
+    let mut owner_len: HashMap<usize, usize> = HashMap::new();
+    for ri in &row_request {
+        *owner_len.entry(*ri).or_default() += 1;
+    }
+    for (ri, (request, p)) in requests.into_iter().zip(placement).enumerate() {
+        match p {
+            None => deferred.push(request),
+            Some(Placement::Owner { start }) => {
+                let len = owner_len.get(&ri).copied().unwrap_or(0);
+                if rejected.contains(&ri) {
+                    let index = (start..start + len)
+                        .position(|i| matches!(&fences[i], Fence::Taken { fingerprint, .. } if *fingerprint != rows[i].fingerprint))
+                        .unwrap_or(0);
+                    request.reply.send(Err(IngestError::Conflict { index })).ok();
+                    continue;
+                }
+                let mut out = Vec::with_capacity(len);
+                for i in start..start + len {
+                    let (outcome, fp) = effective(i);
+                    match outcome {
+                        ItemOutcome::Accepted(_) => {
+                            accepted += 1;
+                            woken.insert(rows[i].tenant_id);
+                        }
+                        ItemOutcome::Duplicate(_) => duplicates += 1,
+                    }
+                    remember(ctx, &rows[i], outcome.id(), fp);
+                    out.push(outcome);
+                }
+                request.reply.send(Ok(out)).ok();
+            }
+            Some(Placement::Dependent { owner_row }) => {
+                if rejected.contains(&row_request[owner_row]) {
+                    // The owner's key was rolled back: decide next time.
+                    deferred.push(request);
+                    continue;
+                }
+                let (outcome, fp) = effective(owner_row);
+                if fp == request.rows[0].fingerprint {
+                    duplicates += 1;
+                    request
+                        .reply
+                        .send(Ok(vec![ItemOutcome::Duplicate(outcome.id())]))
+                        .ok();
+                } else {
+                    request.reply.send(Err(IngestError::Conflict { index: 0 })).ok();
+                }
+            }
+        }
+    }
+    ctx.metrics.events_accepted.inc_by(accepted);
+    ctx.metrics.events_duplicate.inc_by(duplicates);
+    for tenant in woken {
+        ctx.wake(tenant);
+    }
+    debug!(rows = rows.len(), accepted, duplicates, elapsed_us = started.elapsed().as_micros() as u64, "group committed");
+
+    let mut retry = Vec::with_capacity(deferred.len());
+    for mut request in deferred {
+        request.deferrals += 1;
+        if request.deferrals > 8 {
+            request.reply.send(Err(IngestError::Unavailable)).ok();
+        } else {
+            retry.push(request);
+        }
+    }
+    retry
+}
+
+/// Feeds the tenant's idempotency cache so the next duplicate is answered
+/// without a database round trip.
+fn remember(ctx: &Ctx, row: &IngestRow, id: EventId, fingerprint: [u8; 32]) {
+    if let Some(shared) = ctx.tenants.get(&row.tenant_id) {
+        shared
+            .idempotency
+            .insert(row.idempotency_key.clone(), (id, fingerprint));
+    }
+}

@@ -1,0 +1,214 @@
+//! The JSON shapes of the tenant API, as documented in the OpenAPI spec.
+//!
+//! Request types document the contract; the bytes are parsed and validated
+//! by `fastack_core::validate` (one code path for single events and batch
+//! items, errors naming every field). Response types are what is sent.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, FixedOffset, SecondsFormat, Utc};
+use fastack_entities::{Contact, EventKind, StoredEvent};
+use poem_openapi::Object;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
+/// Unknown fields are rejected (`unknown_field`).
+#[derive(Debug, Object)]
+pub struct TrackRequest {
+    /// Event name, 1–200 characters.
+    #[oai(validator(min_length = 1, max_length = 200))]
+    pub event: String,
+    /// Your stable user id (1–255 characters).
+    pub user_id: Option<String>,
+    /// A device or session id for a not yet identified user.
+    pub anonymous_id: Option<String>,
+    /// Free-form event properties.
+    pub properties: Option<BTreeMap<String, Value>>,
+    /// When it happened, RFC 3339 with offset; at most 24 h in the future and
+    /// inside the tenant's retention. The offset is kept.
+    pub occurred_at: DateTime<FixedOffset>,
+    /// Unique per tenant across track, identify and batch (1–255
+    /// characters). A retry with the same key answers the original id.
+    #[oai(validator(min_length = 1, max_length = 255))]
+    pub idempotency_key: String,
+    /// When the client sent it (not part of the idempotency comparison).
+    pub sent_at: Option<DateTime<FixedOffset>>,
+}
+
+/// `POST /v1/core/identify`. With both ids, links them (merging contacts).
+#[derive(Debug, Object)]
+pub struct IdentifyRequest {
+    pub user_id: Option<String>,
+    pub anonymous_id: Option<String>,
+    /// Traits merged into the contact (shallow, last write wins).
+    pub traits: Option<BTreeMap<String, Value>>,
+    pub occurred_at: DateTime<FixedOffset>,
+    #[oai(validator(min_length = 1, max_length = 255))]
+    pub idempotency_key: String,
+    pub sent_at: Option<DateTime<FixedOffset>>,
+}
+
+/// One batch item: a track or identify with its `type`.
+#[derive(Debug, Object)]
+pub struct BatchItem {
+    /// `track` or `identify`.
+    #[oai(rename = "type")]
+    pub kind: String,
+    /// Required for `track`.
+    pub event: Option<String>,
+    pub user_id: Option<String>,
+    pub anonymous_id: Option<String>,
+    /// For `track`.
+    pub properties: Option<BTreeMap<String, Value>>,
+    /// For `identify`.
+    pub traits: Option<BTreeMap<String, Value>>,
+    pub occurred_at: DateTime<FixedOffset>,
+    pub idempotency_key: String,
+    pub sent_at: Option<DateTime<FixedOffset>>,
+}
+
+/// `POST /v1/core/batch`: 1–500 items, all accepted or none.
+#[derive(Debug, Object)]
+pub struct BatchRequest {
+    #[oai(validator(min_items = 1, max_items = 500))]
+    pub batch: Vec<BatchItem>,
+}
+
+/// The answer to an accepted event.
+#[derive(Debug, Clone, Object)]
+pub struct Ack {
+    /// The event id (the original one for a duplicate).
+    pub id: Uuid,
+    /// True when the idempotency key was seen before with the same content.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, Object)]
+pub struct BatchAck {
+    /// One per item, in request order.
+    pub items: Vec<Ack>,
+}
+
+/// A stored event.
+#[derive(Debug, Object)]
+pub struct EventOut {
+    pub id: Uuid,
+    /// `track` or `identify`.
+    #[oai(rename = "type")]
+    pub kind: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub event: Option<String>,
+    pub contact_id: Uuid,
+    pub user_id: Option<String>,
+    pub anonymous_id: Option<String>,
+    /// For `track`.
+    #[oai(skip_serializing_if_is_none)]
+    pub properties: Option<BTreeMap<String, Value>>,
+    /// For `identify`.
+    #[oai(skip_serializing_if_is_none)]
+    pub traits: Option<BTreeMap<String, Value>>,
+    /// As sent, with the caller's offset.
+    pub occurred_at: String,
+    /// When fastack accepted it (UTC).
+    pub received_at: String,
+}
+
+pub fn rfc3339<Tz: chrono::TimeZone>(t: &DateTime<Tz>) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+impl From<StoredEvent> for EventOut {
+    fn from(e: StoredEvent) -> Self {
+        let props: BTreeMap<String, Value> = e.properties.into_iter().collect();
+        let (properties, traits) = match e.kind {
+            EventKind::Track => (Some(props), None),
+            EventKind::Identify => (None, Some(props)),
+        };
+        EventOut {
+            id: e.id.0,
+            kind: e.kind.as_str().to_owned(),
+            event: e.event,
+            contact_id: e.contact_id.0,
+            user_id: e.user_id,
+            anonymous_id: e.anonymous_id,
+            properties,
+            traits,
+            occurred_at: rfc3339(&e.occurred_at),
+            received_at: rfc3339(&e.received_at),
+        }
+    }
+}
+
+/// A page of events ordered by `occurred_at`, then id.
+#[derive(Debug, Object)]
+pub struct EventsPage {
+    pub events: Vec<EventOut>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[oai(skip_serializing_if_is_none)]
+    pub next_cursor: Option<String>,
+}
+
+/// A contact: everything known to be one person.
+#[derive(Debug, Object)]
+pub struct ContactOut {
+    pub id: Uuid,
+    pub user_ids: Vec<String>,
+    pub anonymous_ids: Vec<String>,
+    pub traits: BTreeMap<String, Value>,
+    /// Contacts merged into this one by an identify.
+    pub merged_ids: Vec<Uuid>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<Contact> for ContactOut {
+    fn from(c: Contact) -> Self {
+        ContactOut {
+            id: c.id.0,
+            user_ids: c.user_ids,
+            anonymous_ids: c.anonymous_ids,
+            traits: c.traits.into_iter().collect(),
+            merged_ids: c.merged_ids.into_iter().map(|m| m.0).collect(),
+            created_at: rfc3339(&c.created_at),
+            updated_at: rfc3339(&c.updated_at),
+        }
+    }
+}
+
+#[derive(Debug, Object)]
+pub struct Health {
+    pub status: String,
+}
+
+/// Decoded pagination cursor: resume after (occurred_at, id).
+pub fn encode_cursor(at: DateTime<Utc>, id: Uuid) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("{}:{}", at.timestamp_micros(), id))
+}
+
+pub fn decode_cursor(s: &str) -> Option<(DateTime<Utc>, Uuid)> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s).ok()?;
+    let text = std::str::from_utf8(&raw).ok()?;
+    let (at, id) = text.split_once(':')?;
+    let at = DateTime::<Utc>::from_timestamp_micros(at.parse().ok()?)?;
+    Some((at, id.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_round_trip() {
+        let at: DateTime<Utc> = "2026-11-30T10:00:00.123456Z".parse().unwrap();
+        let id = Uuid::now_v7();
+        assert_eq!(decode_cursor(&encode_cursor(at, id)), Some((at, id)));
+        assert_eq!(decode_cursor("garbage!"), None);
+    }
+}

@@ -1,0 +1,220 @@
+//! The accept path after authentication: validate, dedupe within the
+//! request, answer duplicates from the tenant's cache, hand the rest to the
+//! group commit, answer. No business logic here: identity resolution and
+//! storage happen behind the inbox.
+
+use std::collections::HashMap;
+
+use fastack_actors::{IngestError, ItemOutcome};
+use fastack_core::{
+    store::IngestRow,
+    validate::{
+        FieldError, MAX_BATCH_ITEMS, MAX_EVENT_BYTES, ValidationContext, fingerprint,
+        validate_event,
+    },
+};
+use fastack_entities::{EventId, EventKind, NewEvent};
+use poem::http::StatusCode;
+use serde_json::{Value, value::RawValue};
+
+use crate::{dto::Ack, gate::Authed, problem::ApiError, state::AppState};
+
+fn context(state: &AppState, auth: &Authed) -> ValidationContext {
+    ValidationContext {
+        now: state.clock.now(),
+        retention_months: state.config.plans.retention_for(&auth.shared.tenant()),
+    }
+}
+
+fn conflict(index: Option<usize>, key: &str) -> ApiError {
+    let mut err = ApiError::new(
+        StatusCode::CONFLICT,
+        "idempotency_key_conflict",
+        format!("idempotency_key `{key}` was already used with a different payload"),
+    );
+    err.errors.push(FieldError {
+        field: "idempotency_key".to_owned(),
+        index,
+        code: "idempotency_key_conflict",
+        message: "already used with a different payload".to_owned(),
+    });
+    err
+}
+
+/// Validates the single event of `/track` or `/identify`.
+pub fn single(
+    state: &AppState,
+    auth: &Authed,
+    bytes: &[u8],
+    kind: EventKind,
+) -> Result<NewEvent, ApiError> {
+    if bytes.len() > MAX_EVENT_BYTES {
+        return Err(ApiError::payload_too_large(format!(
+            "an event may be at most {MAX_EVENT_BYTES} bytes"
+        )));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::invalid_json(format!("request body is not valid JSON: {e}")))?;
+    let mut errors = Vec::new();
+    let ctx = context(state, auth);
+    validate_event(value, Some(kind), None, &ctx, &mut errors).ok_or_else(|| ApiError::validation(errors))
+}
+
+/// Validates a batch: 1–500 items, each at most 32 KiB, all valid.
+pub fn batch(state: &AppState, auth: &Authed, bytes: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Envelope<'a> {
+        #[serde(borrow)]
+        batch: Vec<&'a RawValue>,
+    }
+    let envelope: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_data() {
+            let mut err = ApiError::validation(vec![FieldError {
+                field: "batch".to_owned(),
+                index: None,
+                code: "invalid_type",
+                message: format!("expected {{\"batch\": [ … ]}}: {e}"),
+            }]);
+            err.detail = "expected {\"batch\": [ … ]}".to_owned();
+            err
+        } else {
+            ApiError::invalid_json(format!("request body is not valid JSON: {e}"))
+        }
+    })?;
+    let items = envelope.batch;
+    if items.is_empty() {
+        return Err(ApiError::validation(vec![FieldError {
+            field: "batch".to_owned(),
+            index: None,
+            code: "invalid_length",
+            message: "a batch needs at least one item".to_owned(),
+        }]));
+    }
+    if items.len() > MAX_BATCH_ITEMS {
+        return Err(ApiError::bad_request(
+            "batch_too_large",
+            format!(
+                "a batch holds at most {MAX_BATCH_ITEMS} items; this one has {}",
+                items.len()
+            ),
+        ));
+    }
+    let oversize: Vec<FieldError> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, raw)| raw.get().len() > MAX_EVENT_BYTES)
+        .map(|(i, _)| FieldError {
+            field: String::new(),
+            index: Some(i),
+            code: "payload_too_large",
+            message: format!("an event may be at most {MAX_EVENT_BYTES} bytes"),
+        })
+        .collect();
+    if !oversize.is_empty() {
+        let mut err = ApiError::payload_too_large(format!(
+            "{} batch item(s) over {MAX_EVENT_BYTES} bytes",
+            oversize.len()
+        ));
+        err.errors = oversize;
+        return Err(err);
+    }
+    let ctx = context(state, auth);
+    let mut errors = Vec::new();
+    let mut events = Vec::with_capacity(items.len());
+    for (i, raw) in items.into_iter().enumerate() {
+        let value: Value = serde_json::from_str(raw.get())
+            .map_err(|e| ApiError::invalid_json(format!("batch item {i}: {e}")))?;
+        if let Some(ev) = validate_event(value, None, Some(i), &ctx, &mut errors) {
+            events.push(ev);
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::validation(errors));
+    }
+    Ok(events)
+}
+
+/// Durably accepts validated events (all or none) and returns one ack per
+/// event, in order.
+pub async fn accept(
+    state: &AppState,
+    auth: &Authed,
+    events: Vec<NewEvent>,
+    batched: bool,
+) -> Result<Vec<Ack>, ApiError> {
+    let index_of = |i: usize| batched.then_some(i);
+    let now = state.clock.now();
+    let tenant_id = auth.shared.tenant().id;
+    let fps: Vec<[u8; 32]> = events.iter().map(fingerprint).collect();
+
+    // Same key twice in one request: the later one is a duplicate of the
+    // first, or a conflict.
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut alias: Vec<Option<usize>> = vec![None; events.len()];
+    for (i, ev) in events.iter().enumerate() {
+        match first.get(ev.idempotency_key.as_str()) {
+            Some(&j) if fps[j] == fps[i] => alias[i] = Some(j),
+            Some(_) => return Err(conflict(index_of(i), &ev.idempotency_key)),
+            None => {
+                first.insert(&ev.idempotency_key, i);
+            }
+        }
+    }
+
+    let mut outcome: Vec<Option<ItemOutcome>> = vec![None; events.len()];
+    let mut rows = Vec::new();
+    let mut row_index = Vec::new();
+    for (i, ev) in events.iter().enumerate() {
+        if alias[i].is_some() {
+            continue;
+        }
+        if let Some((id, fp)) = auth.shared.idempotency.get(ev.idempotency_key.as_str()) {
+            if fp != fps[i] {
+                return Err(conflict(index_of(i), &ev.idempotency_key));
+            }
+            outcome[i] = Some(ItemOutcome::Duplicate(id));
+            continue;
+        }
+        rows.push(IngestRow {
+            tenant_id,
+            idempotency_key: ev.idempotency_key.clone(),
+            event_id: EventId::new(),
+            fingerprint: fps[i],
+            occurred_at: ev.occurred_at.with_timezone(&chrono::Utc),
+            received_at: now,
+            payload: serde_json::to_string(ev).expect("validated event serialises"),
+        });
+        row_index.push(i);
+    }
+    if !rows.is_empty() {
+        match state.runtime.ctx().ingest.submit(rows).await {
+            Ok(results) => {
+                for (r, i) in results.into_iter().zip(&row_index) {
+                    outcome[*i] = Some(r);
+                }
+            }
+            Err(IngestError::Conflict { index }) => {
+                let i = row_index[index];
+                return Err(conflict(index_of(i), &events[i].idempotency_key));
+            }
+            Err(IngestError::Unavailable) => {
+                return Err(ApiError::unavailable(
+                    "events could not be stored right now; nothing was accepted, retry",
+                ));
+            }
+        }
+    }
+    let mut acks = Vec::with_capacity(events.len());
+    for i in 0..events.len() {
+        let o = match alias[i] {
+            Some(j) => ItemOutcome::Duplicate(outcome[j].map(|o| o.id()).expect("first occurrence answered")),
+            None => outcome[i].expect("every row answered"),
+        };
+        acks.push(Ack {
+            id: o.id().0,
+            duplicate: matches!(o, ItemOutcome::Duplicate(_)),
+        });
+    }
+    Ok(acks)
+}

@@ -1,0 +1,31 @@
+//! fastack's HTTP surface: the tenant API (`/v1/core/…`), ops endpoints,
+//! the OpenAPI spec and docs, and node start/stop.
+
+pub mod body;
+pub mod dto;
+pub mod gate;
+pub mod ingest;
+pub mod problem;
+pub mod routes;
+pub mod server;
+pub mod state;
+
+pub use server::{Server, VERSION, ensure_partition_window, openapi_json, start};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Failures of the node itself (start-up, listener), as opposed to error
+/// answers to requests ([`problem::ApiError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Core(#[from] fastack_core::Error),
+    #[error(transparent)]
+    Actors(#[from] fastack_actors::Error),
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,277 @@
+//! RFC 9457 problem documents. Every error the HTTP surface returns is one
+//! of these, with a stable `code`; errors raised by poem or poem-openapi
+//! themselves (bad query parameter, unknown route) are converted by
+//! [`to_problem`] so that clients only ever parse one error shape.
+
+use fastack_core::{ServiceError, validate::FieldError};
+use poem::{IntoResponse, Response, error::ResponseError, http::StatusCode};
+use poem_openapi::{
+    ApiResponse, Object,
+    registry::{MetaMediaType, MetaResponse, MetaResponses, MetaSchemaRef, Registry},
+    types::Type,
+};
+use serde::Serialize;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// One offending field of a request.
+#[derive(Clone, Debug, Object, Serialize)]
+pub struct ProblemField {
+    /// The field, as named in the request (`occurred_at`, `user_id`, …).
+    pub field: String,
+    /// Batch item index, for `/v1/core/batch`.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    /// Stable reason: `required`, `invalid_type`, `invalid_length`,
+    /// `invalid_timestamp`, `unknown_field`, `occurred_at_in_future`, …
+    pub code: String,
+    pub message: String,
+}
+
+/// An RFC 9457 problem document.
+#[derive(Clone, Debug, Object, Serialize)]
+pub struct Problem {
+    /// `urn:fastack:problem:<code>`
+    #[oai(rename = "type")]
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Stable machine-readable error code.
+    pub code: String,
+    /// Validation errors, one per offending field.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<ProblemField>>,
+}
+
+/// An error answer of the HTTP API (a response, not a failure of the node:
+/// the crate's failures are [`crate::Error`]).
+#[derive(Clone, Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub detail: String,
+    pub errors: Vec<FieldError>,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            detail: detail.into(),
+            errors: Vec::new(),
+            retry_after: None,
+        }
+    }
+
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", detail)
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
+    }
+
+    pub fn invalid_json(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_json", detail)
+    }
+
+    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
+    pub fn payload_too_large(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", detail)
+    }
+
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
+    }
+
+    /// A 422 naming every offending field. When all errors share one of the
+    /// time-bound codes, that code is the problem's code.
+    pub fn validation(errors: Vec<FieldError>) -> Self {
+        let code = match errors.first().map(|e| e.code) {
+            Some(c @ ("occurred_at_in_future" | "occurred_at_out_of_retention"))
+                if errors.iter().all(|e| e.code == c) =>
+            {
+                c
+            }
+            _ => "invalid_payload",
+        };
+        let detail = match errors.len() {
+            1 => errors[0].message.clone(),
+            n => format!("{n} problems in the request; see `errors`"),
+        };
+        ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code,
+            detail,
+            errors,
+            retry_after: None,
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        self.status.canonical_reason().unwrap_or("Error")
+    }
+
+    pub fn to_problem(&self) -> Problem {
+        Problem {
+            kind: format!("urn:fastack:problem:{}", self.code),
+            title: self.title().to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail.clone(),
+            code: self.code.to_owned(),
+            errors: (!self.errors.is_empty()).then(|| {
+                self.errors
+                    .iter()
+                    .map(|e| ProblemField {
+                        field: e.field.clone(),
+                        index: e.index,
+                        code: e.code.to_owned(),
+                        message: e.message.clone(),
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    /// Maps an error of a lower layer by what it says about itself.
+    pub fn from_service<E: ServiceError + std::fmt::Display>(err: &E) -> Self {
+        let status =
+            StatusCode::from_u16(err.status_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        // Internal details stay in the logs, not in the answer.
+        let detail = if status.is_server_error() {
+            tracing::warn!(error = %err, "request failed");
+            "the service cannot complete this request right now; retry later".to_owned()
+        } else {
+            err.to_string()
+        };
+        ApiError::new(status, err.error_code(), detail)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.detail)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<fastack_core::Error> for ApiError {
+    fn from(err: fastack_core::Error) -> Self {
+        ApiError::from_service(&err)
+    }
+}
+
+impl From<fastack_actors::Error> for ApiError {
+    fn from(err: fastack_actors::Error) -> Self {
+        ApiError::from_service(&err)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.as_response()
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    fn as_response(&self) -> Response {
+        let body = serde_json::to_vec(&self.to_problem()).expect("problem serialises");
+        let mut resp = Response::builder()
+            .status(self.status)
+            .content_type(PROBLEM_JSON)
+            .body(body);
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(
+                "retry-after",
+                secs.to_string().parse().expect("digits are a valid header"),
+            );
+        }
+        resp
+    }
+}
+
+impl ApiResponse for ApiError {
+    fn meta() -> MetaResponses {
+        let statuses: [(u16, &str); 8] = [
+            (400, "Malformed JSON, bad query, or a batch over 500 items (`batch_too_large`)"),
+            (401, "Missing, unknown or revoked API key (`unauthorized`)"),
+            (404, "Not found, or not this tenant's (`not_found`)"),
+            (409, "Idempotency key reused with a different payload (`idempotency_key_conflict`)"),
+            (413, "Event over 32 KiB or request over 4 MiB (`payload_too_large`)"),
+            (422, "Invalid fields, named in `errors` (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`)"),
+            (429, "Rate limited (`rate_limited`); see `Retry-After`"),
+            (503, "Temporarily unavailable (`unavailable`); nothing was accepted, retry"),
+        ];
+        MetaResponses {
+            responses: statuses
+                .into_iter()
+                .map(|(status, description)| MetaResponse {
+                    description,
+                    status: Some(status),
+                    status_range: None,
+                    content: vec![MetaMediaType {
+                        content_type: PROBLEM_JSON,
+                        schema: MetaSchemaRef::Reference(Problem::name().into_owned()),
+                    }],
+                    headers: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    fn register(registry: &mut Registry) {
+        Problem::register(registry);
+    }
+}
+
+/// Converts any error that reached the top of the stack into a problem
+/// response: ours keep their code; poem's get one from their status.
+pub fn to_problem(err: poem::Error) -> Response {
+    if let Some(api) = err.downcast_ref::<ApiError>() {
+        return api.as_response();
+    }
+    if let Some(p) = err.downcast_ref::<poem_openapi::error::ParseParamError>() {
+        let mut api = ApiError::bad_request(
+            "invalid_query",
+            format!("parameter `{}`: {}", p.name, p.reason),
+        );
+        api.errors.push(FieldError {
+            field: p.name.to_owned(),
+            index: None,
+            code: "invalid_value",
+            message: p.reason.clone(),
+        });
+        return api.as_response();
+    }
+    let status = err.status();
+    let code = match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        s if s.is_client_error() => "invalid_request",
+        _ => "internal",
+    };
+    let detail = if status.is_server_error() {
+        tracing::error!(error = %err, "unhandled error");
+        "internal error".to_owned()
+    } else {
+        err.to_string()
+    };
+    ApiError::new(status, code, detail).as_response()
+}

@@ -1,0 +1,320 @@
+//! The tenant API (`/v1/core/…`) and the ops endpoints, as one poem-openapi
+//! service so the committed spec covers all of them.
+
+use chrono::{DateTime, Utc};
+use fastack_core::{
+    store::{EventQuery, TimeRange},
+    validate::{FieldError, parse_timestamp},
+};
+use fastack_entities::{ContactId, EventId, EventKind, IdentityKind};
+use poem::web::Data;
+use poem_openapi::{
+    ApiResponse, OpenApi, Tags,
+    param::{Path, Query},
+    payload::{Json, PlainText},
+};
+use uuid::Uuid;
+
+use crate::{
+    body::JsonBody,
+    dto::{
+        Ack, BatchAck, BatchRequest, ContactOut, EventOut, EventsPage, Health, IdentifyRequest,
+        TrackRequest, decode_cursor, encode_cursor,
+    },
+    gate::ApiKeyAuth,
+    ingest,
+    problem::ApiError,
+    state::SharedState,
+};
+
+#[derive(Tags)]
+enum Tag {
+    /// Send events: answered 202 once durably queued.
+    Ingest,
+    /// Read what was processed.
+    Read,
+    /// Health, readiness and metrics.
+    Ops,
+}
+
+#[derive(ApiResponse)]
+pub enum Accepted {
+    /// Durably queued (or a duplicate of an earlier event). Processing has
+    /// not happened yet: read-after-write is not guaranteed.
+    #[oai(status = 202)]
+    Accepted(Json<Ack>),
+}
+
+#[derive(ApiResponse)]
+pub enum BatchAccepted {
+    /// Every item durably queued (or a duplicate), in request order.
+    #[oai(status = 202)]
+    Accepted(Json<BatchAck>),
+}
+
+#[derive(ApiResponse)]
+pub enum Ready {
+    /// The database answers.
+    #[oai(status = 200)]
+    Ready(Json<Health>),
+    /// The database does not answer.
+    #[oai(status = 503)]
+    NotReady(Json<Health>),
+}
+
+pub const DEFAULT_PAGE: u32 = 100;
+pub const MAX_PAGE: u32 = 1000;
+
+pub struct CoreApi;
+
+fn time_param(name: &str, value: &str) -> Result<DateTime<Utc>, FieldError> {
+    parse_timestamp(value)
+        .map(|t| t.with_timezone(&Utc))
+        .ok_or_else(|| FieldError {
+            field: name.to_owned(),
+            index: None,
+            code: "invalid_timestamp",
+            message: format!("`{name}` must be an RFC 3339 timestamp with an offset"),
+        })
+}
+
+#[OpenApi]
+impl CoreApi {
+    /// Track an event
+    ///
+    /// Authenticates, validates, rate-limits, durably queues and answers
+    /// 202 with the event id. Same `idempotency_key` and content: the
+    /// original id with `duplicate: true`. Same key, other content: 409.
+    #[oai(path = "/v1/core/track", method = "post", tag = "Tag::Ingest")]
+    async fn track(
+        &self,
+        state: Data<&SharedState>,
+        auth: ApiKeyAuth,
+        body: JsonBody<TrackRequest>,
+    ) -> Result<Accepted, ApiError> {
+        let ev = ingest::single(&state, &auth.0, &body.bytes, EventKind::Track)?;
+        let mut acks = ingest::accept(&state, &auth.0, vec![ev], false).await?;
+        Ok(Accepted::Accepted(Json(acks.remove(0))))
+    }
+
+    /// Identify a user
+    ///
+    /// Links `user_id` and `anonymous_id` (merging their contacts) and
+    /// merges `traits` into the contact. Answered like track.
+    #[oai(path = "/v1/core/identify", method = "post", tag = "Tag::Ingest")]
+    async fn identify(
+        &self,
+        state: Data<&SharedState>,
+        auth: ApiKeyAuth,
+        body: JsonBody<IdentifyRequest>,
+    ) -> Result<Accepted, ApiError> {
+        let ev = ingest::single(&state, &auth.0, &body.bytes, EventKind::Identify)?;
+        let mut acks = ingest::accept(&state, &auth.0, vec![ev], false).await?;
+        Ok(Accepted::Accepted(Json(acks.remove(0))))
+    }
+
+    /// Send a batch
+    ///
+    /// 1–500 track/identify items. All or nothing: one invalid item rejects
+    /// the request (422, item indexes in `errors`); 501 items is a 400
+    /// `batch_too_large`.
+    #[oai(path = "/v1/core/batch", method = "post", tag = "Tag::Ingest")]
+    async fn batch(
+        &self,
+        state: Data<&SharedState>,
+        auth: ApiKeyAuth,
+        body: JsonBody<BatchRequest>,
+    ) -> Result<BatchAccepted, ApiError> {
+        let events = ingest::batch(&state, &auth.0, &body.bytes)?;
+        let items = ingest::accept(&state, &auth.0, events, true).await?;
+        Ok(BatchAccepted::Accepted(Json(BatchAck { items })))
+    }
+
+    /// List events
+    ///
+    /// Events with `from <= occurred_at < to` (both required: they are the
+    /// partition key), ordered by `occurred_at` then id. `contact_id`
+    /// includes contacts merged into it.
+    #[oai(path = "/v1/core/events", method = "get", tag = "Tag::Read")]
+    #[allow(clippy::too_many_arguments)]
+    async fn events(
+        &self,
+        state: Data<&SharedState>,
+        auth: ApiKeyAuth,
+        /// Inclusive lower bound of `occurred_at` (RFC 3339).
+        from: Query<String>,
+        /// Exclusive upper bound of `occurred_at` (RFC 3339).
+        to: Query<String>,
+        contact_id: Query<Option<Uuid>>,
+        /// Only events with this name.
+        event: Query<Option<String>>,
+        /// Page size, 1–1000 (default 100).
+        limit: Query<Option<u32>>,
+        /// `next_cursor` of the previous page.
+        cursor: Query<Option<String>>,
+    ) -> Result<Json<EventsPage>, ApiError> {
+        let mut errors = Vec::new();
+        let from = time_param("from", &from.0).map_err(|e| errors.push(e)).ok();
+        let to = time_param("to", &to.0).map_err(|e| errors.push(e)).ok();
+        let limit = limit.0.unwrap_or(DEFAULT_PAGE);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            errors.push(FieldError {
+                field: "limit".to_owned(),
+                index: None,
+                code: "invalid_value",
+                message: format!("`limit` must be 1 to {MAX_PAGE}"),
+            });
+        }
+        let after = match cursor.0.as_deref() {
+            None => None,
+            Some(c) => match decode_cursor(c) {
+                Some((at, id)) => Some((at, EventId(id))),
+                None => {
+                    errors.push(FieldError {
+                        field: "cursor".to_owned(),
+                        index: None,
+                        code: "invalid_value",
+                        message: "`cursor` is not a cursor returned by this endpoint".to_owned(),
+                    });
+                    None
+                }
+            },
+        };
+        let range = match (from, to) {
+            (Some(f), Some(t)) => match TimeRange::new(f, t) {
+                Some(r) => Some(r),
+                None => {
+                    errors.push(FieldError {
+                        field: "to".to_owned(),
+                        index: None,
+                        code: "invalid_value",
+                        message: "`to` must be after `from`".to_owned(),
+                    });
+                    None
+                }
+            },
+            _ => None,
+        };
+        if !errors.is_empty() {
+            let mut err = ApiError::validation(errors);
+            err.status = poem::http::StatusCode::BAD_REQUEST;
+            err.code = "invalid_query";
+            return Err(err);
+        }
+        let range = range.expect("checked above");
+        let tenant = auth.0.shared.tenant().id;
+        let contact_ids = match contact_id.0 {
+            Some(id) => {
+                let family = state.store.contact_family(tenant, ContactId(id)).await?;
+                if family.is_empty() {
+                    return Ok(Json(EventsPage {
+                        events: Vec::new(),
+                        next_cursor: None,
+                    }));
+                }
+                Some(family)
+            }
+            None => None,
+        };
+        let query = EventQuery {
+            tenant_id: tenant,
+            range,
+            contact_ids,
+            event: event.0,
+            after,
+            limit: limit + 1,
+        };
+        let mut events = state.store.query_events(&query).await?;
+        let next_cursor = if events.len() > limit as usize {
+            events.truncate(limit as usize);
+            events
+                .last()
+                .map(|e| encode_cursor(e.occurred_at.with_timezone(&Utc), e.id.0))
+        } else {
+            None
+        };
+        Ok(Json(EventsPage {
+            events: events.into_iter().map(EventOut::from).collect(),
+            next_cursor,
+        }))
+    }
+
+    /// Get a contact
+    ///
+    /// A merged contact's id answers the contact it was merged into.
+    #[oai(path = "/v1/core/contacts/:id", method = "get", tag = "Tag::Read")]
+    async fn contact(
+        &self,
+        state: Data<&SharedState>,
+        auth: ApiKeyAuth,
+        id: Path<String>,
+    ) -> Result<Json<ContactOut>, ApiError> {
+        let id: Uuid = id.0.parse().map_err(|_| ApiError::not_found("contact"))?;
+        let tenant = auth.0.shared.tenant().id;
+        state
+            .store
+            .get_contact(tenant, ContactId(id))
+            .await?
+            .map(|c| Json(ContactOut::from(c)))
+            .ok_or_else(|| ApiError::not_found("contact"))
+    }
+
+    /// Find a contact by user id or anonymous id
+    #[oai(path = "/v1/core/contacts", method = "get", tag = "Tag::Read")]
+    async fn find_contact(
+        &self,
+        state: Data<&SharedState>,
+        auth: ApiKeyAuth,
+        user_id: Query<Option<String>>,
+        anonymous_id: Query<Option<String>>,
+    ) -> Result<Json<ContactOut>, ApiError> {
+        let (kind, value) = match (user_id.0, anonymous_id.0) {
+            (Some(u), None) => (IdentityKind::User, u),
+            (None, Some(a)) => (IdentityKind::Anonymous, a),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    "give exactly one of `user_id` or `anonymous_id`",
+                ));
+            }
+        };
+        let tenant = auth.0.shared.tenant().id;
+        state
+            .store
+            .find_contact(tenant, kind, &value)
+            .await?
+            .map(|c| Json(ContactOut::from(c)))
+            .ok_or_else(|| ApiError::not_found("contact"))
+    }
+
+    /// Liveness
+    #[oai(path = "/healthz", method = "get", tag = "Tag::Ops")]
+    async fn healthz(&self) -> Json<Health> {
+        Json(Health {
+            status: "ok".to_owned(),
+        })
+    }
+
+    /// Readiness: ready only when the database answers
+    #[oai(path = "/readyz", method = "get", tag = "Tag::Ops")]
+    async fn readyz(&self, state: Data<&SharedState>) -> Ready {
+        match tokio::time::timeout(std::time::Duration::from_secs(2), state.store.ping()).await {
+            Ok(Ok(())) => Ready::Ready(Json(Health {
+                status: "ready".to_owned(),
+            })),
+            _ => Ready::NotReady(Json(Health {
+                status: "database unavailable".to_owned(),
+            })),
+        }
+    }
+
+    /// Prometheus metrics
+    #[oai(path = "/metrics", method = "get", tag = "Tag::Ops")]
+    async fn metrics(&self, state: Data<&SharedState>) -> PlainText<String> {
+        state
+            .metrics
+            .ingest_queue_depth
+            .set(state.runtime.ctx().ingest.depth() as i64);
+        PlainText(state.metrics.render())
+    }
+}

@@ -1,0 +1,240 @@
+//! Starting and stopping a node: storage, the supervision tree, the HTTP
+//! listener. Used by `fastack serve` and, in process, by the tests.
+
+use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
+
+use fastack_actors::Runtime;
+use fastack_core::{
+    Config, admin,
+    auth::KeyCache,
+    clock::SharedClock,
+    metrics::Metrics,
+    ratelimit::RedisLimiter,
+    store::{self, Month, PartitionKey, Store},
+};
+use fastack_entities::Plan;
+use poem::{
+    EndpointExt, Route,
+    listener::{Acceptor, Listener, TcpListener},
+};
+use poem_openapi::OpenApiService;
+use tokio::{sync::oneshot, task::JoinHandle};
+use tracing::{info, warn};
+
+use crate::{
+    Error, Result,
+    gate::{gate, observe},
+    routes::CoreApi,
+    state::{AppState, SharedState},
+};
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The OpenAPI service of the tenant API (no state needed to describe it).
+pub fn openapi_service() -> OpenApiService<CoreApi, ()> {
+    OpenApiService::new(CoreApi, "fastack", VERSION)
+        .description(
+            "Event pipeline: send track/identify/batch events (202 once durable), \
+             read events and contacts. Errors are RFC 9457 problem documents with a \
+             stable `code`.",
+        )
+        .server("/")
+}
+
+/// The spec as committed in `openapi/openapi.json`.
+pub fn openapi_json() -> String {
+    openapi_service().spec()
+}
+
+/// A running node.
+pub struct Server {
+    addr: SocketAddr,
+    state: SharedState,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn state(&self) -> &SharedState {
+        &self.state
+    }
+
+    /// Stops accepting, lets in-flight requests finish, stops the actors.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match (&mut self.task).await {
+            Ok(Err(error)) => warn!(%error, "http server stopped with an error"),
+            Err(error) => warn!(%error, "http server task failed"),
+            Ok(Ok(())) => {}
+        }
+        self.state.runtime.shutdown().await;
+    }
+
+    /// Runs until the HTTP server ends.
+    pub async fn wait_for_stop_signal(self) {
+        shutdown_signal().await;
+        info!("shutting down");
+        self.stop().await;
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Writes the bootstrap key readable by its owner only.
+fn write_secret_file(path: &Path, secret: &str) -> Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .map_err(|e| fastack_core::Error::io(path.display().to_string(), e))?;
+    file.write_all(format!("{secret}\n").as_bytes())
+        .map_err(|e| fastack_core::Error::io(path.display().to_string(), e))?;
+    Ok(())
+}
+
+/// Partitions for last month through two months ahead, for every plan's
+/// retention class.
+pub async fn ensure_partition_window(store: &Store, config: &Config, now: chrono::DateTime<chrono::Utc>) -> Result<()> {
+    let mut classes: Vec<i16> = Plan::ALL
+        .iter()
+        .map(|p| config.plans.get(*p).retention_months as i16)
+        .collect();
+    for t in store.list_tenants().await? {
+        classes.push(config.plans.retention_for(&t) as i16);
+    }
+    classes.sort_unstable();
+    classes.dedup();
+    let this = Month::of(now);
+    let months = [this.prev(), this, this.next(), this.next().next()];
+    let keys: Vec<PartitionKey> = months
+        .iter()
+        .flat_map(|m| {
+            classes.iter().map(|c| PartitionKey {
+                month: *m,
+                retention_class: *c,
+            })
+        })
+        .collect();
+    store.ensure_partitions(&keys).await?;
+    Ok(())
+}
+
+/// Opens storage (migrating it), bootstraps an empty embedded database,
+/// starts the actors and binds the listener.
+pub async fn start(config: Config, clock: SharedClock) -> Result<Server> {
+    if config.is_embedded() {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| fastack_core::Error::io(config.data_dir.display().to_string(), e))?;
+    }
+    let store = store::open(&config).await?;
+    if config.is_embedded() && config.bootstrap
+        && let Some((tenant, key)) = admin::bootstrap(store.as_ref()).await?
+    {
+        let path = config.data_dir.join("bootstrap-key");
+        write_secret_file(&path, &key.secret)?;
+        info!(tenant = %tenant.id, path = %path.display(), "created tenant `default`; its API key is in the bootstrap-key file");
+    }
+    ensure_partition_window(&store, &config, clock.now()).await?;
+    let redis_limiter = match &config.redis_url {
+        Some(url) => Some(RedisLimiter::connect(url, &config.redis_prefix).await?),
+        None => None,
+    };
+    if config.amqp_url.is_none() {
+        info!("event streaming is off (no FASTACK_AMQP_URL): webhooks and polling still work");
+    }
+    let metrics = Arc::new(Metrics::new());
+    let runtime = Runtime::start(
+        config.clone(),
+        store.clone(),
+        clock.clone(),
+        metrics.clone(),
+        redis_limiter,
+    )
+    .await?;
+    let state: SharedState = Arc::new(AppState {
+        keys: KeyCache::new(store.clone(), config.key_cache_ttl),
+        config: config.clone(),
+        store,
+        runtime,
+        metrics,
+        clock,
+    });
+
+    let api = openapi_service();
+    let spec = api.spec_endpoint();
+    let docs = api.swagger_ui();
+    let app = Route::new()
+        .nest("/", api)
+        .at("/openapi.json", spec)
+        .nest("/docs", docs)
+        .around(gate)
+        .around(observe)
+        .data(state.clone());
+
+    let acceptor = TcpListener::bind(config.listen)
+        .into_acceptor()
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = acceptor
+        .local_addr()
+        .first()
+        .and_then(|a| a.as_socket_addr().copied())
+        .ok_or(Error::Bind {
+            addr: config.listen,
+            source: std::io::Error::other("listener has no socket address"),
+        })?;
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        poem::Server::new_with_acceptor(acceptor)
+            .run_with_graceful_shutdown(
+                app,
+                async move {
+                    let _ = rx.await;
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+    });
+    info!(%addr, node = %config.node_id, embedded = config.is_embedded(), "fastack listening");
+    Ok(Server {
+        addr,
+        state,
+        shutdown: Some(tx),
+        task,
+    })
+}

@@ -1,0 +1,19 @@
+//! What the HTTP handlers share.
+
+use std::sync::Arc;
+
+use fastack_actors::Runtime;
+use fastack_core::{
+    Config, auth::KeyCache, clock::SharedClock, metrics::Metrics, store::Store,
+};
+
+pub struct AppState {
+    pub config: Config,
+    pub store: Store,
+    pub runtime: Runtime,
+    pub keys: KeyCache,
+    pub metrics: Arc<Metrics>,
+    pub clock: SharedClock,
+}
+
+pub type SharedState = Arc<AppState>;

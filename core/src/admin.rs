@@ -1,0 +1,95 @@
+//! Administrative operations shared by the CLI and the admin listener:
+//! tenants and API keys. Secrets are returned once and never logged.
+
+use chrono::Utc;
+use fastack_entities::{ApiKey, ApiKeyId, Plan, Tenant, TenantId};
+
+use crate::{
+    auth::generate_key,
+    error::{Error, Result},
+    store::Storage,
+};
+
+/// A key as shown once at creation.
+#[derive(Debug, serde::Serialize)]
+pub struct CreatedKey {
+    #[serde(flatten)]
+    pub key: ApiKey,
+    /// The secret: shown here once, stored only as a hash.
+    pub secret: String,
+}
+
+pub async fn create_tenant(
+    store: &dyn Storage,
+    name: &str,
+    plan: Plan,
+    retention_months: Option<u32>,
+) -> Result<Tenant> {
+    let name = name.trim();
+    if name.is_empty() || name.len() > 100 {
+        return Err(Error::Config("tenant name must be 1 to 100 characters".to_owned()));
+    }
+    let tenant = Tenant {
+        id: TenantId::new(),
+        name: name.to_owned(),
+        plan,
+        retention_months,
+        created_at: Utc::now(),
+    };
+    store.insert_tenant(&tenant).await?;
+    Ok(tenant)
+}
+
+/// Finds a tenant by id or by name.
+pub async fn resolve_tenant(store: &dyn Storage, id_or_name: &str) -> Result<Tenant> {
+    let found = match id_or_name.parse::<TenantId>() {
+        Ok(id) => store.get_tenant(id).await?,
+        Err(_) => store.find_tenant_by_name(id_or_name).await?,
+    };
+    found.ok_or(Error::NotFound { what: "tenant" })
+}
+
+pub async fn create_key(
+    store: &dyn Storage,
+    tenant: TenantId,
+    rate_limit_rps: Option<u32>,
+) -> Result<CreatedKey> {
+    if rate_limit_rps == Some(0) {
+        return Err(Error::Config("a key's rate limit must be positive".to_owned()));
+    }
+    let generated = generate_key();
+    let key = ApiKey {
+        id: ApiKeyId::new(),
+        tenant_id: tenant,
+        prefix: generated.prefix,
+        rate_limit_rps,
+        created_at: Utc::now(),
+        revoked_at: None,
+    };
+    store.insert_api_key(&key, &generated.hash).await?;
+    Ok(CreatedKey {
+        key,
+        secret: generated.secret,
+    })
+}
+
+pub async fn revoke_key(store: &dyn Storage, id: ApiKeyId) -> Result<()> {
+    if store.revoke_api_key(id, Utc::now()).await? {
+        Ok(())
+    } else {
+        Err(Error::NotFound {
+            what: "active api key",
+        })
+    }
+}
+
+/// On an empty embedded database: tenant `default` and one key. Returns the
+/// key when one was created.
+pub async fn bootstrap(store: &dyn Storage) -> Result<Option<(Tenant, CreatedKey)>> {
+    if !store.list_tenants().await?.is_empty() {
+        return Ok(None);
+    }
+    let tenant = create_tenant(store, "default", Plan::Free, None).await?;
+    let key = create_key(store, tenant.id, None).await?;
+    Ok(Some((tenant, key)))
+}

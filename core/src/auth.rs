@@ -1,0 +1,139 @@
+//! API keys: generation, hashing, and the front door's key cache.
+//!
+//! A key is `fsk_` + 40 random base62 characters (about 238 bits), so a plain
+//! SHA-256 is the right storage hash (no stretching needed for random
+//! secrets). The cache trusts a lookup for `ttl` (default 2 s): a revoked key
+//! stops working within that bound, and a hot key costs one database read
+//! per `ttl`, shared by concurrent requests.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use fastack_entities::{ApiKeyId, Tenant};
+use rand::Rng;
+use sha2::{Digest, Sha256};
+
+use crate::{error::Result, store::Store};
+
+pub const KEY_PREFIX: &str = "fsk_";
+const KEY_CHARS: usize = 40;
+const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// A freshly generated key: the secret is shown once and never stored.
+pub struct NewKey {
+    pub secret: String,
+    pub hash: [u8; 32],
+    /// Enough of the key to recognise it in listings (`fsk_AbCdEf12`).
+    pub prefix: String,
+}
+
+pub fn generate_key() -> NewKey {
+    let mut rng = rand::rng();
+    let mut secret = String::with_capacity(KEY_PREFIX.len() + KEY_CHARS);
+    secret.push_str(KEY_PREFIX);
+    for _ in 0..KEY_CHARS {
+        secret.push(ALPHABET[rng.random_range(0..ALPHABET.len())] as char);
+    }
+    let hash = hash_key(&secret);
+    let prefix = secret[..KEY_PREFIX.len() + 8].to_owned();
+    NewKey {
+        secret,
+        hash,
+        prefix,
+    }
+}
+
+pub fn hash_key(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Who a valid key belongs to and what it may do.
+#[derive(Clone, Debug)]
+pub struct Principal {
+    pub key_id: ApiKeyId,
+    pub tenant: Tenant,
+    pub key_rate_limit: Option<u32>,
+}
+
+#[derive(Clone)]
+struct Cached {
+    fetched: Instant,
+    principal: Option<Arc<Principal>>,
+}
+
+pub struct KeyCache {
+    store: Store,
+    ttl: Duration,
+    cache: quick_cache::sync::Cache<[u8; 32], Cached>,
+}
+
+impl std::fmt::Debug for KeyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyCache").field("ttl", &self.ttl).finish()
+    }
+}
+
+impl KeyCache {
+    pub fn new(store: Store, ttl: Duration) -> Self {
+        KeyCache {
+            store,
+            ttl,
+            cache: quick_cache::sync::Cache::new(100_000),
+        }
+    }
+
+    /// The principal of a bearer secret, or `None` when the key is unknown
+    /// or revoked.
+    pub async fn authenticate(&self, secret: &str) -> Result<Option<Arc<Principal>>> {
+        if !secret.starts_with(KEY_PREFIX) || secret.len() > 128 {
+            return Ok(None);
+        }
+        let hash = hash_key(secret);
+        if let Some(hit) = self.cache.get(&hash) {
+            if hit.fetched.elapsed() < self.ttl {
+                return Ok(hit.principal);
+            }
+            self.cache.remove(&hash);
+        }
+        let store = self.store.clone();
+        let loaded = self
+            .cache
+            .get_or_insert_async(&hash, async move {
+                let record = store.lookup_api_key(&hash).await?;
+                let principal = record.and_then(|r| {
+                    r.key.revoked_at.is_none().then(|| {
+                        Arc::new(Principal {
+                            key_id: r.key.id,
+                            tenant: r.tenant,
+                            key_rate_limit: r.key.rate_limit_rps,
+                        })
+                    })
+                });
+                Ok::<_, crate::error::Error>(Cached {
+                    fetched: Instant::now(),
+                    principal,
+                })
+            })
+            .await?;
+        Ok(loaded.principal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_random_prefixed_and_hash_stably() {
+        let a = generate_key();
+        let b = generate_key();
+        assert_ne!(a.secret, b.secret);
+        assert!(a.secret.starts_with("fsk_"));
+        assert_eq!(a.secret.len(), 44);
+        assert!(a.secret.starts_with(&a.prefix));
+        assert_eq!(hash_key(&a.secret), a.hash);
+        assert_ne!(a.hash, b.hash);
+    }
+}

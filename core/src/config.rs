@@ -1,0 +1,474 @@
+//! Configuration, loaded once at start from `FASTACK_*` environment variables
+//! and, optionally, a TOML file named by `FASTACK_CONFIG` (environment wins).
+//! Nothing else in the code base reads the environment: this struct is
+//! passed down.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    path::PathBuf,
+    time::Duration,
+};
+
+use fastack_entities::{NodeId, Plan, PlanLimits};
+
+use crate::error::{Error, Result};
+
+/// Every setting, with its environment name, default and meaning. The README
+/// configuration table is generated from the same list (`fastack config`).
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        "FASTACK_DATABASE_URL",
+        "(embedded SQLite)",
+        "`postgres://…` switches storage to PostgreSQL; unset uses SQLite under the data dir",
+    ),
+    (
+        "FASTACK_DATA_DIR",
+        "./fastack-data",
+        "embedded database, bootstrap key and local object storage",
+    ),
+    (
+        "FASTACK_REDIS_URL",
+        "(in-process)",
+        "`redis://…` moves rate limits to Redis, shared by all nodes",
+    ),
+    (
+        "FASTACK_REDIS_PREFIX",
+        "fastack",
+        "prefix of every Redis key this deployment writes",
+    ),
+    (
+        "FASTACK_LISTEN",
+        "127.0.0.1:8080",
+        "tenant API and ops endpoints",
+    ),
+    (
+        "FASTACK_ADMIN_LISTEN",
+        "127.0.0.1:8081",
+        "admin listener (only started when FASTACK_ADMIN_TOKEN is set)",
+    ),
+    (
+        "FASTACK_ADMIN_TOKEN",
+        "(unset: admin listener off)",
+        "bearer token of the admin listener",
+    ),
+    (
+        "FASTACK_AMQP_URL",
+        "(unset: streaming off)",
+        "RabbitMQ for job and event streams",
+    ),
+    (
+        "FASTACK_JOB_EVENTS_EXCHANGE",
+        "fastack.job.events",
+        "topic exchange of job.completed / job.failed",
+    ),
+    (
+        "FASTACK_CORE_EVENTS_EXCHANGE",
+        "fastack.core.events",
+        "topic exchange of core.event.tracked",
+    ),
+    (
+        "FASTACK_CLOUDEVENTS_SOURCE",
+        "(none)",
+        "ce-source of every emitted CloudEvent; required with AMQP",
+    ),
+    (
+        "FASTACK_ENC_KEY",
+        "(embedded: generated)",
+        "base64 master key (>= 32 bytes) for encryption and HMAC keys",
+    ),
+    (
+        "FASTACK_STORAGE_URL",
+        "(data dir)",
+        "object storage for exports and archives",
+    ),
+    (
+        "FASTACK_WEBHOOK_ALLOW_PRIVATE",
+        "false",
+        "allow webhook endpoints on private/loopback addresses",
+    ),
+    (
+        "FASTACK_NODE_ID",
+        "(random per start)",
+        "this node's id in processing leases",
+    ),
+    (
+        "FASTACK_BOOTSTRAP",
+        "true",
+        "create tenant `default` and a key on first start if no tenant exists",
+    ),
+    (
+        "FASTACK_LOG",
+        "info",
+        "log filter (tracing EnvFilter syntax)",
+    ),
+    (
+        "FASTACK_KEY_CACHE_TTL_MS",
+        "2000",
+        "how long a looked-up API key is trusted; bounds revocation delay",
+    ),
+    (
+        "FASTACK_POLL_INTERVAL_MS",
+        "1000",
+        "how often a processor checks its tenant's inbox besides being woken",
+    ),
+    (
+        "FASTACK_LEASE_TTL_MS",
+        "10000",
+        "processing lease lifetime; a dead node's tenants move after this",
+    ),
+    (
+        "FASTACK_PROCESS_BATCH",
+        "500",
+        "inbox rows a processor handles per transaction",
+    ),
+    (
+        "FASTACK_TENANT_IDLE_SECS",
+        "300",
+        "an idle tenant's actors stop after this and restart on demand",
+    ),
+    (
+        "FASTACK_INGEST_MAX_ROWS",
+        "4000",
+        "most rows in one group commit",
+    ),
+    (
+        "FASTACK_INGEST_CONCURRENCY",
+        "(PostgreSQL 4, SQLite 1)",
+        "group commits in flight at once",
+    ),
+    (
+        "FASTACK_PLAN_<PLAN>_RPS / _BURST / _RETENTION_MONTHS",
+        "see Plans",
+        "override the plan table (PLAN = FREE, PRO, ENTERPRISE)",
+    ),
+    (
+        "FASTACK_CONFIG",
+        "(none)",
+        "TOML file with the same settings in lowercase without the prefix",
+    ),
+];
+
+/// How and where the node runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub database_url: Option<String>,
+    pub data_dir: PathBuf,
+    pub redis_url: Option<String>,
+    pub redis_prefix: String,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub admin_token: Option<String>,
+    pub amqp_url: Option<String>,
+    pub job_events_exchange: String,
+    pub core_events_exchange: String,
+    pub cloudevents_source: Option<String>,
+    pub enc_key: Option<String>,
+    pub storage_url: Option<String>,
+    pub webhook_allow_private: bool,
+    pub node_id: NodeId,
+    pub bootstrap: bool,
+    pub log: String,
+    pub key_cache_ttl: Duration,
+    pub poll_interval: Duration,
+    pub lease_ttl: Duration,
+    pub process_batch: u32,
+    pub tenant_idle: Duration,
+    pub ingest_max_rows: usize,
+    pub ingest_concurrency: Option<usize>,
+    pub plans: PlanTable,
+}
+
+/// Plan limits in force (defaults overridable per deployment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanTable {
+    pub free: PlanLimits,
+    pub pro: PlanLimits,
+    pub enterprise: PlanLimits,
+}
+
+impl Default for PlanTable {
+    fn default() -> Self {
+        PlanTable {
+            free: PlanLimits::default_for(Plan::Free),
+            pro: PlanLimits::default_for(Plan::Pro),
+            enterprise: PlanLimits::default_for(Plan::Enterprise),
+        }
+    }
+}
+
+impl PlanTable {
+    pub fn get(&self, plan: Plan) -> PlanLimits {
+        match plan {
+            Plan::Free => self.free,
+            Plan::Pro => self.pro,
+            Plan::Enterprise => self.enterprise,
+        }
+    }
+
+    /// Months a tenant's events are kept: its own setting, else its plan's.
+    pub fn retention_for(&self, tenant: &fastack_entities::Tenant) -> u32 {
+        tenant
+            .retention_months
+            .unwrap_or_else(|| self.get(tenant.plan).retention_months)
+    }
+
+    fn get_mut(&mut self, plan: Plan) -> &mut PlanLimits {
+        match plan {
+            Plan::Free => &mut self.free,
+            Plan::Pro => &mut self.pro,
+            Plan::Enterprise => &mut self.enterprise,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            database_url: None,
+            data_dir: PathBuf::from("./fastack-data"),
+            redis_url: None,
+            redis_prefix: "fastack".to_owned(),
+            listen: "127.0.0.1:8080".parse().expect("static address"),
+            admin_listen: "127.0.0.1:8081".parse().expect("static address"),
+            admin_token: None,
+            amqp_url: None,
+            job_events_exchange: "fastack.job.events".to_owned(),
+            core_events_exchange: "fastack.core.events".to_owned(),
+            cloudevents_source: None,
+            enc_key: None,
+            storage_url: None,
+            webhook_allow_private: false,
+            node_id: NodeId::new(),
+            bootstrap: true,
+            log: "info".to_owned(),
+            key_cache_ttl: Duration::from_millis(2_000),
+            poll_interval: Duration::from_millis(1_000),
+            lease_ttl: Duration::from_millis(10_000),
+            process_batch: 500,
+            tenant_idle: Duration::from_secs(300),
+            ingest_max_rows: 4_000,
+            ingest_concurrency: None,
+            plans: PlanTable::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads the process environment. Call once, in `main`.
+    pub fn from_env() -> Result<Self> {
+        Self::from_vars(std::env::vars())
+    }
+
+    /// Builds a configuration from `FASTACK_*` variables (and the TOML file
+    /// that `FASTACK_CONFIG` names, if any). Unknown `FASTACK_` variables are
+    /// an error: a typo must not silently fall back to a default.
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+        let env: HashMap<String, String> = vars
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("FASTACK_"))
+            .collect();
+        let mut merged: BTreeMap<String, String> = BTreeMap::new();
+        if let Some(path) = env.get("FASTACK_CONFIG") {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.clone(), e))?;
+            let table: toml::Table = toml::from_str(&text)
+                .map_err(|e| Error::Config(format!("{path}: {e}")))?;
+            for (key, value) in table {
+                let value = match value {
+                    toml::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                merged.insert(format!("FASTACK_{}", key.to_ascii_uppercase()), value);
+            }
+        }
+        merged.extend(env);
+        merged.remove("FASTACK_CONFIG");
+
+        let mut cfg = Config::default();
+        for (key, value) in merged {
+            cfg.apply(&key, value)?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply(&mut self, key: &str, value: String) -> Result<()> {
+        let non_empty = |v: String| if v.trim().is_empty() { None } else { Some(v) };
+        match key {
+            "FASTACK_DATABASE_URL" => self.database_url = non_empty(value),
+            "FASTACK_DATA_DIR" => self.data_dir = PathBuf::from(value),
+            "FASTACK_REDIS_URL" => self.redis_url = non_empty(value),
+            "FASTACK_REDIS_PREFIX" => self.redis_prefix = value,
+            "FASTACK_LISTEN" => self.listen = parse(key, &value)?,
+            "FASTACK_ADMIN_LISTEN" => self.admin_listen = parse(key, &value)?,
+            "FASTACK_ADMIN_TOKEN" => self.admin_token = non_empty(value),
+            "FASTACK_AMQP_URL" => self.amqp_url = non_empty(value),
+            "FASTACK_JOB_EVENTS_EXCHANGE" => self.job_events_exchange = value,
+            "FASTACK_CORE_EVENTS_EXCHANGE" => self.core_events_exchange = value,
+            "FASTACK_CLOUDEVENTS_SOURCE" => self.cloudevents_source = non_empty(value),
+            "FASTACK_ENC_KEY" => self.enc_key = non_empty(value),
+            "FASTACK_STORAGE_URL" => self.storage_url = non_empty(value),
+            "FASTACK_WEBHOOK_ALLOW_PRIVATE" => self.webhook_allow_private = parse_bool(key, &value)?,
+            "FASTACK_NODE_ID" => self.node_id = parse(key, &value)?,
+            "FASTACK_BOOTSTRAP" => self.bootstrap = parse_bool(key, &value)?,
+            "FASTACK_LOG" => self.log = value,
+            "FASTACK_KEY_CACHE_TTL_MS" => self.key_cache_ttl = millis(key, &value)?,
+            "FASTACK_POLL_INTERVAL_MS" => self.poll_interval = millis(key, &value)?,
+            "FASTACK_LEASE_TTL_MS" => self.lease_ttl = millis(key, &value)?,
+            "FASTACK_PROCESS_BATCH" => self.process_batch = parse(key, &value)?,
+            "FASTACK_TENANT_IDLE_SECS" => {
+                self.tenant_idle = Duration::from_secs(parse(key, &value)?)
+            }
+            "FASTACK_INGEST_MAX_ROWS" => self.ingest_max_rows = parse(key, &value)?,
+            "FASTACK_INGEST_CONCURRENCY" => self.ingest_concurrency = Some(parse(key, &value)?),
+            other => {
+                if let Some(rest) = other.strip_prefix("FASTACK_PLAN_") {
+                    return self.apply_plan(key, rest, &value);
+                }
+                return Err(Error::Config(format!("unknown setting {other}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_plan(&mut self, key: &str, rest: &str, value: &str) -> Result<()> {
+        let (plan, field) = rest
+            .split_once('_')
+            .ok_or_else(|| Error::Config(format!("unknown setting {key}")))?;
+        let plan: Plan = plan
+            .to_ascii_lowercase()
+            .parse()
+            .map_err(|e: fastack_entities::UnknownPlan| Error::Config(format!("{key}: {e}")))?;
+        let limits = self.plans.get_mut(plan);
+        match field {
+            "RPS" => limits.rate_per_sec = parse(key, value)?,
+            "BURST" => limits.burst = parse(key, value)?,
+            "RETENTION_MONTHS" => limits.retention_months = parse(key, value)?,
+            _ => return Err(Error::Config(format!("unknown setting {key}"))),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<()> {
+        if let Some(url) = &self.database_url
+            && !(url.starts_with("postgres://")
+                || url.starts_with("postgresql://")
+                || url.starts_with("sqlite:"))
+        {
+            return Err(Error::Config(
+                "FASTACK_DATABASE_URL must start with postgres://, postgresql:// or sqlite:"
+                    .to_owned(),
+            ));
+        }
+        for plan in Plan::ALL {
+            let limits = self.plans.get(plan);
+            if limits.rate_per_sec == 0 || limits.burst == 0 || limits.retention_months == 0 {
+                return Err(Error::Config(format!(
+                    "plan {plan}: rate, burst and retention must be positive"
+                )));
+            }
+        }
+        if self.process_batch == 0 || self.ingest_max_rows == 0 {
+            return Err(Error::Config(
+                "batch sizes must be positive".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Embedded mode: SQLite under the data dir, in-process rate limits.
+    pub fn is_embedded(&self) -> bool {
+        self.database_url
+            .as_deref()
+            .is_none_or(|url| url.starts_with("sqlite:"))
+    }
+
+    pub fn sqlite_path(&self) -> PathBuf {
+        match self.database_url.as_deref().and_then(|u| u.strip_prefix("sqlite:")) {
+            Some(path) => PathBuf::from(path.trim_start_matches("//")),
+            None => self.data_dir.join("fastack.db"),
+        }
+    }
+}
+
+fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    value
+        .trim()
+        .parse()
+        .map_err(|e| Error::Config(format!("{key}={value:?}: {e}")))
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(Error::Config(format!("{key}={value:?}: expected true or false"))),
+    }
+}
+
+fn millis(key: &str, value: &str) -> Result<Duration> {
+    Ok(Duration::from_millis(parse(key, value)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_embedded() {
+        let cfg = Config::from_vars(vars(&[("PATH", "/bin")])).unwrap();
+        assert!(cfg.is_embedded());
+        assert_eq!(cfg.listen.port(), 8080);
+        assert_eq!(cfg.sqlite_path(), PathBuf::from("./fastack-data/fastack.db"));
+        assert_eq!(cfg.plans.free.rate_per_sec, 100);
+    }
+
+    #[test]
+    fn env_overrides_and_plan_table() {
+        let cfg = Config::from_vars(vars(&[
+            ("FASTACK_DATABASE_URL", "postgres://localhost/x"),
+            ("FASTACK_PLAN_PRO_RPS", "3000"),
+            ("FASTACK_PLAN_ENTERPRISE_RETENTION_MONTHS", "48"),
+            ("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ]))
+        .unwrap();
+        assert!(!cfg.is_embedded());
+        assert_eq!(cfg.plans.pro.rate_per_sec, 3000);
+        assert_eq!(cfg.plans.enterprise.retention_months, 48);
+        assert!(cfg.webhook_allow_private);
+    }
+
+    #[test]
+    fn typos_and_bad_values_are_errors() {
+        let err = Config::from_vars(vars(&[("FASTACK_LISTN", "x")])).unwrap_err();
+        assert!(err.to_string().contains("unknown setting FASTACK_LISTN"));
+        let err = Config::from_vars(vars(&[("FASTACK_LISTEN", "nope")])).unwrap_err();
+        assert!(err.to_string().contains("FASTACK_LISTEN"));
+        let err = Config::from_vars(vars(&[("FASTACK_DATABASE_URL", "mysql://x")])).unwrap_err();
+        assert!(err.to_string().contains("must start with"));
+    }
+
+    #[test]
+    fn toml_file_is_read_and_env_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fastack.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\nredis_prefix = \"file\"\n").unwrap();
+        let cfg = Config::from_vars(vars(&[
+            ("FASTACK_CONFIG", path.to_str().unwrap()),
+            ("FASTACK_REDIS_PREFIX", "env"),
+        ]))
+        .unwrap();
+        assert_eq!(cfg.listen.port(), 9000);
+        assert_eq!(cfg.redis_prefix, "env");
+    }
+}

@@ -1,0 +1,23 @@
+//! fastack's core: configuration, storage, validation, identity resolution,
+//! rate limits, API keys and metrics. No actors and no HTTP here.
+
+pub mod admin;
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod identity;
+pub mod metrics;
+pub mod ratelimit;
+pub mod store;
+pub mod validate;
+
+pub use config::Config;
+pub use error::{Error, Result};
+
+/// An error that knows how it looks to an HTTP client.
+pub trait ServiceError {
+    fn status_code(&self) -> u16;
+    /// Stable machine-readable `code` of the problem document.
+    fn error_code(&self) -> &'static str;
+}

@@ -1,0 +1,147 @@
+//! Prometheus metrics of one node. One registry per server instance (no
+//! global recorder), so several servers in one test process stay apart.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub route: &'static str,
+    pub method: &'static str,
+    pub status: u16,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs .. ~26 s
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_duration: Family<HttpLabels, Histogram, fn() -> Histogram>,
+    pub events_accepted: Counter,
+    pub events_duplicate: Counter,
+    pub events_processed: Counter,
+    pub ingest_queue_depth: Gauge,
+    pub inbox_depth: Gauge,
+    pub oldest_unprocessed_seconds: Gauge<f64, AtomicU64>,
+    pub processing_lag_seconds: Histogram,
+    pub group_commit_rows: Histogram,
+    pub group_commit_seconds: Histogram,
+    pub active_tenants: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("fastack");
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        let http_duration =
+            Family::<HttpLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let events_accepted = Counter::default();
+        let events_duplicate = Counter::default();
+        let events_processed = Counter::default();
+        let ingest_queue_depth = Gauge::default();
+        let inbox_depth = Gauge::default();
+        let oldest_unprocessed_seconds = Gauge::<f64, AtomicU64>::default();
+        let processing_lag_seconds = latency_histogram();
+        let group_commit_rows = Histogram::new(exponential_buckets(1.0, 2.0, 14));
+        let group_commit_seconds = latency_histogram();
+        let active_tenants = Gauge::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by route, method and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route, method and status",
+            http_duration.clone(),
+        );
+        registry.register("events_accepted", "events durably accepted (202, new)", events_accepted.clone());
+        registry.register(
+            "events_duplicate",
+            "events answered as duplicates of an earlier idempotency key",
+            events_duplicate.clone(),
+        );
+        registry.register(
+            "events_processed",
+            "events appended to tracked_events",
+            events_processed.clone(),
+        );
+        registry.register(
+            "ingest_queue_depth",
+            "requests waiting for the next group commit",
+            ingest_queue_depth.clone(),
+        );
+        registry.register(
+            "inbox_depth",
+            "accepted events not yet processed (all nodes)",
+            inbox_depth.clone(),
+        );
+        registry.register(
+            "oldest_unprocessed_seconds",
+            "age of the oldest accepted but unprocessed event",
+            oldest_unprocessed_seconds.clone(),
+        );
+        registry.register(
+            "processing_lag_seconds",
+            "time from 202 to the event being stored",
+            processing_lag_seconds.clone(),
+        );
+        registry.register(
+            "group_commit_rows",
+            "rows per ingest group commit",
+            group_commit_rows.clone(),
+        );
+        registry.register(
+            "group_commit_seconds",
+            "duration of an ingest group commit",
+            group_commit_seconds.clone(),
+        );
+        registry.register(
+            "active_tenants",
+            "tenants with running actors on this node",
+            active_tenants.clone(),
+        );
+        Metrics {
+            registry,
+            http_requests,
+            http_duration,
+            events_accepted,
+            events_duplicate,
+            events_processed,
+            ingest_queue_depth,
+            inbox_depth,
+            oldest_unprocessed_seconds,
+            processing_lag_seconds,
+            group_commit_rows,
+            group_commit_seconds,
+            active_tenants,
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}

@@ -1,0 +1,920 @@
+//! PostgreSQL storage. Batches travel as arrays (`UNNEST`), so a group commit
+//! or a processing transaction is a handful of statements whatever its size,
+//! and their text never changes (prepared once per connection).
+//!
+//! `tracked_events` is `PARTITION BY RANGE (occurred_at)` with a DEFAULT
+//! partition that must stay empty; each month is itself `PARTITION BY LIST
+//! (retention_class)` so that retention drops whole tables.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration as StdDuration,
+};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, FixedOffset, Utc};
+use fastack_entities::{
+    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId,
+    Plan, StoredEvent, Tenant, TenantId,
+};
+use parking_lot::Mutex;
+use sea_orm::SqlxPostgresConnector;
+use serde_json::{Map, Value};
+use sqlx::{
+    AssertSqlSafe, PgPool, Postgres, Row, Transaction,
+    postgres::{PgConnectOptions, PgPoolOptions, PgRow},
+};
+use uuid::Uuid;
+
+use super::{
+    Backend, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, PartitionKey, ProcessOutcome,
+    ProcessRequest, Storage, TimeRange, decode_payload, map_unique,
+};
+use crate::{
+    error::{Error, Result},
+    identity::{self, Snapshot},
+};
+
+#[derive(Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    /// Partitions known to exist; a miss costs one idempotent DDL round.
+    partitions: Mutex<HashSet<PartitionKey>>,
+}
+
+impl PgStore {
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options: PgConnectOptions = url.parse()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .min_connections(1)
+            .acquire_timeout(StdDuration::from_secs(10))
+            .connect_with(options.application_name("fastack"))
+            .await?;
+        Ok(PgStore {
+            pool,
+            partitions: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn tenant_from_row(row: &PgRow) -> Result<Tenant> {
+    let plan: String = row.try_get("plan")?;
+    Ok(Tenant {
+        id: TenantId(row.try_get("id")?),
+        name: row.try_get("name")?,
+        plan: plan
+            .parse::<Plan>()
+            .map_err(|e| Error::Corrupt(e.to_string()))?,
+        retention_months: row
+            .try_get::<Option<i32>, _>("retention_months")?
+            .map(|v| v as u32),
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn key_from_row(row: &PgRow) -> Result<ApiKey> {
+    Ok(ApiKey {
+        id: ApiKeyId(row.try_get("id")?),
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        prefix: row.try_get("prefix")?,
+        rate_limit_rps: row
+            .try_get::<Option<i32>, _>("rate_limit_rps")?
+            .map(|v| v as u32),
+        created_at: row.try_get("created_at")?,
+        revoked_at: row.try_get("revoked_at")?,
+    })
+}
+
+fn event_from_row(row: &PgRow) -> Result<StoredEvent> {
+    let kind: String = row.try_get("kind")?;
+    let occurred: DateTime<Utc> = row.try_get("occurred_at")?;
+    let offset: i32 = row.try_get("occurred_offset_s")?;
+    let offset = FixedOffset::east_opt(offset)
+        .ok_or_else(|| Error::Corrupt(format!("offset {offset}")))?;
+    let properties: Value = row.try_get("properties")?;
+    Ok(StoredEvent {
+        id: EventId(row.try_get("id")?),
+        kind: kind.parse().map_err(Error::Corrupt)?,
+        event: row.try_get("event")?,
+        contact_id: ContactId(row.try_get("contact_id")?),
+        user_id: row.try_get("user_id")?,
+        anonymous_id: row.try_get("anonymous_id")?,
+        properties: match properties {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        },
+        occurred_at: occurred.with_timezone(&offset),
+        received_at: row.try_get("received_at")?,
+    })
+}
+
+const TENANT_COLUMNS: &str = "id, name, plan, retention_months, created_at";
+
+impl PgStore {
+    async fn load_contact(
+        &self,
+        tenant: TenantId,
+        id: ContactId,
+    ) -> Result<Option<Contact>> {
+        // Follow merges to the survivor (chains are kept flat on merge, but a
+        // loop bound protects against a corrupt cycle).
+        let mut current = id.0;
+        for _ in 0..8 {
+            let row = sqlx::query(
+                "SELECT id, merged_into, traits, created_at, updated_at FROM contacts \
+                 WHERE tenant_id = $1 AND id = $2",
+            )
+            .bind(tenant.0)
+            .bind(current)
+            .fetch_optional(&self.pool)
+            .await?;
+            let Some(row) = row else { return Ok(None) };
+            if let Some(next) = row.try_get::<Option<Uuid>, _>("merged_into")? {
+                current = next;
+                continue;
+            }
+            let identities = sqlx::query(
+                "SELECT kind, value FROM contact_identities WHERE tenant_id = $1 AND contact_id = $2 \
+                 ORDER BY kind, value",
+            )
+            .bind(tenant.0)
+            .bind(current)
+            .fetch_all(&self.pool)
+            .await?;
+            let merged: Vec<Uuid> = sqlx::query_scalar(
+                "SELECT id FROM contacts WHERE tenant_id = $1 AND merged_into = $2 ORDER BY id",
+            )
+            .bind(tenant.0)
+            .bind(current)
+            .fetch_all(&self.pool)
+            .await?;
+            let mut user_ids = Vec::new();
+            let mut anonymous_ids = Vec::new();
+            for r in identities {
+                let kind: i16 = r.try_get("kind")?;
+                let value: String = r.try_get("value")?;
+                match IdentityKind::from_i16(kind) {
+                    Some(IdentityKind::User) => user_ids.push(value),
+                    Some(IdentityKind::Anonymous) => anonymous_ids.push(value),
+                    None => return Err(Error::Corrupt(format!("identity kind {kind}"))),
+                }
+            }
+            let traits: Value = row.try_get("traits")?;
+            return Ok(Some(Contact {
+                id: ContactId(current),
+                user_ids,
+                anonymous_ids,
+                traits: match traits {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                },
+                merged_ids: merged.into_iter().map(ContactId).collect(),
+                created_at: row.try_get("created_at")?,
+                updated_at: row.try_get("updated_at")?,
+            }));
+        }
+        Err(Error::Corrupt(format!("merge chain of contact {id} too long")))
+    }
+
+    /// Loads what identity resolution needs to know about a batch.
+    async fn snapshot(
+        tx: &mut Transaction<'static, Postgres>,
+        tenant: TenantId,
+        events: &[&NewEvent],
+    ) -> Result<Snapshot> {
+        let mut users: Vec<&str> = Vec::new();
+        let mut anons: Vec<&str> = Vec::new();
+        for ev in events {
+            users.extend(ev.user_id.as_deref());
+            anons.extend(ev.anonymous_id.as_deref());
+        }
+        users.sort_unstable();
+        users.dedup();
+        anons.sort_unstable();
+        anons.dedup();
+        let mut snapshot = Snapshot::default();
+        let rows = sqlx::query(
+            "SELECT kind, value, contact_id FROM contact_identities \
+             WHERE tenant_id = $1 AND ((kind = 1 AND value = ANY($2)) OR (kind = 2 AND value = ANY($3)))",
+        )
+        .bind(tenant.0)
+        .bind(&users)
+        .bind(&anons)
+        .fetch_all(&mut **tx)
+        .await?;
+        for row in rows {
+            let kind: i16 = row.try_get("kind")?;
+            let kind = IdentityKind::from_i16(kind)
+                .ok_or_else(|| Error::Corrupt(format!("identity kind {kind}")))?;
+            snapshot.identities.insert(
+                (kind, row.try_get("value")?),
+                ContactId(row.try_get("contact_id")?),
+            );
+        }
+        let merging = events
+            .iter()
+            .any(|e| e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some());
+        if merging && !snapshot.identities.is_empty() {
+            let contacts: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
+            let with_user: Vec<Uuid> = sqlx::query_scalar(
+                "SELECT DISTINCT contact_id FROM contact_identities \
+                 WHERE tenant_id = $1 AND kind = 1 AND contact_id = ANY($2)",
+            )
+            .bind(tenant.0)
+            .bind(&contacts)
+            .fetch_all(&mut **tx)
+            .await?;
+            snapshot.contacts_with_user = with_user.into_iter().map(ContactId).collect();
+        }
+        let mut need = identity::Plan::needs_traits(events, &snapshot);
+        if merging {
+            // A merge may pull the merged contact's traits into the survivor.
+            need.extend(snapshot.identities.values().copied());
+            need.sort();
+            need.dedup();
+        }
+        if !need.is_empty() {
+            let ids: Vec<Uuid> = need.iter().map(|c| c.0).collect();
+            let rows = sqlx::query("SELECT id, traits FROM contacts WHERE tenant_id = $1 AND id = ANY($2)")
+                .bind(tenant.0)
+                .bind(&ids)
+                .fetch_all(&mut **tx)
+                .await?;
+            for row in rows {
+                if let Value::Object(map) = row.try_get::<Value, _>("traits")? {
+                    snapshot.traits.insert(ContactId(row.try_get("id")?), map);
+                }
+            }
+        }
+        Ok(snapshot)
+    }
+
+    async fn apply_plan(
+        tx: &mut Transaction<'static, Postgres>,
+        tenant: TenantId,
+        plan: &identity::Plan,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if !plan.new_contacts.is_empty() {
+            let ids: Vec<Uuid> = plan.new_contacts.iter().map(|(c, _)| c.0).collect();
+            let traits: Vec<String> = plan
+                .new_contacts
+                .iter()
+                .map(|(_, t)| serde_json::to_string(t).expect("json map serialises"))
+                .collect();
+            sqlx::query(
+                "INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) \
+                 SELECT id, $2, NULL, traits::jsonb, $3, $3 FROM UNNEST($1::uuid[], $4::text[]) AS x(id, traits)",
+            )
+            .bind(&ids)
+            .bind(tenant.0)
+            .bind(now)
+            .bind(&traits)
+            .execute(&mut **tx)
+            .await?;
+        }
+        if !plan.identities.is_empty() {
+            let kinds: Vec<i16> = plan.identities.iter().map(|(k, _, _)| k.as_i16()).collect();
+            let values: Vec<&str> = plan.identities.iter().map(|(_, v, _)| v.as_str()).collect();
+            let contacts: Vec<Uuid> = plan.identities.iter().map(|(_, _, c)| c.0).collect();
+            sqlx::query(
+                "INSERT INTO contact_identities (tenant_id, kind, value, contact_id) \
+                 SELECT $1, k, v, c FROM UNNEST($2::int2[], $3::text[], $4::uuid[]) AS x(k, v, c) \
+                 ON CONFLICT (tenant_id, kind, value) DO UPDATE SET contact_id = EXCLUDED.contact_id",
+            )
+            .bind(tenant.0)
+            .bind(&kinds)
+            .bind(&values)
+            .bind(&contacts)
+            .execute(&mut **tx)
+            .await?;
+        }
+        for (merged, survivor) in &plan.merges {
+            sqlx::query(
+                "UPDATE contact_identities SET contact_id = $3 WHERE tenant_id = $1 AND contact_id = $2",
+            )
+            .bind(tenant.0)
+            .bind(merged.0)
+            .bind(survivor.0)
+            .execute(&mut **tx)
+            .await?;
+            sqlx::query(
+                "UPDATE contacts SET merged_into = $3, updated_at = $4 \
+                 WHERE tenant_id = $1 AND (id = $2 OR merged_into = $2)",
+            )
+            .bind(tenant.0)
+            .bind(merged.0)
+            .bind(survivor.0)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        }
+        if !plan.traits.is_empty() {
+            let ids: Vec<Uuid> = plan.traits.iter().map(|(c, _)| c.0).collect();
+            let traits: Vec<String> = plan
+                .traits
+                .iter()
+                .map(|(_, t)| serde_json::to_string(t).expect("json map serialises"))
+                .collect();
+            sqlx::query(
+                "UPDATE contacts SET traits = x.traits::jsonb, updated_at = $3 \
+                 FROM UNNEST($1::uuid[], $2::text[]) AS x(id, traits) \
+                 WHERE contacts.id = x.id AND contacts.tenant_id = $4",
+            )
+            .bind(&ids)
+            .bind(&traits)
+            .bind(now)
+            .bind(tenant.0)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Storage for PgStore {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        // Serialise migrations of several nodes starting at once.
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("SELECT pg_advisory_lock(hashtext('fastack.migrate'))")
+            .execute(&mut *conn)
+            .await?;
+        use fastack_migration::MigratorTrait;
+        let conn_db = SqlxPostgresConnector::from_sqlx_postgres_pool(self.pool.clone());
+        let result = fastack_migration::Migrator::up(&conn_db, None)
+            .await
+            .map_err(Error::from);
+        sqlx::query("SELECT pg_advisory_unlock(hashtext('fastack.migrate'))")
+            .execute(&mut *conn)
+            .await?;
+        result
+    }
+
+    async fn insert_tenant(&self, t: &Tenant) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO tenants (id, name, plan, retention_months, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(t.id.0)
+        .bind(&t.name)
+        .bind(t.plan.as_str())
+        .bind(t.retention_months.map(|v| v as i32))
+        .bind(t.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_unique(e, &format!("tenant named {}", t.name)))?;
+        Ok(())
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants ORDER BY created_at, id"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(tenant_from_row).collect()
+    }
+
+    async fn get_tenant(&self, id: TenantId) -> Result<Option<Tenant>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1"
+        )))
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(tenant_from_row).transpose()
+    }
+
+    async fn find_tenant_by_name(&self, name: &str) -> Result<Option<Tenant>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE name = $1"
+        )))
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(tenant_from_row).transpose()
+    }
+
+    async fn update_tenant_plan(
+        &self,
+        id: TenantId,
+        plan: Plan,
+        retention_months: Option<u32>,
+    ) -> Result<bool> {
+        let done = sqlx::query("UPDATE tenants SET plan = $2, retention_months = $3 WHERE id = $1")
+            .bind(id.0)
+            .bind(plan.as_str())
+            .bind(retention_months.map(|v| v as i32))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn insert_api_key(&self, key: &ApiKey, hash: &[u8; 32]) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, key_hash, prefix, rate_limit_rps, created_at, revoked_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(key.id.0)
+        .bind(key.tenant_id.0)
+        .bind(&hash[..])
+        .bind(&key.prefix)
+        .bind(key.rate_limit_rps.map(|v| v as i32))
+        .bind(key.created_at)
+        .bind(key.revoked_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| map_unique(e, "api key"))?;
+        Ok(())
+    }
+
+    async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>> {
+        let rows = sqlx::query(
+            "SELECT id, tenant_id, prefix, rate_limit_rps, created_at, revoked_at FROM api_keys \
+             WHERE tenant_id = $1 ORDER BY created_at, id",
+        )
+        .bind(tenant.0)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn revoke_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+        )
+        .bind(id.0)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn lookup_api_key(&self, hash: &[u8; 32]) -> Result<Option<KeyRecord>> {
+        let row = sqlx::query(
+            "SELECT k.id, k.tenant_id, k.prefix, k.rate_limit_rps, k.created_at, k.revoked_at, \
+                    t.name, t.plan, t.retention_months, t.created_at AS tenant_created_at \
+             FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = $1",
+        )
+        .bind(&hash[..])
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let key = key_from_row(&row)?;
+        let plan: String = row.try_get("plan")?;
+        let tenant = Tenant {
+            id: key.tenant_id,
+            name: row.try_get("name")?,
+            plan: plan.parse().map_err(|e: fastack_entities::UnknownPlan| Error::Corrupt(e.to_string()))?,
+            retention_months: row
+                .try_get::<Option<i32>, _>("retention_months")?
+                .map(|v| v as u32),
+            created_at: row.try_get("tenant_created_at")?,
+        };
+        Ok(Some(KeyRecord { key, tenant }))
+    }
+
+    async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Insert in a stable order so concurrent group commits lock keys in
+        // the same order and cannot deadlock.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by(|&a, &b| {
+            (rows[a].tenant_id, &rows[a].idempotency_key)
+                .cmp(&(rows[b].tenant_id, &rows[b].idempotency_key))
+        });
+        let tenants: Vec<Uuid> = order.iter().map(|&i| rows[i].tenant_id.0).collect();
+        let keys: Vec<&str> = order.iter().map(|&i| rows[i].idempotency_key.as_str()).collect();
+        let event_ids: Vec<Uuid> = order.iter().map(|&i| rows[i].event_id.0).collect();
+        let fingerprints: Vec<&[u8]> = order.iter().map(|&i| &rows[i].fingerprint[..]).collect();
+        let occurred: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].occurred_at).collect();
+        let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
+
+        let mut tx = self.pool.begin().await?;
+        let inserted: Vec<Uuid> = sqlx::query_scalar(
+            "INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, occurred_at, created_at) \
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], $5::timestamptz[], $6::timestamptz[]) \
+             ON CONFLICT DO NOTHING RETURNING event_id",
+        )
+        .bind(&tenants)
+        .bind(&keys)
+        .bind(&event_ids)
+        .bind(&fingerprints)
+        .bind(&occurred)
+        .bind(&received)
+        .fetch_all(&mut *tx)
+        .await?;
+        let inserted: HashSet<Uuid> = inserted.into_iter().collect();
+
+        let mut fences: Vec<Fence> = rows
+            .iter()
+            .map(|r| {
+                if inserted.contains(&r.event_id.0) {
+                    Fence::Fresh
+                } else {
+                    Fence::Taken {
+                        event_id: r.event_id,
+                        fingerprint: [0; 32],
+                    }
+                }
+            })
+            .collect();
+        if inserted.len() < rows.len() {
+            let (ct, ck): (Vec<Uuid>, Vec<&str>) = rows
+                .iter()
+                .filter(|r| !inserted.contains(&r.event_id.0))
+                .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
+                .unzip();
+            let existing = sqlx::query(
+                "SELECT k.tenant_id, k.idempotency_key, k.event_id, k.fingerprint FROM idempotency_keys k \
+                 JOIN UNNEST($1::uuid[], $2::text[]) AS q(t, key) ON k.tenant_id = q.t AND k.idempotency_key = q.key",
+            )
+            .bind(&ct)
+            .bind(&ck)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut found: HashMap<(Uuid, String), (Uuid, Vec<u8>)> = HashMap::new();
+            for row in existing {
+                found.insert(
+                    (row.try_get("tenant_id")?, row.try_get("idempotency_key")?),
+                    (row.try_get("event_id")?, row.try_get("fingerprint")?),
+                );
+            }
+            for (row, fence) in rows.iter().zip(fences.iter_mut()) {
+                if matches!(fence, Fence::Fresh) {
+                    continue;
+                }
+                let (event_id, fp) = found
+                    .get(&(row.tenant_id.0, row.idempotency_key.clone()))
+                    .ok_or_else(|| {
+                        Error::Corrupt("idempotency key vanished during commit".to_owned())
+                    })?;
+                *fence = Fence::Taken {
+                    event_id: EventId(*event_id),
+                    fingerprint: fp
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
+                };
+            }
+        }
+
+        let kept = keep(&fences);
+        let (drop_t, drop_k): (Vec<Uuid>, Vec<&str>) = rows
+            .iter()
+            .zip(&fences)
+            .zip(&kept)
+            .filter(|((_, f), k)| matches!(f, Fence::Fresh) && !**k)
+            .map(|((r, _), _)| (r.tenant_id.0, r.idempotency_key.as_str()))
+            .unzip();
+        if !drop_t.is_empty() {
+            sqlx::query(
+                "DELETE FROM idempotency_keys k USING UNNEST($1::uuid[], $2::text[]) AS q(t, key) \
+                 WHERE k.tenant_id = q.t AND k.idempotency_key = q.key",
+            )
+            .bind(&drop_t)
+            .bind(&drop_k)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let mut it = Vec::new();
+        let mut ie = Vec::new();
+        let mut ip: Vec<&str> = Vec::new();
+        let mut ir = Vec::new();
+        for ((row, fence), k) in rows.iter().zip(&fences).zip(&kept) {
+            if matches!(fence, Fence::Fresh) && *k {
+                it.push(row.tenant_id.0);
+                ie.push(row.event_id.0);
+                ip.push(row.payload.as_str());
+                ir.push(row.received_at);
+            }
+        }
+        if !it.is_empty() {
+            sqlx::query(
+                "INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+                 SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[])",
+            )
+            .bind(&it)
+            .bind(&ie)
+            .bind(&ip)
+            .bind(&ir)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(fences)
+    }
+
+    async fn try_lease(
+        &self,
+        tenant: TenantId,
+        node: NodeId,
+        now: DateTime<Utc>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let holder: Option<Uuid> = sqlx::query_scalar(
+            "INSERT INTO tenant_leases (tenant_id, node_id, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant_id) DO UPDATE SET node_id = EXCLUDED.node_id, expires_at = EXCLUDED.expires_at \
+             WHERE tenant_leases.node_id = EXCLUDED.node_id OR tenant_leases.expires_at < $4 \
+             RETURNING node_id",
+        )
+        .bind(tenant.0)
+        .bind(node.0)
+        .bind(now + ttl)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(holder == Some(node.0))
+    }
+
+    async fn release_lease(&self, tenant: TenantId, node: NodeId) -> Result<()> {
+        sqlx::query("DELETE FROM tenant_leases WHERE tenant_id = $1 AND node_id = $2")
+            .bind(tenant.0)
+            .bind(node.0)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
+        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT tenant_id FROM inbox LIMIT $1")
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(ids.into_iter().map(TenantId).collect())
+    }
+
+    async fn inbox_stats(&self) -> Result<(i64, Option<DateTime<Utc>>)> {
+        let row = sqlx::query("SELECT count(*) AS n, min(received_at) AS oldest FROM inbox")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok((row.try_get("n")?, row.try_get("oldest")?))
+    }
+
+    async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
+        let mut tx = self.pool.begin().await?;
+        // Fencing: renew the lease inside the transaction; the row lock
+        // makes a concurrent takeover wait for this commit.
+        let held = sqlx::query(
+            "UPDATE tenant_leases SET expires_at = $3 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.node_id.0)
+        .bind(req.now + req.lease_ttl)
+        .bind(req.now)
+        .execute(&mut *tx)
+        .await?;
+        if held.rows_affected() != 1 {
+            return Err(Error::LeaseLost);
+        }
+        let rows = sqlx::query(
+            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(ProcessOutcome::default());
+        }
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut items: Vec<(EventId, NewEvent, DateTime<Utc>)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            seqs.push(row.try_get::<i64, _>("seq")?);
+            let payload: String = row.try_get("payload")?;
+            items.push((
+                EventId(row.try_get("event_id")?),
+                decode_payload(&payload)?,
+                row.try_get("received_at")?,
+            ));
+        }
+        // Second fence: an event processed by an earlier attempt whose inbox
+        // delete was lost is skipped here.
+        let ids: Vec<Uuid> = items.iter().map(|(id, _, _)| id.0).collect();
+        let fresh: Vec<Uuid> = sqlx::query_scalar(
+            "INSERT INTO processed_jobs (event_id, tenant_id, processed_at) \
+             SELECT id, $2, $3 FROM UNNEST($1::uuid[]) AS x(id) ON CONFLICT DO NOTHING RETURNING event_id",
+        )
+        .bind(&ids)
+        .bind(req.tenant_id.0)
+        .bind(req.now)
+        .fetch_all(&mut *tx)
+        .await?;
+        let fresh: HashSet<Uuid> = fresh.into_iter().collect();
+        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> =
+            items.iter().filter(|(id, _, _)| fresh.contains(&id.0)).collect();
+
+        let mut outcome = ProcessOutcome {
+            consumed: items.len(),
+            already_processed: items.len() - todo.len(),
+            received: items.iter().map(|(_, _, r)| *r).collect(),
+            ..Default::default()
+        };
+        if !todo.is_empty() {
+            let events: Vec<&NewEvent> = todo.iter().map(|(_, e, _)| e).collect();
+            let mut parts: Vec<PartitionKey> = events
+                .iter()
+                .map(|e| PartitionKey {
+                    month: super::Month::of(e.occurred_at.with_timezone(&Utc)),
+                    retention_class: req.retention_class,
+                })
+                .collect();
+            parts.sort();
+            parts.dedup();
+            // DDL runs on its own connection: this transaction holds no lock
+            // on tracked_events yet, so it cannot deadlock with it.
+            self.ensure_partitions(&parts).await?;
+
+            let snapshot = Self::snapshot(&mut tx, req.tenant_id, &events).await?;
+            let plan = identity::resolve(&events, &snapshot);
+            Self::apply_plan(&mut tx, req.tenant_id, &plan, req.now).await?;
+
+            let n = todo.len();
+            let mut occurred = Vec::with_capacity(n);
+            let mut ev_ids = Vec::with_capacity(n);
+            let mut kinds = Vec::with_capacity(n);
+            let mut names: Vec<Option<&str>> = Vec::with_capacity(n);
+            let mut contacts = Vec::with_capacity(n);
+            let mut users: Vec<Option<&str>> = Vec::with_capacity(n);
+            let mut anons: Vec<Option<&str>> = Vec::with_capacity(n);
+            let mut props = Vec::with_capacity(n);
+            let mut offsets = Vec::with_capacity(n);
+            let mut received = Vec::with_capacity(n);
+            let mut keys: Vec<&str> = Vec::with_capacity(n);
+            for ((id, ev, rec), contact) in todo.iter().zip(&plan.contact_of) {
+                occurred.push(ev.occurred_at.with_timezone(&Utc));
+                ev_ids.push(id.0);
+                kinds.push(ev.kind.as_str());
+                names.push(ev.event.as_deref());
+                contacts.push(contact.0);
+                users.push(ev.user_id.as_deref());
+                anons.push(ev.anonymous_id.as_deref());
+                props.push(serde_json::to_string(&ev.properties).expect("json map serialises"));
+                offsets.push(ev.occurred_at.offset().local_minus_utc());
+                received.push(*rec);
+                keys.push(ev.idempotency_key.as_str());
+                outcome.appended.push((*id, ev.occurred_at.with_timezone(&Utc)));
+            }
+            sqlx::query(
+                "INSERT INTO tracked_events (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
+                    user_id, anonymous_id, properties, occurred_offset_s, received_at, idempotency_key) \
+                 SELECT $1, o, i, $2, k, e, c, u, a, p::jsonb, off, r, key \
+                 FROM UNNEST($3::timestamptz[], $4::uuid[], $5::text[], $6::text[], $7::uuid[], $8::text[], \
+                             $9::text[], $10::text[], $11::int4[], $12::timestamptz[], $13::text[]) \
+                      AS x(o, i, k, e, c, u, a, p, off, r, key)",
+            )
+            .bind(req.tenant_id.0)
+            .bind(req.retention_class)
+            .bind(&occurred)
+            .bind(&ev_ids)
+            .bind(&kinds)
+            .bind(&names)
+            .bind(&contacts)
+            .bind(&users)
+            .bind(&anons)
+            .bind(&props)
+            .bind(&offsets)
+            .bind(&received)
+            .bind(&keys)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("DELETE FROM inbox WHERE seq = ANY($1)")
+            .bind(&seqs)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
+        let missing: Vec<PartitionKey> = {
+            let known = self.partitions.lock();
+            keys.iter().filter(|k| !known.contains(k)).copied().collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        // One creator at a time across nodes: CREATE ... IF NOT EXISTS is not
+        // race-free on its own.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('fastack.partitions'))")
+            .execute(&mut *tx)
+            .await?;
+        for key in &missing {
+            let month = key.month;
+            let parent = format!("tracked_events_{}", month.suffix());
+            let from = month.start().format("%Y-%m-%d %H:%M:%S+00");
+            let to = month.end().format("%Y-%m-%d %H:%M:%S+00");
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE TABLE IF NOT EXISTS {parent} PARTITION OF tracked_events \
+                 FOR VALUES FROM ('{from}') TO ('{to}') PARTITION BY LIST (retention_class)"
+            )))
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE TABLE IF NOT EXISTS {} PARTITION OF {parent} FOR VALUES IN ({})",
+                key.table_name(),
+                key.retention_class
+            )))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        self.partitions.lock().extend(missing);
+        Ok(())
+    }
+
+    async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>> {
+        let contacts: Option<Vec<Uuid>> = q
+            .contact_ids
+            .as_ref()
+            .map(|ids| ids.iter().map(|c| c.0).collect());
+        let (after_at, after_id) = match q.after {
+            Some((at, id)) => (Some(at), Some(id.0)),
+            None => (None, None),
+        };
+        let rows = sqlx::query(
+            "SELECT id, kind, event, contact_id, user_id, anonymous_id, properties, occurred_at, \
+                    occurred_offset_s, received_at \
+             FROM tracked_events \
+             WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3 \
+               AND ($4::uuid[] IS NULL OR contact_id = ANY($4)) \
+               AND ($5::text IS NULL OR event = $5) \
+               AND ($6::timestamptz IS NULL OR (occurred_at, id) > ($6, $7::uuid)) \
+             ORDER BY occurred_at, id LIMIT $8",
+        )
+        .bind(q.tenant_id.0)
+        .bind(q.range.from)
+        .bind(q.range.to)
+        .bind(contacts)
+        .bind(q.event.as_deref())
+        .bind(after_at)
+        .bind(after_id)
+        .bind(q.limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn get_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
+        self.load_contact(tenant, id).await
+    }
+
+    async fn find_contact(
+        &self,
+        tenant: TenantId,
+        kind: IdentityKind,
+        value: &str,
+    ) -> Result<Option<Contact>> {
+        let id: Option<Uuid> = sqlx::query_scalar(
+            "SELECT contact_id FROM contact_identities WHERE tenant_id = $1 AND kind = $2 AND value = $3",
+        )
+        .bind(tenant.0)
+        .bind(kind.as_i16())
+        .bind(value)
+        .fetch_optional(&self.pool)
+        .await?;
+        match id {
+            Some(id) => self.load_contact(tenant, ContactId(id)).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn contact_family(&self, tenant: TenantId, id: ContactId) -> Result<Vec<ContactId>> {
+        let Some(contact) = self.load_contact(tenant, id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut ids = vec![contact.id];
+        ids.extend(contact.merged_ids);
+        Ok(ids)
+    }
+
+    async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM tracked_events WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3",
+        )
+        .bind(tenant.0)
+        .bind(range.from)
+        .bind(range.to)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+}

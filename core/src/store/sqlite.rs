@@ -1,0 +1,1003 @@
+//! Embedded storage on SQLite: WAL with `synchronous=FULL` (a 202 survives
+//! power loss), one writer connection, a pool of readers.
+//!
+//! Timestamps are integer microseconds since the epoch, uuids 16-byte blobs.
+//! `tracked_events` is one table per month and retention class
+//! (`tracked_events_y2026m11_r13`), each with a CHECK on its month, so that
+//! retention drops whole tables exactly as on PostgreSQL.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+    str::FromStr,
+    time::Duration as StdDuration,
+};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, FixedOffset, TimeZone, Utc};
+use fastack_entities::{
+    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId,
+    Plan, StoredEvent, Tenant, TenantId,
+};
+use parking_lot::Mutex;
+use sea_orm::SqlxSqliteConnector;
+use serde_json::{Map, Value};
+use sqlx::{
+    AssertSqlSafe, Row, SqliteConnection, SqlitePool,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous},
+};
+use uuid::Uuid;
+
+use super::{
+    Backend, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, Month, PartitionKey, ProcessOutcome,
+    ProcessRequest, Storage, TimeRange, decode_payload, map_unique,
+};
+use crate::{
+    error::{Error, Result},
+    identity::{self, Snapshot},
+};
+
+/// SQLite's default limit of bound parameters per statement is 32766; stay
+/// well below it.
+const MAX_PARAMS: usize = 30_000;
+
+#[derive(Debug)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    partitions: Mutex<HashSet<PartitionKey>>,
+}
+
+fn us(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+fn from_us(v: i64) -> Result<DateTime<Utc>> {
+    Utc.timestamp_micros(v)
+        .single()
+        .ok_or_else(|| Error::Corrupt(format!("timestamp {v}")))
+}
+
+/// `$start, $start+1, …` (n placeholders).
+fn ph(start: usize, n: usize) -> String {
+    let mut s = String::with_capacity(n * 5);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('$');
+        s.push_str(&(start + i).to_string());
+    }
+    s
+}
+
+/// `($s, $s+1, …), (…)`: `rows` tuples of `cols` placeholders from `start`.
+fn tuples(start: usize, rows: usize, cols: usize) -> String {
+    let mut s = String::with_capacity(rows * cols * 5);
+    for r in 0..rows {
+        if r > 0 {
+            s.push_str(", ");
+        }
+        s.push('(');
+        s.push_str(&ph(start + r * cols, cols));
+        s.push(')');
+    }
+    s
+}
+
+fn tenant_from_row(row: &SqliteRow) -> Result<Tenant> {
+    let plan: String = row.try_get("plan")?;
+    Ok(Tenant {
+        id: TenantId(row.try_get("id")?),
+        name: row.try_get("name")?,
+        plan: Plan::from_str(&plan).map_err(|e| Error::Corrupt(e.to_string()))?,
+        retention_months: row
+            .try_get::<Option<i64>, _>("retention_months")?
+            .map(|v| v as u32),
+        created_at: from_us(row.try_get("created_at")?)?,
+    })
+}
+
+fn key_from_row(row: &SqliteRow) -> Result<ApiKey> {
+    Ok(ApiKey {
+        id: ApiKeyId(row.try_get("id")?),
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        prefix: row.try_get("prefix")?,
+        rate_limit_rps: row
+            .try_get::<Option<i64>, _>("rate_limit_rps")?
+            .map(|v| v as u32),
+        created_at: from_us(row.try_get("created_at")?)?,
+        revoked_at: row
+            .try_get::<Option<i64>, _>("revoked_at")?
+            .map(from_us)
+            .transpose()?,
+    })
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<StoredEvent> {
+    let kind: String = row.try_get("kind")?;
+    let occurred = from_us(row.try_get("occurred_at")?)?;
+    let offset: i64 = row.try_get("occurred_offset_s")?;
+    let offset = FixedOffset::east_opt(offset as i32)
+        .ok_or_else(|| Error::Corrupt(format!("offset {offset}")))?;
+    let properties: String = row.try_get("properties")?;
+    Ok(StoredEvent {
+        id: EventId(row.try_get("id")?),
+        kind: kind.parse().map_err(Error::Corrupt)?,
+        event: row.try_get("event")?,
+        contact_id: ContactId(row.try_get("contact_id")?),
+        user_id: row.try_get("user_id")?,
+        anonymous_id: row.try_get("anonymous_id")?,
+        properties: serde_json::from_str(&properties)
+            .map_err(|e| Error::Corrupt(format!("properties: {e}")))?,
+        occurred_at: occurred.with_timezone(&offset),
+        received_at: from_us(row.try_get("received_at")?)?,
+    })
+}
+
+fn json_map(text: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str(text).map_err(|e| Error::Corrupt(format!("json: {e}")))? {
+        Value::Object(m) => Ok(m),
+        _ => Ok(Map::new()),
+    }
+}
+
+const TENANT_COLUMNS: &str = "id, name, plan, retention_months, created_at";
+const EVENT_COLUMNS: &str = "id, kind, event, contact_id, user_id, anonymous_id, properties, \
+                             occurred_at, occurred_offset_s, received_at";
+
+async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Result<()> {
+    let table = key.table_name();
+    let (from, to) = (us(key.month.start()), us(key.month.end()));
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE TABLE IF NOT EXISTS {table} (
+            tenant_id BLOB NOT NULL,
+            occurred_at INTEGER NOT NULL CHECK (occurred_at >= {from} AND occurred_at < {to}),
+            id BLOB NOT NULL,
+            retention_class INTEGER NOT NULL CHECK (retention_class = {class}),
+            kind TEXT NOT NULL,
+            event TEXT,
+            contact_id BLOB NOT NULL,
+            user_id TEXT,
+            anonymous_id TEXT,
+            properties TEXT NOT NULL,
+            occurred_offset_s INTEGER NOT NULL,
+            received_at INTEGER NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            PRIMARY KEY (tenant_id, occurred_at, id)
+        ) WITHOUT ROWID",
+        class = key.retention_class
+    )))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE INDEX IF NOT EXISTS {table}_contact ON {table} (tenant_id, contact_id, occurred_at)"
+    )))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+impl SqliteStore {
+    pub async fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(StdDuration::from_secs(10))
+            .foreign_keys(true);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(StdDuration::from_secs(30))
+            .connect_with(options.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(StdDuration::from_secs(30))
+            .connect_with(options)
+            .await?;
+        Ok(SqliteStore {
+            writer,
+            reader,
+            partitions: Mutex::new(HashSet::new()),
+        })
+    }
+
+    async fn load_partitions(&self) -> Result<()> {
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tracked_events_y%'",
+        )
+        .fetch_all(&self.writer)
+        .await?;
+        let mut known = self.partitions.lock();
+        for name in names {
+            if let Some(key) = parse_table_name(&name) {
+                known.insert(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Partition tables overlapping a range.
+    fn tables_for(&self, range: &TimeRange) -> Vec<String> {
+        let months: HashSet<Month> = range.months().into_iter().collect();
+        let known = self.partitions.lock();
+        let mut keys: Vec<&PartitionKey> = known.iter().filter(|k| months.contains(&k.month)).collect();
+        keys.sort();
+        keys.into_iter().map(PartitionKey::table_name).collect()
+    }
+
+    async fn load_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
+        let mut current = id.0;
+        for _ in 0..8 {
+            let row = sqlx::query(
+                "SELECT id, merged_into, traits, created_at, updated_at FROM contacts \
+                 WHERE tenant_id = $1 AND id = $2",
+            )
+            .bind(tenant.0)
+            .bind(current)
+            .fetch_optional(&self.reader)
+            .await?;
+            let Some(row) = row else { return Ok(None) };
+            if let Some(next) = row.try_get::<Option<Uuid>, _>("merged_into")? {
+                current = next;
+                continue;
+            }
+            let identities = sqlx::query(
+                "SELECT kind, value FROM contact_identities WHERE tenant_id = $1 AND contact_id = $2 \
+                 ORDER BY kind, value",
+            )
+            .bind(tenant.0)
+            .bind(current)
+            .fetch_all(&self.reader)
+            .await?;
+            let merged: Vec<Uuid> = sqlx::query_scalar(
+                "SELECT id FROM contacts WHERE tenant_id = $1 AND merged_into = $2 ORDER BY id",
+            )
+            .bind(tenant.0)
+            .bind(current)
+            .fetch_all(&self.reader)
+            .await?;
+            let mut user_ids = Vec::new();
+            let mut anonymous_ids = Vec::new();
+            for r in identities {
+                let kind: i64 = r.try_get("kind")?;
+                let value: String = r.try_get("value")?;
+                match IdentityKind::from_i16(kind as i16) {
+                    Some(IdentityKind::User) => user_ids.push(value),
+                    Some(IdentityKind::Anonymous) => anonymous_ids.push(value),
+                    None => return Err(Error::Corrupt(format!("identity kind {kind}"))),
+                }
+            }
+            let traits: String = row.try_get("traits")?;
+            return Ok(Some(Contact {
+                id: ContactId(current),
+                user_ids,
+                anonymous_ids,
+                traits: json_map(&traits)?,
+                merged_ids: merged.into_iter().map(ContactId).collect(),
+                created_at: from_us(row.try_get("created_at")?)?,
+                updated_at: from_us(row.try_get("updated_at")?)?,
+            }));
+        }
+        Err(Error::Corrupt(format!("merge chain of contact {id} too long")))
+    }
+
+    async fn snapshot(
+        conn: &mut SqliteConnection,
+        tenant: TenantId,
+        events: &[&NewEvent],
+    ) -> Result<Snapshot> {
+        let mut users: Vec<&str> = events.iter().filter_map(|e| e.user_id.as_deref()).collect();
+        let mut anons: Vec<&str> = events.iter().filter_map(|e| e.anonymous_id.as_deref()).collect();
+        users.sort_unstable();
+        users.dedup();
+        anons.sort_unstable();
+        anons.dedup();
+        let mut snapshot = Snapshot::default();
+        for (kind, values) in [(IdentityKind::User, &users), (IdentityKind::Anonymous, &anons)] {
+            for chunk in values.chunks(MAX_PARAMS) {
+                let sql = format!(
+                    "SELECT value, contact_id FROM contact_identities \
+                     WHERE tenant_id = $1 AND kind = $2 AND value IN ({})",
+                    ph(3, chunk.len())
+                );
+                let mut q = sqlx::query(AssertSqlSafe(sql)).bind(tenant.0).bind(kind.as_i16());
+                for v in chunk {
+                    q = q.bind(*v);
+                }
+                for row in q.fetch_all(&mut *conn).await? {
+                    snapshot.identities.insert(
+                        (kind, row.try_get("value")?),
+                        ContactId(row.try_get("contact_id")?),
+                    );
+                }
+            }
+        }
+        let merging = events
+            .iter()
+            .any(|e| e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some());
+        let mut contacts: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
+        contacts.sort_unstable();
+        contacts.dedup();
+        if merging {
+            for chunk in contacts.chunks(MAX_PARAMS) {
+                let sql = format!(
+                    "SELECT DISTINCT contact_id FROM contact_identities \
+                     WHERE tenant_id = $1 AND kind = 1 AND contact_id IN ({})",
+                    ph(2, chunk.len())
+                );
+                let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql)).bind(tenant.0);
+                for c in chunk {
+                    q = q.bind(*c);
+                }
+                snapshot
+                    .contacts_with_user
+                    .extend(q.fetch_all(&mut *conn).await?.into_iter().map(ContactId));
+            }
+        }
+        let need: Vec<Uuid> = if merging {
+            contacts
+        } else {
+            identity::Plan::needs_traits(events, &snapshot)
+                .into_iter()
+                .map(|c| c.0)
+                .collect()
+        };
+        for chunk in need.chunks(MAX_PARAMS) {
+            let sql = format!(
+                "SELECT id, traits FROM contacts WHERE tenant_id = $1 AND id IN ({})",
+                ph(2, chunk.len())
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql)).bind(tenant.0);
+            for c in chunk {
+                q = q.bind(*c);
+            }
+            for row in q.fetch_all(&mut *conn).await? {
+                let traits: String = row.try_get("traits")?;
+                snapshot
+                    .traits
+                    .insert(ContactId(row.try_get("id")?), json_map(&traits)?);
+            }
+        }
+        Ok(snapshot)
+    }
+
+    async fn apply_plan(
+        conn: &mut SqliteConnection,
+        tenant: TenantId,
+        plan: &identity::Plan,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let now = us(now);
+        for chunk in plan.new_contacts.chunks(MAX_PARAMS / 6) {
+            let sql = format!(
+                "INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) VALUES {}",
+                tuples(1, chunk.len(), 6)
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (c, traits) in chunk {
+                q = q
+                    .bind(c.0)
+                    .bind(tenant.0)
+                    .bind(None::<Uuid>)
+                    .bind(serde_json::to_string(traits).expect("json map serialises"))
+                    .bind(now)
+                    .bind(now);
+            }
+            q.execute(&mut *conn).await?;
+        }
+        for chunk in plan.identities.chunks(MAX_PARAMS / 4) {
+            let sql = format!(
+                "INSERT INTO contact_identities (tenant_id, kind, value, contact_id) VALUES {} \
+                 ON CONFLICT (tenant_id, kind, value) DO UPDATE SET contact_id = excluded.contact_id",
+                tuples(1, chunk.len(), 4)
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (kind, value, c) in chunk {
+                q = q.bind(tenant.0).bind(kind.as_i16()).bind(value.as_str()).bind(c.0);
+            }
+            q.execute(&mut *conn).await?;
+        }
+        for (merged, survivor) in &plan.merges {
+            sqlx::query(
+                "UPDATE contact_identities SET contact_id = $3 WHERE tenant_id = $1 AND contact_id = $2",
+            )
+            .bind(tenant.0)
+            .bind(merged.0)
+            .bind(survivor.0)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query(
+                "UPDATE contacts SET merged_into = $3, updated_at = $4 \
+                 WHERE tenant_id = $1 AND (id = $2 OR merged_into = $2)",
+            )
+            .bind(tenant.0)
+            .bind(merged.0)
+            .bind(survivor.0)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+        }
+        for (c, traits) in &plan.traits {
+            sqlx::query("UPDATE contacts SET traits = $3, updated_at = $4 WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant.0)
+                .bind(c.0)
+                .bind(serde_json::to_string(traits).expect("json map serialises"))
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn parse_table_name(name: &str) -> Option<PartitionKey> {
+    let rest = name.strip_prefix("tracked_events_")?;
+    let (month, class) = rest.split_once("_r")?;
+    Some(PartitionKey {
+        month: Month::parse_suffix(month)?,
+        retention_class: class.parse().ok()?,
+    })
+}
+
+#[async_trait]
+impl Storage for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        use fastack_migration::MigratorTrait;
+        let conn = SqlxSqliteConnector::from_sqlx_sqlite_pool(self.writer.clone());
+        fastack_migration::Migrator::up(&conn, None).await?;
+        self.load_partitions().await
+    }
+
+    async fn insert_tenant(&self, t: &Tenant) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO tenants (id, name, plan, retention_months, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(t.id.0)
+        .bind(&t.name)
+        .bind(t.plan.as_str())
+        .bind(t.retention_months.map(i64::from))
+        .bind(us(t.created_at))
+        .execute(&self.writer)
+        .await
+        .map_err(|e| map_unique(e, &format!("tenant named {}", t.name)))?;
+        Ok(())
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants ORDER BY created_at, id"
+        )))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(tenant_from_row).collect()
+    }
+
+    async fn get_tenant(&self, id: TenantId) -> Result<Option<Tenant>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1"
+        )))
+        .bind(id.0)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(tenant_from_row).transpose()
+    }
+
+    async fn find_tenant_by_name(&self, name: &str) -> Result<Option<Tenant>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE name = $1"
+        )))
+        .bind(name)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(tenant_from_row).transpose()
+    }
+
+    async fn update_tenant_plan(
+        &self,
+        id: TenantId,
+        plan: Plan,
+        retention_months: Option<u32>,
+    ) -> Result<bool> {
+        let done = sqlx::query("UPDATE tenants SET plan = $2, retention_months = $3 WHERE id = $1")
+            .bind(id.0)
+            .bind(plan.as_str())
+            .bind(retention_months.map(i64::from))
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn insert_api_key(&self, key: &ApiKey, hash: &[u8; 32]) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, key_hash, prefix, rate_limit_rps, created_at, revoked_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(key.id.0)
+        .bind(key.tenant_id.0)
+        .bind(&hash[..])
+        .bind(&key.prefix)
+        .bind(key.rate_limit_rps.map(i64::from))
+        .bind(us(key.created_at))
+        .bind(key.revoked_at.map(us))
+        .execute(&self.writer)
+        .await
+        .map_err(|e| map_unique(e, "api key"))?;
+        Ok(())
+    }
+
+    async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>> {
+        let rows = sqlx::query(
+            "SELECT id, tenant_id, prefix, rate_limit_rps, created_at, revoked_at FROM api_keys \
+             WHERE tenant_id = $1 ORDER BY created_at, id",
+        )
+        .bind(tenant.0)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    async fn revoke_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<bool> {
+        let done = sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+            .bind(id.0)
+            .bind(us(at))
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn lookup_api_key(&self, hash: &[u8; 32]) -> Result<Option<KeyRecord>> {
+        let row = sqlx::query(
+            "SELECT k.id, k.tenant_id, k.prefix, k.rate_limit_rps, k.created_at, k.revoked_at, \
+                    t.name, t.plan, t.retention_months, t.created_at AS tenant_created_at \
+             FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = $1",
+        )
+        .bind(&hash[..])
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let key = key_from_row(&row)?;
+        let plan: String = row.try_get("plan")?;
+        let tenant = Tenant {
+            id: key.tenant_id,
+            name: row.try_get("name")?,
+            plan: Plan::from_str(&plan).map_err(|e| Error::Corrupt(e.to_string()))?,
+            retention_months: row
+                .try_get::<Option<i64>, _>("retention_months")?
+                .map(|v| v as u32),
+            created_at: from_us(row.try_get("tenant_created_at")?)?,
+        };
+        Ok(Some(KeyRecord { key, tenant }))
+    }
+
+    async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.writer.begin().await?;
+        let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
+        for chunk in rows.chunks(MAX_PARAMS / 6) {
+            let sql = format!(
+                "INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, occurred_at, created_at) \
+                 VALUES {} ON CONFLICT DO NOTHING RETURNING event_id",
+                tuples(1, chunk.len(), 6)
+            );
+            let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
+            for r in chunk {
+                q = q
+                    .bind(r.tenant_id.0)
+                    .bind(r.idempotency_key.as_str())
+                    .bind(r.event_id.0)
+                    .bind(&r.fingerprint[..])
+                    .bind(us(r.occurred_at))
+                    .bind(us(r.received_at));
+            }
+            inserted.extend(q.fetch_all(&mut *tx).await?);
+        }
+        let mut fences = Vec::with_capacity(rows.len());
+        let mut lookups: HashMap<(Uuid, &str), usize> = HashMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            if inserted.contains(&r.event_id.0) {
+                fences.push(Fence::Fresh);
+            } else {
+                lookups.insert((r.tenant_id.0, r.idempotency_key.as_str()), i);
+                fences.push(Fence::Taken {
+                    event_id: r.event_id,
+                    fingerprint: [0; 32],
+                });
+            }
+        }
+        if !lookups.is_empty() {
+            let wanted: Vec<(Uuid, &str)> = lookups.keys().copied().collect();
+            for chunk in wanted.chunks(MAX_PARAMS / 2) {
+                let conds = (0..chunk.len())
+                    .map(|i| format!("(tenant_id = ${} AND idempotency_key = ${})", 2 * i + 1, 2 * i + 2))
+                    .collect::<Vec<_>>()
+                    .join(" OR ");
+                let sql = format!(
+                    "SELECT tenant_id, idempotency_key, event_id, fingerprint FROM idempotency_keys WHERE {conds}"
+                );
+                let mut q = sqlx::query(AssertSqlSafe(sql));
+                for (t, k) in chunk {
+                    q = q.bind(*t).bind(*k);
+                }
+                for row in q.fetch_all(&mut *tx).await? {
+                    let t: Uuid = row.try_get("tenant_id")?;
+                    let k: String = row.try_get("idempotency_key")?;
+                    let fp: Vec<u8> = row.try_get("fingerprint")?;
+                    if let Some(&i) = lookups.get(&(t, k.as_str())) {
+                        fences[i] = Fence::Taken {
+                            event_id: EventId(row.try_get("event_id")?),
+                            fingerprint: fp
+                                .as_slice()
+                                .try_into()
+                                .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
+                        };
+                    }
+                }
+            }
+        }
+        let kept = keep(&fences);
+        for ((r, f), k) in rows.iter().zip(&fences).zip(&kept) {
+            if matches!(f, Fence::Fresh) && !*k {
+                sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2")
+                    .bind(r.tenant_id.0)
+                    .bind(r.idempotency_key.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        let accepted: Vec<&IngestRow> = rows
+            .iter()
+            .zip(&fences)
+            .zip(&kept)
+            .filter(|((_, f), k)| matches!(f, Fence::Fresh) && **k)
+            .map(|((r, _), _)| r)
+            .collect();
+        for chunk in accepted.chunks(MAX_PARAMS / 4) {
+            let sql = format!(
+                "INSERT INTO inbox (tenant_id, event_id, payload, received_at) VALUES {}",
+                tuples(1, chunk.len(), 4)
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for r in chunk {
+                q = q
+                    .bind(r.tenant_id.0)
+                    .bind(r.event_id.0)
+                    .bind(r.payload.as_str())
+                    .bind(us(r.received_at));
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(fences)
+    }
+
+    async fn try_lease(
+        &self,
+        tenant: TenantId,
+        node: NodeId,
+        now: DateTime<Utc>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let holder: Option<Uuid> = sqlx::query_scalar(
+            "INSERT INTO tenant_leases (tenant_id, node_id, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant_id) DO UPDATE SET node_id = excluded.node_id, expires_at = excluded.expires_at \
+             WHERE tenant_leases.node_id = excluded.node_id OR tenant_leases.expires_at < $4 \
+             RETURNING node_id",
+        )
+        .bind(tenant.0)
+        .bind(node.0)
+        .bind(us(now + ttl))
+        .bind(us(now))
+        .fetch_optional(&self.writer)
+        .await?;
+        Ok(holder == Some(node.0))
+    }
+
+    async fn release_lease(&self, tenant: TenantId, node: NodeId) -> Result<()> {
+        sqlx::query("DELETE FROM tenant_leases WHERE tenant_id = $1 AND node_id = $2")
+            .bind(tenant.0)
+            .bind(node.0)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
+        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT tenant_id FROM inbox LIMIT $1")
+            .bind(limit as i64)
+            .fetch_all(&self.reader)
+            .await?;
+        Ok(ids.into_iter().map(TenantId).collect())
+    }
+
+    async fn inbox_stats(&self) -> Result<(i64, Option<DateTime<Utc>>)> {
+        let row = sqlx::query("SELECT count(*) AS n, min(received_at) AS oldest FROM inbox")
+            .fetch_one(&self.reader)
+            .await?;
+        let oldest: Option<i64> = row.try_get("oldest")?;
+        Ok((row.try_get("n")?, oldest.map(from_us).transpose()?))
+    }
+
+    async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
+        let mut tx = self.writer.begin().await?;
+        let held = sqlx::query(
+            "UPDATE tenant_leases SET expires_at = $3 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.node_id.0)
+        .bind(us(req.now + req.lease_ttl))
+        .bind(us(req.now))
+        .execute(&mut *tx)
+        .await?;
+        if held.rows_affected() != 1 {
+            return Err(Error::LeaseLost);
+        }
+        let rows = sqlx::query(
+            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(ProcessOutcome::default());
+        }
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut items: Vec<(EventId, NewEvent, DateTime<Utc>)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            seqs.push(row.try_get::<i64, _>("seq")?);
+            let payload: String = row.try_get("payload")?;
+            items.push((
+                EventId(row.try_get("event_id")?),
+                decode_payload(&payload)?,
+                from_us(row.try_get("received_at")?)?,
+            ));
+        }
+        let mut fresh: HashSet<Uuid> = HashSet::with_capacity(items.len());
+        for chunk in items.chunks(MAX_PARAMS / 3) {
+            let sql = format!(
+                "INSERT INTO processed_jobs (event_id, tenant_id, processed_at) VALUES {} \
+                 ON CONFLICT DO NOTHING RETURNING event_id",
+                tuples(1, chunk.len(), 3)
+            );
+            let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
+            for (id, _, _) in chunk {
+                q = q.bind(id.0).bind(req.tenant_id.0).bind(us(req.now));
+            }
+            fresh.extend(q.fetch_all(&mut *tx).await?);
+        }
+        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> =
+            items.iter().filter(|(id, _, _)| fresh.contains(&id.0)).collect();
+        let mut outcome = ProcessOutcome {
+            consumed: items.len(),
+            already_processed: items.len() - todo.len(),
+            received: items.iter().map(|(_, _, r)| *r).collect(),
+            ..Default::default()
+        };
+        let mut created: Vec<PartitionKey> = Vec::new();
+        if !todo.is_empty() {
+            let events: Vec<&NewEvent> = todo.iter().map(|(_, e, _)| e).collect();
+            let mut by_table: HashMap<PartitionKey, Vec<usize>> = HashMap::new();
+            for (i, ev) in events.iter().enumerate() {
+                let key = PartitionKey {
+                    month: Month::of(ev.occurred_at.with_timezone(&Utc)),
+                    retention_class: req.retention_class,
+                };
+                by_table.entry(key).or_default().push(i);
+            }
+            // SQLite DDL is transactional: new month tables commit with the
+            // rows they receive, or not at all.
+            for key in by_table.keys() {
+                if !self.partitions.lock().contains(key) {
+                    create_partition(&mut tx, key).await?;
+                    created.push(*key);
+                }
+            }
+            let snapshot = Self::snapshot(&mut tx, req.tenant_id, &events).await?;
+            let plan = identity::resolve(&events, &snapshot);
+            Self::apply_plan(&mut tx, req.tenant_id, &plan, req.now).await?;
+
+            for (key, idxs) in &by_table {
+                for chunk in idxs.chunks(MAX_PARAMS / 13) {
+                    let sql = format!(
+                        "INSERT INTO {} (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
+                            user_id, anonymous_id, properties, occurred_offset_s, received_at, idempotency_key) VALUES {}",
+                        key.table_name(),
+                        tuples(1, chunk.len(), 13)
+                    );
+                    let mut q = sqlx::query(AssertSqlSafe(sql));
+                    for &i in chunk {
+                        let (id, ev, rec) = todo[i];
+                        q = q
+                            .bind(req.tenant_id.0)
+                            .bind(ev.occurred_at.timestamp_micros())
+                            .bind(id.0)
+                            .bind(req.retention_class)
+                            .bind(ev.kind.as_str())
+                            .bind(ev.event.as_deref())
+                            .bind(plan.contact_of[i].0)
+                            .bind(ev.user_id.as_deref())
+                            .bind(ev.anonymous_id.as_deref())
+                            .bind(serde_json::to_string(&ev.properties).expect("json map serialises"))
+                            .bind(ev.occurred_at.offset().local_minus_utc())
+                            .bind(us(*rec))
+                            .bind(ev.idempotency_key.as_str());
+                        outcome.appended.push((*id, ev.occurred_at.with_timezone(&Utc)));
+                    }
+                    q.execute(&mut *tx).await?;
+                }
+            }
+        }
+        for chunk in seqs.chunks(MAX_PARAMS) {
+            let sql = format!("DELETE FROM inbox WHERE seq IN ({})", ph(1, chunk.len()));
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for s in chunk {
+                q = q.bind(*s);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        self.partitions.lock().extend(created);
+        Ok(outcome)
+    }
+
+    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
+        let missing: Vec<PartitionKey> = {
+            let known = self.partitions.lock();
+            keys.iter().filter(|k| !known.contains(k)).copied().collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.writer.begin().await?;
+        for key in &missing {
+            create_partition(&mut tx, key).await?;
+        }
+        tx.commit().await?;
+        self.partitions.lock().extend(missing);
+        Ok(())
+    }
+
+    async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>> {
+        let tables = self.tables_for(&q.range);
+        if tables.is_empty() {
+            return Ok(Vec::new());
+        }
+        // $1 tenant, $2 from, $3 to, $4 limit, then optional filters.
+        let mut filter = String::new();
+        let mut next = 5;
+        if q.event.is_some() {
+            filter.push_str(&format!(" AND event = ${next}"));
+            next += 1;
+        }
+        if q.after.is_some() {
+            filter.push_str(&format!(" AND (occurred_at, id) > (${}, ${})", next, next + 1));
+            next += 2;
+        }
+        if let Some(ids) = &q.contact_ids {
+            filter.push_str(&format!(" AND contact_id IN ({})", ph(next, ids.len().max(1))));
+        }
+        let parts: Vec<String> = tables
+            .iter()
+            .map(|t| {
+                format!(
+                    "SELECT {EVENT_COLUMNS} FROM {t} \
+                     WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3{filter}"
+                )
+            })
+            .collect();
+        let sql = format!(
+            "SELECT * FROM ({}) ORDER BY occurred_at, id LIMIT $4",
+            parts.join(" UNION ALL ")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(q.tenant_id.0)
+            .bind(us(q.range.from))
+            .bind(us(q.range.to))
+            .bind(q.limit as i64);
+        if let Some(event) = &q.event {
+            query = query.bind(event.as_str());
+        }
+        if let Some((at, id)) = q.after {
+            query = query.bind(us(at)).bind(id.0);
+        }
+        if let Some(ids) = &q.contact_ids {
+            if ids.is_empty() {
+                query = query.bind(Uuid::nil());
+            }
+            for c in ids {
+                query = query.bind(c.0);
+            }
+        }
+        let rows = query.fetch_all(&self.reader).await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn get_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
+        self.load_contact(tenant, id).await
+    }
+
+    async fn find_contact(
+        &self,
+        tenant: TenantId,
+        kind: IdentityKind,
+        value: &str,
+    ) -> Result<Option<Contact>> {
+        let id: Option<Uuid> = sqlx::query_scalar(
+            "SELECT contact_id FROM contact_identities WHERE tenant_id = $1 AND kind = $2 AND value = $3",
+        )
+        .bind(tenant.0)
+        .bind(kind.as_i16())
+        .bind(value)
+        .fetch_optional(&self.reader)
+        .await?;
+        match id {
+            Some(id) => self.load_contact(tenant, ContactId(id)).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn contact_family(&self, tenant: TenantId, id: ContactId) -> Result<Vec<ContactId>> {
+        let Some(contact) = self.load_contact(tenant, id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut ids = vec![contact.id];
+        ids.extend(contact.merged_ids);
+        Ok(ids)
+    }
+
+    async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
+        let mut total = 0;
+        for table in self.tables_for(&range) {
+            let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT count(*) FROM {table} WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3"
+            )))
+            .bind(tenant.0)
+            .bind(us(range.from))
+            .bind(us(range.to))
+            .fetch_one(&self.reader)
+            .await?;
+            total += n;
+        }
+        Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders() {
+        assert_eq!(ph(3, 2), "$3, $4");
+        assert_eq!(tuples(1, 2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(
+            parse_table_name("tracked_events_y2026m11_r13"),
+            Some(PartitionKey {
+                month: Month { year: 2026, month: 11 },
+                retention_class: 13
+            })
+        );
+        assert_eq!(parse_table_name("tracked_events_y2026m11_r13_contact"), None);
+    }
+}

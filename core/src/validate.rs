@@ -1,0 +1,471 @@
+//! Validation of incoming events: from parsed JSON to a [`NewEvent`], with
+//! every problem reported as a [`FieldError`] naming the field (and batch
+//! index). Also the idempotency fingerprint: what "same payload" means.
+//!
+//! Unknown fields policy: unknown top-level fields are rejected (a typo such
+//! as `occured_at` must not silently drop data); `properties` and `traits`
+//! are free-form objects.
+
+use chrono::{DateTime, Duration, FixedOffset, Months, SubsecRound, Utc};
+use fastack_entities::{EventKind, NewEvent};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+pub const MAX_EVENT_BYTES: usize = 32 * 1024;
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_BATCH_ITEMS: usize = 500;
+pub const MAX_KEY_CHARS: usize = 255;
+pub const MAX_EVENT_NAME_CHARS: usize = 200;
+pub const MAX_ID_CHARS: usize = 255;
+pub const MAX_FUTURE: Duration = Duration::hours(24);
+
+/// One offending field. `code` is the stable machine-readable reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    pub field: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// What a validation needs to know about the moment and the tenant.
+#[derive(Clone, Copy, Debug)]
+pub struct ValidationContext {
+    pub now: DateTime<Utc>,
+    pub retention_months: u32,
+}
+
+impl ValidationContext {
+    /// The oldest `occurred_at` still inside the tenant's retention.
+    pub fn oldest_allowed(&self) -> DateTime<Utc> {
+        self.now
+            .checked_sub_months(Months::new(self.retention_months))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    }
+}
+
+const TRACK_FIELDS: &[&str] = &[
+    "type",
+    "event",
+    "user_id",
+    "anonymous_id",
+    "properties",
+    "occurred_at",
+    "idempotency_key",
+    "sent_at",
+];
+const IDENTIFY_FIELDS: &[&str] = &[
+    "type",
+    "user_id",
+    "anonymous_id",
+    "traits",
+    "occurred_at",
+    "idempotency_key",
+    "sent_at",
+];
+
+struct Collector<'a> {
+    index: Option<usize>,
+    errors: &'a mut Vec<FieldError>,
+}
+
+impl Collector<'_> {
+    fn push(&mut self, field: &str, code: &'static str, message: impl Into<String>) {
+        self.errors.push(FieldError {
+            field: field.to_owned(),
+            index: self.index,
+            code,
+            message: message.into(),
+        });
+    }
+}
+
+/// Validates one event. `expected` is the endpoint's kind (`None` for batch
+/// items, which must carry `type`). Errors are appended to `errors`; the
+/// event is returned only when it had none.
+pub fn validate_event(
+    value: Value,
+    expected: Option<EventKind>,
+    index: Option<usize>,
+    ctx: &ValidationContext,
+    errors: &mut Vec<FieldError>,
+) -> Option<NewEvent> {
+    let before = errors.len();
+    let mut c = Collector { index, errors };
+    let Value::Object(mut obj) = value else {
+        c.push("", "invalid_type", "an event must be a JSON object");
+        return None;
+    };
+
+    let kind = match (obj.remove("type"), expected) {
+        (None, Some(kind)) => Some(kind),
+        (None, None) => {
+            c.push("type", "required", "`type` is required: \"track\" or \"identify\"");
+            None
+        }
+        (Some(Value::String(s)), expected) => match s.parse::<EventKind>() {
+            Ok(kind) if expected.is_none_or(|e| e == kind) => Some(kind),
+            Ok(kind) => {
+                c.push(
+                    "type",
+                    "invalid_value",
+                    format!("`type` is \"{}\" but this endpoint takes \"{}\"", kind.as_str(), expected.map_or("", |e| e.as_str())),
+                );
+                None
+            }
+            Err(_) => {
+                c.push("type", "invalid_value", "`type` must be \"track\" or \"identify\"");
+                None
+            }
+        },
+        (Some(_), _) => {
+            c.push("type", "invalid_type", "`type` must be a string");
+            None
+        }
+    };
+    let Some(kind) = kind else {
+        return None;
+    };
+
+    let allowed = match kind {
+        EventKind::Track => TRACK_FIELDS,
+        EventKind::Identify => IDENTIFY_FIELDS,
+    };
+    let mut unknown: Vec<&String> = obj.keys().filter(|k| !allowed.contains(&k.as_str())).collect();
+    unknown.sort();
+    for field in unknown {
+        c.push(field, "unknown_field", format!("unknown field `{field}`"));
+    }
+
+    let event = match kind {
+        EventKind::Track => string_field(&mut obj, "event", true, MAX_EVENT_NAME_CHARS, &mut c),
+        EventKind::Identify => None,
+    };
+    let user_id = string_field(&mut obj, "user_id", false, MAX_ID_CHARS, &mut c);
+    let anonymous_id = string_field(&mut obj, "anonymous_id", false, MAX_ID_CHARS, &mut c);
+    let ids_ok = !c.errors[before..]
+        .iter()
+        .any(|e| e.field == "user_id" || e.field == "anonymous_id");
+    if ids_ok && user_id.is_none() && anonymous_id.is_none() {
+        c.push("user_id", "required", "one of `user_id` or `anonymous_id` is required");
+    }
+    let idempotency_key = string_field(&mut obj, "idempotency_key", true, MAX_KEY_CHARS, &mut c);
+
+    let props_field = match kind {
+        EventKind::Track => "properties",
+        EventKind::Identify => "traits",
+    };
+    let properties = match obj.remove(props_field) {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => {
+            c.push(props_field, "invalid_type", format!("`{props_field}` must be an object"));
+            Map::new()
+        }
+    };
+
+    let occurred_at = match obj.remove("occurred_at") {
+        None | Some(Value::Null) => {
+            c.push("occurred_at", "required", "`occurred_at` is required (RFC 3339 with offset)");
+            None
+        }
+        Some(Value::String(s)) => match parse_timestamp(&s) {
+            Some(ts) => {
+                let utc = ts.with_timezone(&Utc);
+                if utc > ctx.now + MAX_FUTURE {
+                    c.push(
+                        "occurred_at",
+                        "occurred_at_in_future",
+                        "`occurred_at` is more than 24 hours in the future",
+                    );
+                    None
+                } else if utc < ctx.oldest_allowed() {
+                    c.push(
+                        "occurred_at",
+                        "occurred_at_out_of_retention",
+                        format!(
+                            "`occurred_at` is older than the tenant's retention of {} months",
+                            ctx.retention_months
+                        ),
+                    );
+                    None
+                } else {
+                    Some(ts)
+                }
+            }
+            None => {
+                c.push(
+                    "occurred_at",
+                    "invalid_timestamp",
+                    "`occurred_at` must be an RFC 3339 timestamp with an offset, e.g. 2026-11-30T09:15:00+01:00",
+                );
+                None
+            }
+        },
+        Some(_) => {
+            c.push("occurred_at", "invalid_type", "`occurred_at` must be a string");
+            None
+        }
+    };
+    match obj.remove("sent_at") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if parse_timestamp(&s).is_some() => {}
+        Some(_) => c.push(
+            "sent_at",
+            "invalid_timestamp",
+            "`sent_at` must be an RFC 3339 timestamp with an offset",
+        ),
+    }
+
+    if c.errors.len() > before {
+        return None;
+    }
+    Some(NewEvent {
+        kind,
+        event,
+        user_id,
+        anonymous_id,
+        properties,
+        occurred_at: occurred_at?,
+        idempotency_key: idempotency_key?,
+    })
+}
+
+fn string_field(
+    obj: &mut Map<String, Value>,
+    field: &str,
+    required: bool,
+    max_chars: usize,
+    c: &mut Collector<'_>,
+) -> Option<String> {
+    match obj.remove(field) {
+        None | Some(Value::Null) => {
+            if required {
+                c.push(field, "required", format!("`{field}` is required"));
+            }
+            None
+        }
+        Some(Value::String(s)) => {
+            let n = s.chars().count();
+            if n == 0 || n > max_chars {
+                c.push(
+                    field,
+                    "invalid_length",
+                    format!("`{field}` must be 1 to {max_chars} characters"),
+                );
+                None
+            } else {
+                Some(s)
+            }
+        }
+        Some(_) => {
+            c.push(field, "invalid_type", format!("`{field}` must be a string"));
+            None
+        }
+    }
+}
+
+/// RFC 3339 with an explicit offset, truncated to microseconds (what storage
+/// keeps, so what the caller reads back equals what the fingerprint saw).
+pub fn parse_timestamp(s: &str) -> Option<DateTime<FixedOffset>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.trunc_subsecs(6))
+}
+
+/// SHA-256 over the event's content: type, name, ids, properties/traits and
+/// the instant of `occurred_at`. `sent_at` is excluded (a retry may restamp
+/// it), and the result does not depend on JSON key order or on whether the
+/// event came alone or inside a batch.
+pub fn fingerprint(ev: &NewEvent) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(ev.kind.as_str().as_bytes());
+    for part in [&ev.event, &ev.user_id, &ev.anonymous_id] {
+        match part {
+            Some(s) => {
+                h.update([1u8]);
+                h.update((s.len() as u64).to_be_bytes());
+                h.update(s.as_bytes());
+            }
+            None => h.update([0u8]),
+        }
+    }
+    let mut buf = Vec::with_capacity(128);
+    write_canonical(&mut buf, &Value::Object(ev.properties.clone()));
+    h.update((buf.len() as u64).to_be_bytes());
+    h.update(&buf);
+    h.update(ev.occurred_at.timestamp_micros().to_be_bytes());
+    h.finalize().into()
+}
+
+/// JSON with object keys sorted, no whitespace: one byte string per value.
+pub fn write_canonical(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(
+                    serde_json::to_string(key).expect("string serialises").as_bytes(),
+                );
+                out.push(b':');
+                write_canonical(out, &map[key]);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(b']');
+        }
+        scalar => out.extend_from_slice(
+            serde_json::to_string(scalar).expect("scalar serialises").as_bytes(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx() -> ValidationContext {
+        ValidationContext {
+            now: "2026-11-30T12:00:00Z".parse().unwrap(),
+            retention_months: 13,
+        }
+    }
+
+    fn track() -> Value {
+        json!({
+            "event": "Order Completed",
+            "user_id": "u1",
+            "properties": {"total": 12.5, "items": [1, 2]},
+            "occurred_at": "2026-11-30T10:00:00.123456789+02:00",
+            "idempotency_key": "k1"
+        })
+    }
+
+    fn run(v: Value, kind: Option<EventKind>) -> (Option<NewEvent>, Vec<FieldError>) {
+        let mut errors = Vec::new();
+        let ev = validate_event(v, kind, None, &ctx(), &mut errors);
+        (ev, errors)
+    }
+
+    #[test]
+    fn a_good_track_keeps_offset_and_truncates_to_micros() {
+        let (ev, errors) = run(track(), Some(EventKind::Track));
+        assert!(errors.is_empty(), "{errors:?}");
+        let ev = ev.unwrap();
+        assert_eq!(ev.occurred_at.offset().local_minus_utc(), 7200);
+        assert_eq!(ev.occurred_at.timestamp_subsec_nanos(), 123_456_000);
+        assert_eq!(ev.event.as_deref(), Some("Order Completed"));
+    }
+
+    #[test]
+    fn every_problem_is_named() {
+        let (ev, errors) = run(
+            json!({"event": "", "user_id": 5, "occured_at": "x", "idempotency_key": "k", "properties": []}),
+            Some(EventKind::Track),
+        );
+        assert!(ev.is_none());
+        let fields: Vec<(&str, &str)> =
+            errors.iter().map(|e| (e.field.as_str(), e.code)).collect();
+        assert!(fields.contains(&("occured_at", "unknown_field")));
+        assert!(fields.contains(&("event", "invalid_length")));
+        assert!(fields.contains(&("user_id", "invalid_type")));
+        assert!(fields.contains(&("properties", "invalid_type")));
+        assert!(fields.contains(&("occurred_at", "required")));
+    }
+
+    #[test]
+    fn one_id_is_required() {
+        let mut v = track();
+        v.as_object_mut().unwrap().remove("user_id");
+        let (_, errors) = run(v, Some(EventKind::Track));
+        assert_eq!(errors[0].field, "user_id");
+        assert_eq!(errors[0].code, "required");
+    }
+
+    #[test]
+    fn time_bounds() {
+        let mut v = track();
+        v["occurred_at"] = json!("2026-12-01T12:00:01Z");
+        let (_, errors) = run(v, Some(EventKind::Track));
+        assert_eq!(errors[0].code, "occurred_at_in_future");
+
+        let mut v = track();
+        v["occurred_at"] = json!("2026-12-01T11:59:59Z");
+        assert!(run(v, Some(EventKind::Track)).1.is_empty());
+
+        let mut v = track();
+        v["occurred_at"] = json!("2025-10-30T11:59:59Z");
+        let (_, errors) = run(v, Some(EventKind::Track));
+        assert_eq!(errors[0].code, "occurred_at_out_of_retention");
+
+        let mut v = track();
+        v["occurred_at"] = json!("2026-11-30T10:00:00");
+        let (_, errors) = run(v, Some(EventKind::Track));
+        assert_eq!(errors[0].code, "invalid_timestamp");
+    }
+
+    #[test]
+    fn batch_items_need_a_type_and_endpoints_check_it() {
+        let (_, errors) = run(track(), None);
+        assert_eq!(errors[0].field, "type");
+        let mut v = track();
+        v["type"] = json!("identify");
+        let (_, errors) = run(v, Some(EventKind::Track));
+        assert_eq!(errors[0].code, "invalid_value");
+        let mut v = track();
+        v["type"] = json!("track");
+        assert!(run(v, None).1.is_empty());
+    }
+
+    #[test]
+    fn identify_takes_traits_not_event() {
+        let (ev, errors) = run(
+            json!({"user_id": "u", "anonymous_id": "a", "traits": {"plan": "pro"},
+                   "occurred_at": "2026-11-30T10:00:00Z", "idempotency_key": "k"}),
+            Some(EventKind::Identify),
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(ev.unwrap().properties["plan"], "pro");
+        let (_, errors) = run(
+            json!({"user_id": "u", "event": "x", "occurred_at": "2026-11-30T10:00:00Z", "idempotency_key": "k"}),
+            Some(EventKind::Identify),
+        );
+        assert_eq!(errors[0].field, "event");
+    }
+
+    #[test]
+    fn fingerprint_ignores_key_order_and_sent_at_but_not_content() {
+        let (a, _) = run(track(), Some(EventKind::Track));
+        let mut reordered = json!({
+            "idempotency_key": "k1",
+            "occurred_at": "2026-11-30T08:00:00.123456Z",
+            "properties": {"items": [1, 2], "total": 12.5},
+            "user_id": "u1",
+            "event": "Order Completed",
+            "sent_at": "2026-11-30T12:00:00Z"
+        });
+        let (b, errors) = run(reordered.clone(), Some(EventKind::Track));
+        assert!(errors.is_empty());
+        assert_eq!(fingerprint(&a.unwrap()), fingerprint(&b.unwrap()));
+        reordered["properties"]["total"] = json!(13);
+        let (c, _) = run(reordered, Some(EventKind::Track));
+        let (a, _) = run(track(), Some(EventKind::Track));
+        assert_ne!(fingerprint(&a.unwrap()), fingerprint(&c.unwrap()));
+    }
+}

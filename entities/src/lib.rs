@@ -1,0 +1,11 @@
+//! fastack's data model: typed ids, plans and the event and contact records
+//! that storage, actors and the HTTP surface exchange.
+
+pub mod ids;
+pub mod model;
+
+pub use ids::{ApiKeyId, ContactId, EventId, JobId, NodeId, TenantId};
+pub use model::{
+    ApiKey, Contact, EventKind, IdentityKind, NewEvent, Plan, PlanLimits, StoredEvent, Tenant,
+    UnknownPlan,
+};

@@ -1,0 +1,29 @@
+//! Schema migrations for both storage backends. Each migration carries the
+//! exact SQL for PostgreSQL and for SQLite: the two differ where it matters
+//! (native partitioning, timestamp and uuid representations).
+//!
+//! Time-partitioned `tracked_events` partitions are created at run time by
+//! the storage layer (they depend on the clock), never here.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_init;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261130_000001_init::Migration)]
+    }
+}
+
+/// Runs a list of statements, one at a time (SQLite's driver prepares one
+/// statement per call).
+pub(crate) async fn run_all(manager: &SchemaManager<'_>, sql: &str) -> Result<(), DbErr> {
+    let conn = manager.get_connection();
+    for stmt in sql.split(";\n").map(str::trim).filter(|s| !s.is_empty()) {
+        conn.execute_unprepared(stmt).await?;
+    }
+    Ok(())
+}

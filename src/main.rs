@@ -1,0 +1,258 @@
+//! `fastack`: the one binary. `serve` runs a node; the other subcommands
+//! administer the same storage the configuration points at.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use fastack_core::{Config, admin, clock, config::SETTINGS, store};
+use fastack_entities::{ApiKeyId, Plan};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "fastack", version, about = "Event pipeline server: fast durable 202s, per-tenant processing, signed events out")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node (embedded SQLite by default; FASTACK_DATABASE_URL for PostgreSQL).
+    Serve,
+    /// Apply database migrations and create the current partition window.
+    Migrate,
+    /// Print the OpenAPI spec (what `openapi/openapi.json` must equal).
+    Openapi,
+    /// Print the configuration settings as a Markdown table.
+    Config,
+    /// Tenants and API keys.
+    Admin(AdminArgs),
+}
+
+#[derive(Args)]
+struct AdminArgs {
+    /// Print JSON on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// API keys (the secret is shown once, at creation).
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "free")]
+        plan: Plan,
+        /// Keep events longer than the plan's default (enterprise).
+        #[arg(long)]
+        retention_months: Option<u32>,
+    },
+    /// List tenants.
+    List,
+    /// Change a tenant's plan.
+    SetPlan {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        plan: Plan,
+        #[arg(long)]
+        retention_months: Option<u32>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create an API key for a tenant.
+    Create {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// Requests per second for this key (besides the tenant's plan).
+        #[arg(long)]
+        rate_limit: Option<u32>,
+    },
+    /// List a tenant's keys (never the secrets).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke a key: it stops working within a few seconds.
+    Revoke {
+        #[arg(long)]
+        key: ApiKeyId,
+    },
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn print<T: Serialize>(json: bool, value: &T, human: impl FnOnce(&T) -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        println!("{}", human(value));
+    }
+    Ok(())
+}
+
+async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
+    if config.is_embedded() {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating {}", config.data_dir.display()))?;
+    }
+    let store = store::open(config).await.context("opening storage")?;
+    let store = store.as_ref();
+    let json = args.json;
+    match args.command {
+        AdminCommand::Tenant(TenantCommand::Create {
+            name,
+            plan,
+            retention_months,
+        }) => {
+            let t = admin::create_tenant(store, &name, plan, retention_months).await?;
+            print(json, &t, |t| format!("created tenant {} ({}, plan {})", t.name, t.id, t.plan))
+        }
+        AdminCommand::Tenant(TenantCommand::List) => {
+            let tenants = store.list_tenants().await?;
+            print(json, &tenants, |ts| {
+                let mut out = format!("{:<36}  {:<20}  {:<10}  {}", "ID", "NAME", "PLAN", "RETENTION");
+                for t in ts {
+                    out.push_str(&format!(
+                        "\n{:<36}  {:<20}  {:<10}  {} months",
+                        t.id,
+                        t.name,
+                        t.plan,
+                        config.plans.retention_for(t)
+                    ));
+                }
+                out
+            })
+        }
+        AdminCommand::Tenant(TenantCommand::SetPlan {
+            tenant,
+            plan,
+            retention_months,
+        }) => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            store.update_tenant_plan(t.id, plan, retention_months).await?;
+            let t = admin::resolve_tenant(store, &t.id.to_string()).await?;
+            print(json, &t, |t| format!("tenant {} is now on plan {}", t.name, t.plan))
+        }
+        AdminCommand::Key(KeyCommand::Create { tenant, rate_limit }) => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            let key = admin::create_key(store, t.id, rate_limit).await?;
+            print(json, &key, |k| {
+                format!(
+                    "created key {} for tenant {}\n\n    {}\n\nThis secret is shown once: store it now.",
+                    k.key.id, t.name, k.secret
+                )
+            })
+        }
+        AdminCommand::Key(KeyCommand::List { tenant }) => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            let keys = store.list_api_keys(t.id).await?;
+            print(json, &keys, |ks| {
+                let mut out = format!("{:<36}  {:<12}  {:<10}  {}", "ID", "PREFIX", "RATE", "STATUS");
+                for k in ks {
+                    out.push_str(&format!(
+                        "\n{:<36}  {:<12}  {:<10}  {}",
+                        k.id,
+                        k.prefix,
+                        k.rate_limit_rps.map_or("plan".to_owned(), |r| format!("{r}/s")),
+                        if k.revoked_at.is_some() { "revoked" } else { "active" }
+                    ));
+                }
+                out
+            })
+        }
+        AdminCommand::Key(KeyCommand::Revoke { key }) => {
+            admin::revoke_key(store, key).await?;
+            #[derive(Serialize)]
+            struct Revoked {
+                id: ApiKeyId,
+                revoked: bool,
+            }
+            print(json, &Revoked { id: key, revoked: true }, |r| format!("revoked key {}", r.id))
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Openapi => {
+            println!("{}", fastack_api::openapi_json());
+            Ok(())
+        }
+        Command::Config => {
+            println!("| variable | default | meaning |\n|---|---|---|");
+            for (name, default, meaning) in SETTINGS {
+                println!("| `{name}` | {default} | {meaning} |");
+            }
+            Ok(())
+        }
+        Command::Serve => {
+            let config = Config::from_env().context("reading configuration")?;
+            init_logging(&config.log);
+            let server = fastack_api::start(config, clock::system())
+                .await
+                .context("starting the server")?;
+            server.wait_for_stop_signal().await;
+            Ok(())
+        }
+        Command::Migrate => {
+            let config = Config::from_env().context("reading configuration")?;
+            init_logging(&config.log);
+            if config.is_embedded() {
+                std::fs::create_dir_all(&config.data_dir)?;
+            }
+            let store = store::open(&config).await.context("migrating")?;
+            fastack_api::ensure_partition_window(&store, &config, chrono::Utc::now()).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Admin(args) => {
+            let config = Config::from_env().context("reading configuration")?;
+            init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
+            admin_command(&config, args).await
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
