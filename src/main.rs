@@ -10,7 +10,11 @@ use fastack_entities::{ApiKeyId, Plan};
 use serde::Serialize;
 
 #[derive(Parser)]
-#[command(name = "fastack", version, about = "Event pipeline server: fast durable 202s, per-tenant processing, signed events out")]
+#[command(
+    name = "fastack",
+    version,
+    about = "Event pipeline server: fast durable 202s, per-tenant processing, signed events out"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -101,13 +105,19 @@ enum KeyCommand {
 fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }
 
-fn print<T: Serialize>(json: bool, value: &T, human: impl FnOnce(&T) -> String) -> anyhow::Result<()> {
+fn print<T: Serialize>(
+    json: bool,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(value)?);
     } else {
@@ -131,12 +141,17 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             retention_months,
         }) => {
             let t = admin::create_tenant(store, &name, plan, retention_months).await?;
-            print(json, &t, |t| format!("created tenant {} ({}, plan {})", t.name, t.id, t.plan))
+            print(json, &t, |t| {
+                format!("created tenant {} ({}, plan {})", t.name, t.id, t.plan)
+            })
         }
         AdminCommand::Tenant(TenantCommand::List) => {
             let tenants = store.list_tenants().await?;
             print(json, &tenants, |ts| {
-                let mut out = format!("{:<36}  {:<20}  {:<10}  {}", "ID", "NAME", "PLAN", "RETENTION");
+                let mut out = format!(
+                    "{:<36}  {:<20}  {:<10}  {}",
+                    "ID", "NAME", "PLAN", "RETENTION"
+                );
                 for t in ts {
                     out.push_str(&format!(
                         "\n{:<36}  {:<20}  {:<10}  {} months",
@@ -155,9 +170,13 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             retention_months,
         }) => {
             let t = admin::resolve_tenant(store, &tenant).await?;
-            store.update_tenant_plan(t.id, plan, retention_months).await?;
+            store
+                .update_tenant_plan(t.id, plan, retention_months)
+                .await?;
             let t = admin::resolve_tenant(store, &t.id.to_string()).await?;
-            print(json, &t, |t| format!("tenant {} is now on plan {}", t.name, t.plan))
+            print(json, &t, |t| {
+                format!("tenant {} is now on plan {}", t.name, t.plan)
+            })
         }
         AdminCommand::Key(KeyCommand::Create { tenant, rate_limit }) => {
             let t = admin::resolve_tenant(store, &tenant).await?;
@@ -173,14 +192,22 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             let t = admin::resolve_tenant(store, &tenant).await?;
             let keys = store.list_api_keys(t.id).await?;
             print(json, &keys, |ks| {
-                let mut out = format!("{:<36}  {:<12}  {:<10}  {}", "ID", "PREFIX", "RATE", "STATUS");
+                let mut out = format!(
+                    "{:<36}  {:<12}  {:<10}  {}",
+                    "ID", "PREFIX", "RATE", "STATUS"
+                );
                 for k in ks {
                     out.push_str(&format!(
                         "\n{:<36}  {:<12}  {:<10}  {}",
                         k.id,
                         k.prefix,
-                        k.rate_limit_rps.map_or("plan".to_owned(), |r| format!("{r}/s")),
-                        if k.revoked_at.is_some() { "revoked" } else { "active" }
+                        k.rate_limit_rps
+                            .map_or("plan".to_owned(), |r| format!("{r}/s")),
+                        if k.revoked_at.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        }
                     ));
                 }
                 out
@@ -193,7 +220,14 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
                 id: ApiKeyId,
                 revoked: bool,
             }
-            print(json, &Revoked { id: key, revoked: true }, |r| format!("revoked key {}", r.id))
+            print(
+                json,
+                &Revoked {
+                    id: key,
+                    revoked: true,
+                },
+                |r| format!("revoked key {}", r.id),
+            )
         }
     }
 }
@@ -241,7 +275,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

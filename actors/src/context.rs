@@ -38,7 +38,9 @@ pub struct Ctx {
 
 impl std::fmt::Debug for Ctx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ctx").field("node_id", &self.node_id).finish()
+        f.debug_struct("Ctx")
+            .field("node_id", &self.node_id)
+            .finish()
     }
 }
 
@@ -72,7 +74,9 @@ pub struct TenantShared {
 
 impl std::fmt::Debug for TenantShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TenantShared").field("tenant", &self.tenant.read().id).finish()
+        f.debug_struct("TenantShared")
+            .field("tenant", &self.tenant.read().id)
+            .finish()
     }
 }
 

@@ -126,12 +126,14 @@ impl Actor for IngestWriterActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let concurrency = args.ctx.config.ingest_concurrency.unwrap_or(
-            match args.ctx.store.backend() {
-                fastack_core::store::Backend::Postgres => 4,
-                fastack_core::store::Backend::Sqlite => 1,
-            },
-        );
+        let concurrency =
+            args.ctx
+                .config
+                .ingest_concurrency
+                .unwrap_or(match args.ctx.store.backend() {
+                    fastack_core::store::Backend::Postgres => 4,
+                    fastack_core::store::Backend::Sqlite => 1,
+                });
         myself.send_message(IngestWriterMsg::Drain)?;
         Ok(IngestWriterState {
             ctx: args.ctx,
@@ -217,10 +219,11 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
     let mut deferred_idx: Vec<usize> = Vec::new();
 
     for (ri, request) in requests.iter_mut().enumerate() {
-        let collides = request
-            .rows
-            .iter()
-            .find_map(|r| owners.get(&(r.tenant_id, r.idempotency_key.clone())).copied());
+        let collides = request.rows.iter().find_map(|r| {
+            owners
+                .get(&(r.tenant_id, r.idempotency_key.clone()))
+                .copied()
+        });
         match collides {
             None => {
                 let start = rows.len();
@@ -308,20 +311,23 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
                     let index = (start..start + len)
                         .position(|i| matches!(&fences[i], Fence::Taken { fingerprint, .. } if *fingerprint != rows[i].fingerprint))
                         .unwrap_or(0);
-                    request.reply.send(Err(IngestError::Conflict { index })).ok();
+                    request
+                        .reply
+                        .send(Err(IngestError::Conflict { index }))
+                        .ok();
                     continue;
                 }
                 let mut out = Vec::with_capacity(len);
-                for i in start..start + len {
+                for (i, row) in rows.iter().enumerate().skip(start).take(len) {
                     let (outcome, fp) = effective(i);
                     match outcome {
                         ItemOutcome::Accepted(_) => {
                             accepted += 1;
-                            woken.insert(rows[i].tenant_id);
+                            woken.insert(row.tenant_id);
                         }
                         ItemOutcome::Duplicate(_) => duplicates += 1,
                     }
-                    remember(ctx, &rows[i], outcome.id(), fp);
+                    remember(ctx, row, outcome.id(), fp);
                     out.push(outcome);
                 }
                 request.reply.send(Ok(out)).ok();
@@ -340,7 +346,10 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
                         .send(Ok(vec![ItemOutcome::Duplicate(outcome.id())]))
                         .ok();
                 } else {
-                    request.reply.send(Err(IngestError::Conflict { index: 0 })).ok();
+                    request
+                        .reply
+                        .send(Err(IngestError::Conflict { index: 0 }))
+                        .ok();
                 }
             }
         }
@@ -350,7 +359,13 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
     for tenant in woken {
         ctx.wake(tenant);
     }
-    debug!(rows = rows.len(), accepted, duplicates, elapsed_us = started.elapsed().as_micros() as u64, "group committed");
+    debug!(
+        rows = rows.len(),
+        accepted,
+        duplicates,
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "group committed"
+    );
 
     let mut retry = Vec::with_capacity(deferred.len());
     for mut request in deferred {

@@ -94,14 +94,9 @@ impl Runtime {
             shared.touch();
             return Ok(shared.clone());
         }
-        let registry = self
-            .ctx
-            .registry
-            .read()
-            .clone()
-            .ok_or(Error::Unavailable {
-                actor: "tenant registry",
-            })?;
+        let registry = self.ctx.registry.read().clone().ok_or(Error::Unavailable {
+            actor: "tenant registry",
+        })?;
         let tenant = tenant.clone();
         let shared = ractor::call!(registry, |reply| TenantRegistryMsg::Ensure {
             tenant,

@@ -68,7 +68,8 @@ impl Actor for ProcessorActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state.ticker = Some(myself.send_interval(state.ctx.config.poll_interval, || ProcessorMsg::Tick));
+        state.ticker =
+            Some(myself.send_interval(state.ctx.config.poll_interval, || ProcessorMsg::Tick));
         // Resume whatever is already waiting (restart, takeover).
         myself.send_message(ProcessorMsg::Tick)?;
         Ok(())
@@ -133,7 +134,9 @@ impl Actor for ProcessorActor {
                     if out.consumed == 0 {
                         break;
                     }
-                    ctx.metrics.events_processed.inc_by(out.appended.len() as u64);
+                    ctx.metrics
+                        .events_processed
+                        .inc_by(out.appended.len() as u64);
                     let done = chrono::Utc::now();
                     for received in &out.received {
                         let lag = (done - *received).num_microseconds().unwrap_or(0).max(0);

@@ -91,7 +91,12 @@ impl RootActor {
             *state.ctx.registry.write() = None;
         }
         let delay = state.backoff.entry(child).or_default().next_delay();
-        warn!(?child, why, delay_ms = delay.as_millis() as u64, "child stopped, restarting after backoff");
+        warn!(
+            ?child,
+            why,
+            delay_ms = delay.as_millis() as u64,
+            "child stopped, restarting after backoff"
+        );
         myself.send_after(delay, move || RootMsg::Start { child });
     }
 }

@@ -64,7 +64,11 @@ impl TenantRegistryActor {
         state.backoff.entry(id).or_default().started();
         state.running.insert(sup.get_id(), id);
         state.ctx.tenants.insert(id, shared);
-        state.ctx.metrics.active_tenants.set(state.running.len() as i64);
+        state
+            .ctx
+            .metrics
+            .active_tenants
+            .set(state.running.len() as i64);
         Ok(())
     }
 
@@ -153,7 +157,8 @@ impl Actor for TenantRegistryActor {
                             .map(|t| (ctx.now() - t).num_milliseconds().max(0) as f64 / 1000.0)
                             .unwrap_or(0.0);
                         ctx.metrics.oldest_unprocessed_seconds.set(age);
-                        if depth == 0 {
+                        // An accept-only node leaves the backlog to others.
+                        if depth == 0 || !ctx.config.processing {
                             return Ok(());
                         }
                     }
@@ -218,7 +223,11 @@ impl Actor for TenantRegistryActor {
             }
             _ => {}
         }
-        state.ctx.metrics.active_tenants.set(state.running.len() as i64);
+        state
+            .ctx
+            .metrics
+            .active_tenants
+            .set(state.running.len() as i64);
         Ok(())
     }
 }

@@ -91,8 +91,15 @@ impl Actor for TenantSupervisorActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        Self::spawn_processor(&myself, state).await?;
-        let idle_every = state.ctx.config.tenant_idle.min(Duration::from_secs(30)).max(Duration::from_millis(100));
+        if state.ctx.config.processing {
+            Self::spawn_processor(&myself, state).await?;
+        }
+        let idle_every = state
+            .ctx
+            .config
+            .tenant_idle
+            .min(Duration::from_secs(30))
+            .max(Duration::from_millis(100));
         state
             .timers
             .push(myself.send_interval(idle_every, || TenantSupervisorMsg::IdleCheck));
@@ -146,7 +153,7 @@ impl Actor for TenantSupervisorActor {
                 }
             }
             TenantSupervisorMsg::RestartProcessor => {
-                if state.processor.is_none() {
+                if state.processor.is_none() && state.ctx.config.processing {
                     Self::spawn_processor(&myself, state).await?;
                 }
             }
@@ -160,26 +167,28 @@ impl Actor for TenantSupervisorActor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let is_processor = |cell: &ractor::ActorCell| {
+            state
+                .processor
+                .as_ref()
+                .is_some_and(|p| p.get_id() == cell.get_id())
+        };
         match event {
-            SupervisionEvent::ActorFailed(cell, error) => {
-                if state.processor.as_ref().is_some_and(|p| p.get_id() == cell.get_id()) {
-                    state.processor = None;
-                    let delay = state.backoff.next_delay();
-                    warn!(
-                        tenant = %state.shared.tenant().id,
-                        %error,
-                        attempt = state.backoff.attempts(),
-                        delay_ms = delay.as_millis() as u64,
-                        "processor failed, restarting after backoff"
-                    );
-                    myself.send_after(delay, || TenantSupervisorMsg::RestartProcessor);
-                }
+            SupervisionEvent::ActorFailed(cell, error) if is_processor(&cell) => {
+                state.processor = None;
+                let delay = state.backoff.next_delay();
+                warn!(
+                    tenant = %state.shared.tenant().id,
+                    %error,
+                    attempt = state.backoff.attempts(),
+                    delay_ms = delay.as_millis() as u64,
+                    "processor failed, restarting after backoff"
+                );
+                myself.send_after(delay, || TenantSupervisorMsg::RestartProcessor);
             }
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                if state.processor.as_ref().is_some_and(|p| p.get_id() == cell.get_id()) {
-                    state.processor = None;
-                    info!(tenant = %state.shared.tenant().id, ?reason, "processor stopped");
-                }
+            SupervisionEvent::ActorTerminated(cell, _, reason) if is_processor(&cell) => {
+                state.processor = None;
+                info!(tenant = %state.shared.tenant().id, ?reason, "processor stopped");
             }
             _ => {}
         }

@@ -12,8 +12,12 @@ use poem_openapi::{
     registry::{MetaMediaType, MetaRequest, Registry},
     types::Type,
 };
+use tokio::io::AsyncReadExt;
 
 use crate::problem::ApiError;
+
+/// Oversized bodies up to this size are read to the end before the 413.
+const DRAIN_LIMIT: usize = 4 * MAX_REQUEST_BYTES;
 
 pub struct JsonBody<T> {
     pub bytes: Bytes,
@@ -54,18 +58,20 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
         _param_opts: ExtractParamOptions<Self::ParamType>,
     ) -> poem::Result<Self> {
         let too_large = || {
-            ApiError::payload_too_large(format!(
-                "request body is over {} bytes",
-                MAX_REQUEST_BYTES
-            ))
+            ApiError::payload_too_large(format!("request body is over {} bytes", MAX_REQUEST_BYTES))
         };
-        if let Some(len) = request
+        let declared = request
             .headers()
             .get("content-length")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok())
-            && len > MAX_REQUEST_BYTES
-        {
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|len| len > MAX_REQUEST_BYTES) {
+            // Read (and drop) a moderately oversized body so the client sees
+            // the 413 instead of a connection reset; refuse huge ones at once.
+            if declared.is_some_and(|len| len <= DRAIN_LIMIT) {
+                let mut reader = body.take()?.into_async_read().take(DRAIN_LIMIT as u64);
+                let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+            }
             return Err(too_large().into());
         }
         let bytes = body
@@ -74,7 +80,10 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             .await
             .map_err(|e| match e {
                 ReadBodyError::PayloadTooLarge => too_large(),
-                other => ApiError::bad_request("invalid_request", format!("could not read the body: {other}")),
+                other => ApiError::bad_request(
+                    "invalid_request",
+                    format!("could not read the body: {other}"),
+                ),
             })?;
         if bytes.is_empty() {
             return Err(ApiError::invalid_json("request body is empty").into());

@@ -187,13 +187,18 @@ pub struct Health {
 /// Decoded pagination cursor: resume after (occurred_at, id).
 pub fn encode_cursor(at: DateTime<Utc>, id: Uuid) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(format!("{}:{}", at.timestamp_micros(), id))
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(
+        "{}:{}",
+        at.timestamp_micros(),
+        id
+    ))
 }
 
 pub fn decode_cursor(s: &str) -> Option<(DateTime<Utc>, Uuid)> {
     use base64::Engine;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s).ok()?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .ok()?;
     let text = std::str::from_utf8(&raw).ok()?;
     let (at, id) = text.split_once(':')?;
     let at = DateTime::<Utc>::from_timestamp_micros(at.parse().ok()?)?;

@@ -57,7 +57,8 @@ pub fn single(
         .map_err(|e| ApiError::invalid_json(format!("request body is not valid JSON: {e}")))?;
     let mut errors = Vec::new();
     let ctx = context(state, auth);
-    validate_event(value, Some(kind), None, &ctx, &mut errors).ok_or_else(|| ApiError::validation(errors))
+    validate_event(value, Some(kind), None, &ctx, &mut errors)
+        .ok_or_else(|| ApiError::validation(errors))
 }
 
 /// Validates a batch: 1–500 items, each at most 32 KiB, all valid.
@@ -208,7 +209,11 @@ pub async fn accept(
     let mut acks = Vec::with_capacity(events.len());
     for i in 0..events.len() {
         let o = match alias[i] {
-            Some(j) => ItemOutcome::Duplicate(outcome[j].map(|o| o.id()).expect("first occurrence answered")),
+            Some(j) => ItemOutcome::Duplicate(
+                outcome[j]
+                    .map(|o| o.id())
+                    .expect("first occurrence answered"),
+            ),
             None => outcome[i].expect("every row answered"),
         };
         acks.push(Ack {

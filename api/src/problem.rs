@@ -74,7 +74,11 @@ impl ApiError {
     }
 
     pub fn not_found(what: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        )
     }
 
     pub fn invalid_json(detail: impl Into<String>) -> Self {
@@ -207,14 +211,29 @@ impl ResponseError for ApiError {
 impl ApiResponse for ApiError {
     fn meta() -> MetaResponses {
         let statuses: [(u16, &str); 8] = [
-            (400, "Malformed JSON, bad query, or a batch over 500 items (`batch_too_large`)"),
+            (
+                400,
+                "Malformed JSON, bad query, or a batch over 500 items (`batch_too_large`)",
+            ),
             (401, "Missing, unknown or revoked API key (`unauthorized`)"),
             (404, "Not found, or not this tenant's (`not_found`)"),
-            (409, "Idempotency key reused with a different payload (`idempotency_key_conflict`)"),
-            (413, "Event over 32 KiB or request over 4 MiB (`payload_too_large`)"),
-            (422, "Invalid fields, named in `errors` (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`)"),
+            (
+                409,
+                "Idempotency key reused with a different payload (`idempotency_key_conflict`)",
+            ),
+            (
+                413,
+                "Event over 32 KiB or request over 4 MiB (`payload_too_large`)",
+            ),
+            (
+                422,
+                "Invalid fields, named in `errors` (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`)",
+            ),
             (429, "Rate limited (`rate_limited`); see `Retry-After`"),
-            (503, "Temporarily unavailable (`unavailable`); nothing was accepted, retry"),
+            (
+                503,
+                "Temporarily unavailable (`unavailable`); nothing was accepted, retry",
+            ),
         ];
         MetaResponses {
             responses: statuses

@@ -126,7 +126,11 @@ fn write_secret_file(path: &Path, secret: &str) -> Result<()> {
 
 /// Partitions for last month through two months ahead, for every plan's
 /// retention class.
-pub async fn ensure_partition_window(store: &Store, config: &Config, now: chrono::DateTime<chrono::Utc>) -> Result<()> {
+pub async fn ensure_partition_window(
+    store: &Store,
+    config: &Config,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<()> {
     let mut classes: Vec<i16> = Plan::ALL
         .iter()
         .map(|p| config.plans.get(*p).retention_months as i16)
@@ -159,7 +163,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server> {
             .map_err(|e| fastack_core::Error::io(config.data_dir.display().to_string(), e))?;
     }
     let store = store::open(&config).await?;
-    if config.is_embedded() && config.bootstrap
+    if config.is_embedded()
+        && config.bootstrap
         && let Some((tenant, key)) = admin::bootstrap(store.as_ref()).await?
     {
         let path = config.data_dir.join("bootstrap-key");

@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use fastack_actors::Runtime;
-use fastack_core::{
-    Config, auth::KeyCache, clock::SharedClock, metrics::Metrics, store::Store,
-};
+use fastack_core::{Config, auth::KeyCache, clock::SharedClock, metrics::Metrics, store::Store};
 
 pub struct AppState {
     pub config: Config,

@@ -27,7 +27,9 @@ pub async fn create_tenant(
 ) -> Result<Tenant> {
     let name = name.trim();
     if name.is_empty() || name.len() > 100 {
-        return Err(Error::Config("tenant name must be 1 to 100 characters".to_owned()));
+        return Err(Error::Config(
+            "tenant name must be 1 to 100 characters".to_owned(),
+        ));
     }
     let tenant = Tenant {
         id: TenantId::new(),
@@ -55,7 +57,9 @@ pub async fn create_key(
     rate_limit_rps: Option<u32>,
 ) -> Result<CreatedKey> {
     if rate_limit_rps == Some(0) {
-        return Err(Error::Config("a key's rate limit must be positive".to_owned()));
+        return Err(Error::Config(
+            "a key's rate limit must be positive".to_owned(),
+        ));
     }
     let generated = generate_key();
     let key = ApiKey {

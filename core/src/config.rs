@@ -98,6 +98,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "create tenant `default` and a key on first start if no tenant exists",
     ),
     (
+        "FASTACK_PROCESSING",
+        "true",
+        "false makes an accept-only node: it queues events but leaves processing to other nodes",
+    ),
+    (
         "FASTACK_LOG",
         "info",
         "log filter (tracing EnvFilter syntax)",
@@ -168,6 +173,7 @@ pub struct Config {
     pub webhook_allow_private: bool,
     pub node_id: NodeId,
     pub bootstrap: bool,
+    pub processing: bool,
     pub log: String,
     pub key_cache_ttl: Duration,
     pub poll_interval: Duration,
@@ -241,6 +247,7 @@ impl Default for Config {
             webhook_allow_private: false,
             node_id: NodeId::new(),
             bootstrap: true,
+            processing: true,
             log: "info".to_owned(),
             key_cache_ttl: Duration::from_millis(2_000),
             poll_interval: Duration::from_millis(1_000),
@@ -271,8 +278,8 @@ impl Config {
         let mut merged: BTreeMap<String, String> = BTreeMap::new();
         if let Some(path) = env.get("FASTACK_CONFIG") {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.clone(), e))?;
-            let table: toml::Table = toml::from_str(&text)
-                .map_err(|e| Error::Config(format!("{path}: {e}")))?;
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| Error::Config(format!("{path}: {e}")))?;
             for (key, value) in table {
                 let value = match value {
                     toml::Value::String(s) => s,
@@ -308,9 +315,12 @@ impl Config {
             "FASTACK_CLOUDEVENTS_SOURCE" => self.cloudevents_source = non_empty(value),
             "FASTACK_ENC_KEY" => self.enc_key = non_empty(value),
             "FASTACK_STORAGE_URL" => self.storage_url = non_empty(value),
-            "FASTACK_WEBHOOK_ALLOW_PRIVATE" => self.webhook_allow_private = parse_bool(key, &value)?,
+            "FASTACK_WEBHOOK_ALLOW_PRIVATE" => {
+                self.webhook_allow_private = parse_bool(key, &value)?
+            }
             "FASTACK_NODE_ID" => self.node_id = parse(key, &value)?,
             "FASTACK_BOOTSTRAP" => self.bootstrap = parse_bool(key, &value)?,
+            "FASTACK_PROCESSING" => self.processing = parse_bool(key, &value)?,
             "FASTACK_LOG" => self.log = value,
             "FASTACK_KEY_CACHE_TTL_MS" => self.key_cache_ttl = millis(key, &value)?,
             "FASTACK_POLL_INTERVAL_MS" => self.poll_interval = millis(key, &value)?,
@@ -369,9 +379,7 @@ impl Config {
             }
         }
         if self.process_batch == 0 || self.ingest_max_rows == 0 {
-            return Err(Error::Config(
-                "batch sizes must be positive".to_owned(),
-            ));
+            return Err(Error::Config("batch sizes must be positive".to_owned()));
         }
         Ok(())
     }
@@ -384,7 +392,11 @@ impl Config {
     }
 
     pub fn sqlite_path(&self) -> PathBuf {
-        match self.database_url.as_deref().and_then(|u| u.strip_prefix("sqlite:")) {
+        match self
+            .database_url
+            .as_deref()
+            .and_then(|u| u.strip_prefix("sqlite:"))
+        {
             Some(path) => PathBuf::from(path.trim_start_matches("//")),
             None => self.data_dir.join("fastack.db"),
         }
@@ -405,7 +417,9 @@ fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(Error::Config(format!("{key}={value:?}: expected true or false"))),
+        _ => Err(Error::Config(format!(
+            "{key}={value:?}: expected true or false"
+        ))),
     }
 }
 
@@ -429,7 +443,10 @@ mod tests {
         let cfg = Config::from_vars(vars(&[("PATH", "/bin")])).unwrap();
         assert!(cfg.is_embedded());
         assert_eq!(cfg.listen.port(), 8080);
-        assert_eq!(cfg.sqlite_path(), PathBuf::from("./fastack-data/fastack.db"));
+        assert_eq!(
+            cfg.sqlite_path(),
+            PathBuf::from("./fastack-data/fastack.db")
+        );
         assert_eq!(cfg.plans.free.rate_per_sec, 100);
     }
 
@@ -462,7 +479,11 @@ mod tests {
     fn toml_file_is_read_and_env_wins() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fastack.toml");
-        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\nredis_prefix = \"file\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\nredis_prefix = \"file\"\n",
+        )
+        .unwrap();
         let cfg = Config::from_vars(vars(&[
             ("FASTACK_CONFIG", path.to_str().unwrap()),
             ("FASTACK_REDIS_PREFIX", "env"),

@@ -65,7 +65,11 @@ fn ids(ev: &NewEvent) -> impl Iterator<Item = (IdentityKind, &str)> {
         .as_deref()
         .map(|u| (IdentityKind::User, u))
         .into_iter()
-        .chain(ev.anonymous_id.as_deref().map(|a| (IdentityKind::Anonymous, a)))
+        .chain(
+            ev.anonymous_id
+                .as_deref()
+                .map(|a| (IdentityKind::Anonymous, a)),
+        )
 }
 
 struct Resolver<'a> {
@@ -225,7 +229,8 @@ pub fn resolve(events: &[&NewEvent], snapshot: &Snapshot) -> Plan {
         .collect();
     let mut plan = std::mem::take(&mut r.plan);
     plan.contact_of = contact_of;
-    plan.merges.retain(|(merged, _)| !merged_new.contains(merged));
+    plan.merges
+        .retain(|(merged, _)| !merged_new.contains(merged));
     // Identity rows: the final binding of each identity, once.
     let mut seen = HashSet::new();
     let mut identities = Vec::new();
@@ -245,7 +250,8 @@ pub fn resolve(events: &[&NewEvent], snapshot: &Snapshot) -> Plan {
     }
     for c in r.touched_traits {
         if !r.new.contains(&c) && !r.redirect.contains_key(&c) {
-            plan.traits.push((c, r.traits.get(&c).cloned().unwrap_or_default()));
+            plan.traits
+                .push((c, r.traits.get(&c).cloned().unwrap_or_default()));
         }
     }
     plan
@@ -286,12 +292,26 @@ mod tests {
         let anon_c = ContactId::new();
         let user_c = ContactId::new();
         let mut snap = Snapshot::default();
-        snap.identities.insert((IdentityKind::Anonymous, "a".into()), anon_c);
-        snap.identities.insert((IdentityKind::User, "u".into()), user_c);
+        snap.identities
+            .insert((IdentityKind::Anonymous, "a".into()), anon_c);
+        snap.identities
+            .insert((IdentityKind::User, "u".into()), user_c);
         snap.contacts_with_user.insert(user_c);
-        snap.traits.insert(anon_c, json!({"seen": 1, "plan": "old"}).as_object().cloned().unwrap());
-        snap.traits.insert(user_c, json!({"plan": "pro"}).as_object().cloned().unwrap());
-        let id = ev(EventKind::Identify, Some("u"), Some("a"), json!({"email": "x@y"}));
+        snap.traits.insert(
+            anon_c,
+            json!({"seen": 1, "plan": "old"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        snap.traits
+            .insert(user_c, json!({"plan": "pro"}).as_object().cloned().unwrap());
+        let id = ev(
+            EventKind::Identify,
+            Some("u"),
+            Some("a"),
+            json!({"email": "x@y"}),
+        );
         let after = ev(EventKind::Track, None, Some("a"), json!({}));
         let plan = resolve(&[&id, &after], &snap);
         assert_eq!(plan.merges, vec![(anon_c, user_c)]);
@@ -308,9 +328,12 @@ mod tests {
         let c1 = ContactId::new();
         let c2 = ContactId::new();
         let mut snap = Snapshot::default();
-        snap.identities.insert((IdentityKind::Anonymous, "device".into()), c1);
-        snap.identities.insert((IdentityKind::User, "alice".into()), c1);
-        snap.identities.insert((IdentityKind::User, "bob".into()), c2);
+        snap.identities
+            .insert((IdentityKind::Anonymous, "device".into()), c1);
+        snap.identities
+            .insert((IdentityKind::User, "alice".into()), c1);
+        snap.identities
+            .insert((IdentityKind::User, "bob".into()), c2);
         snap.contacts_with_user.extend([c1, c2]);
         let id = ev(EventKind::Identify, Some("bob"), Some("device"), json!({}));
         let plan = resolve(&[&id], &snap);

@@ -54,7 +54,9 @@ impl Metrics {
         let mut registry = Registry::with_prefix("fastack");
         let http_requests = Family::<HttpLabels, Counter>::default();
         let http_duration =
-            Family::<HttpLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+            Family::<HttpLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
         let events_accepted = Counter::default();
         let events_duplicate = Counter::default();
         let events_processed = Counter::default();
@@ -75,7 +77,11 @@ impl Metrics {
             "HTTP request latency by route, method and status",
             http_duration.clone(),
         );
-        registry.register("events_accepted", "events durably accepted (202, new)", events_accepted.clone());
+        registry.register(
+            "events_accepted",
+            "events durably accepted (202, new)",
+            events_accepted.clone(),
+        );
         registry.register(
             "events_duplicate",
             "events answered as duplicates of an earlier idempotency key",

@@ -199,7 +199,9 @@ pub struct RedisLimiter {
 
 impl std::fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisLimiter").field("prefix", &self.prefix).finish()
+        f.debug_struct("RedisLimiter")
+            .field("prefix", &self.prefix)
+            .finish()
     }
 }
 
@@ -284,7 +286,10 @@ mod tests {
         assert_eq!(d.policies.len(), 2);
         let d = cells.check_at(now, Q, Some((key, kq)));
         assert!(!d.allowed);
-        assert_eq!(d.policies[0].remaining, 1, "tenant budget untouched by the refusal");
+        assert_eq!(
+            d.policies[0].remaining, 1,
+            "tenant budget untouched by the refusal"
+        );
         // Without the key limit the tenant still has room.
         assert!(cells.check_at(now, Q, None).allowed);
     }

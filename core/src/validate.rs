@@ -102,7 +102,11 @@ pub fn validate_event(
     let kind = match (obj.remove("type"), expected) {
         (None, Some(kind)) => Some(kind),
         (None, None) => {
-            c.push("type", "required", "`type` is required: \"track\" or \"identify\"");
+            c.push(
+                "type",
+                "required",
+                "`type` is required: \"track\" or \"identify\"",
+            );
             None
         }
         (Some(Value::String(s)), expected) => match s.parse::<EventKind>() {
@@ -111,12 +115,20 @@ pub fn validate_event(
                 c.push(
                     "type",
                     "invalid_value",
-                    format!("`type` is \"{}\" but this endpoint takes \"{}\"", kind.as_str(), expected.map_or("", |e| e.as_str())),
+                    format!(
+                        "`type` is \"{}\" but this endpoint takes \"{}\"",
+                        kind.as_str(),
+                        expected.map_or("", |e| e.as_str())
+                    ),
                 );
                 None
             }
             Err(_) => {
-                c.push("type", "invalid_value", "`type` must be \"track\" or \"identify\"");
+                c.push(
+                    "type",
+                    "invalid_value",
+                    "`type` must be \"track\" or \"identify\"",
+                );
                 None
             }
         },
@@ -125,15 +137,16 @@ pub fn validate_event(
             None
         }
     };
-    let Some(kind) = kind else {
-        return None;
-    };
+    let kind = kind?;
 
     let allowed = match kind {
         EventKind::Track => TRACK_FIELDS,
         EventKind::Identify => IDENTIFY_FIELDS,
     };
-    let mut unknown: Vec<&String> = obj.keys().filter(|k| !allowed.contains(&k.as_str())).collect();
+    let mut unknown: Vec<&String> = obj
+        .keys()
+        .filter(|k| !allowed.contains(&k.as_str()))
+        .collect();
     unknown.sort();
     for field in unknown {
         c.push(field, "unknown_field", format!("unknown field `{field}`"));
@@ -149,7 +162,11 @@ pub fn validate_event(
         .iter()
         .any(|e| e.field == "user_id" || e.field == "anonymous_id");
     if ids_ok && user_id.is_none() && anonymous_id.is_none() {
-        c.push("user_id", "required", "one of `user_id` or `anonymous_id` is required");
+        c.push(
+            "user_id",
+            "required",
+            "one of `user_id` or `anonymous_id` is required",
+        );
     }
     let idempotency_key = string_field(&mut obj, "idempotency_key", true, MAX_KEY_CHARS, &mut c);
 
@@ -161,14 +178,22 @@ pub fn validate_event(
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(map)) => map,
         Some(_) => {
-            c.push(props_field, "invalid_type", format!("`{props_field}` must be an object"));
+            c.push(
+                props_field,
+                "invalid_type",
+                format!("`{props_field}` must be an object"),
+            );
             Map::new()
         }
     };
 
     let occurred_at = match obj.remove("occurred_at") {
         None | Some(Value::Null) => {
-            c.push("occurred_at", "required", "`occurred_at` is required (RFC 3339 with offset)");
+            c.push(
+                "occurred_at",
+                "required",
+                "`occurred_at` is required (RFC 3339 with offset)",
+            );
             None
         }
         Some(Value::String(s)) => match parse_timestamp(&s) {
@@ -205,7 +230,11 @@ pub fn validate_event(
             }
         },
         Some(_) => {
-            c.push("occurred_at", "invalid_type", "`occurred_at` must be a string");
+            c.push(
+                "occurred_at",
+                "invalid_type",
+                "`occurred_at` must be a string",
+            );
             None
         }
     };
@@ -312,7 +341,9 @@ pub fn write_canonical(out: &mut Vec<u8>, value: &Value) {
                     out.push(b',');
                 }
                 out.extend_from_slice(
-                    serde_json::to_string(key).expect("string serialises").as_bytes(),
+                    serde_json::to_string(key)
+                        .expect("string serialises")
+                        .as_bytes(),
                 );
                 out.push(b':');
                 write_canonical(out, &map[key]);
@@ -330,7 +361,9 @@ pub fn write_canonical(out: &mut Vec<u8>, value: &Value) {
             out.push(b']');
         }
         scalar => out.extend_from_slice(
-            serde_json::to_string(scalar).expect("scalar serialises").as_bytes(),
+            serde_json::to_string(scalar)
+                .expect("scalar serialises")
+                .as_bytes(),
         ),
     }
 }
@@ -380,8 +413,7 @@ mod tests {
             Some(EventKind::Track),
         );
         assert!(ev.is_none());
-        let fields: Vec<(&str, &str)> =
-            errors.iter().map(|e| (e.field.as_str(), e.code)).collect();
+        let fields: Vec<(&str, &str)> = errors.iter().map(|e| (e.field.as_str(), e.code)).collect();
         assert!(fields.contains(&("occured_at", "unknown_field")));
         assert!(fields.contains(&("event", "invalid_length")));
         assert!(fields.contains(&("user_id", "invalid_type")));

@@ -329,8 +329,17 @@ mod tests {
 
     #[test]
     fn months_and_ranges() {
-        let m = Month { year: 2026, month: 12 };
-        assert_eq!(m.next(), Month { year: 2027, month: 1 });
+        let m = Month {
+            year: 2026,
+            month: 12,
+        };
+        assert_eq!(
+            m.next(),
+            Month {
+                year: 2027,
+                month: 1
+            }
+        );
         assert_eq!(m.next().prev(), m);
         assert_eq!(m.suffix(), "y2026m12");
         assert_eq!(Month::parse_suffix("y2026m12"), Some(m));
@@ -340,7 +349,16 @@ mod tests {
             "2027-01-01T00:00:00Z".parse().unwrap(),
         )
         .unwrap();
-        assert_eq!(r.months(), vec![Month { year: 2026, month: 11 }, m]);
+        assert_eq!(
+            r.months(),
+            vec![
+                Month {
+                    year: 2026,
+                    month: 11
+                },
+                m
+            ]
+        );
         assert!(TimeRange::new(r.to, r.from).is_none());
         let key = PartitionKey {
             month: m,

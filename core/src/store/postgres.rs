@@ -14,8 +14,8 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, FixedOffset, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId,
-    Plan, StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId, Plan,
+    StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxPostgresConnector;
@@ -94,8 +94,8 @@ fn event_from_row(row: &PgRow) -> Result<StoredEvent> {
     let kind: String = row.try_get("kind")?;
     let occurred: DateTime<Utc> = row.try_get("occurred_at")?;
     let offset: i32 = row.try_get("occurred_offset_s")?;
-    let offset = FixedOffset::east_opt(offset)
-        .ok_or_else(|| Error::Corrupt(format!("offset {offset}")))?;
+    let offset =
+        FixedOffset::east_opt(offset).ok_or_else(|| Error::Corrupt(format!("offset {offset}")))?;
     let properties: Value = row.try_get("properties")?;
     Ok(StoredEvent {
         id: EventId(row.try_get("id")?),
@@ -116,11 +116,7 @@ fn event_from_row(row: &PgRow) -> Result<StoredEvent> {
 const TENANT_COLUMNS: &str = "id, name, plan, retention_months, created_at";
 
 impl PgStore {
-    async fn load_contact(
-        &self,
-        tenant: TenantId,
-        id: ContactId,
-    ) -> Result<Option<Contact>> {
+    async fn load_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
         // Follow merges to the survivor (chains are kept flat on merge, but a
         // loop bound protects against a corrupt cycle).
         let mut current = id.0;
@@ -178,7 +174,9 @@ impl PgStore {
                 updated_at: row.try_get("updated_at")?,
             }));
         }
-        Err(Error::Corrupt(format!("merge chain of contact {id} too long")))
+        Err(Error::Corrupt(format!(
+            "merge chain of contact {id} too long"
+        )))
     }
 
     /// Loads what identity resolution needs to know about a batch.
@@ -216,9 +214,9 @@ impl PgStore {
                 ContactId(row.try_get("contact_id")?),
             );
         }
-        let merging = events
-            .iter()
-            .any(|e| e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some());
+        let merging = events.iter().any(|e| {
+            e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some()
+        });
         if merging && !snapshot.identities.is_empty() {
             let contacts: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
             let with_user: Vec<Uuid> = sqlx::query_scalar(
@@ -240,11 +238,13 @@ impl PgStore {
         }
         if !need.is_empty() {
             let ids: Vec<Uuid> = need.iter().map(|c| c.0).collect();
-            let rows = sqlx::query("SELECT id, traits FROM contacts WHERE tenant_id = $1 AND id = ANY($2)")
-                .bind(tenant.0)
-                .bind(&ids)
-                .fetch_all(&mut **tx)
-                .await?;
+            let rows = sqlx::query(
+                "SELECT id, traits FROM contacts WHERE tenant_id = $1 AND id = ANY($2)",
+            )
+            .bind(tenant.0)
+            .bind(&ids)
+            .fetch_all(&mut **tx)
+            .await?;
             for row in rows {
                 if let Value::Object(map) = row.try_get::<Value, _>("traits")? {
                     snapshot.traits.insert(ContactId(row.try_get("id")?), map);
@@ -454,13 +454,12 @@ impl Storage for PgStore {
     }
 
     async fn revoke_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
-        )
-        .bind(id.0)
-        .bind(at)
-        .execute(&self.pool)
-        .await?;
+        let done =
+            sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(id.0)
+                .bind(at)
+                .execute(&self.pool)
+                .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -479,7 +478,9 @@ impl Storage for PgStore {
         let tenant = Tenant {
             id: key.tenant_id,
             name: row.try_get("name")?,
-            plan: plan.parse().map_err(|e: fastack_entities::UnknownPlan| Error::Corrupt(e.to_string()))?,
+            plan: plan
+                .parse()
+                .map_err(|e: fastack_entities::UnknownPlan| Error::Corrupt(e.to_string()))?,
             retention_months: row
                 .try_get::<Option<i32>, _>("retention_months")?
                 .map(|v| v as u32),
@@ -500,7 +501,10 @@ impl Storage for PgStore {
                 .cmp(&(rows[b].tenant_id, &rows[b].idempotency_key))
         });
         let tenants: Vec<Uuid> = order.iter().map(|&i| rows[i].tenant_id.0).collect();
-        let keys: Vec<&str> = order.iter().map(|&i| rows[i].idempotency_key.as_str()).collect();
+        let keys: Vec<&str> = order
+            .iter()
+            .map(|&i| rows[i].idempotency_key.as_str())
+            .collect();
         let event_ids: Vec<Uuid> = order.iter().map(|&i| rows[i].event_id.0).collect();
         let fingerprints: Vec<&[u8]> = order.iter().map(|&i| &rows[i].fingerprint[..]).collect();
         let occurred: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].occurred_at).collect();
@@ -718,8 +722,10 @@ impl Storage for PgStore {
         .fetch_all(&mut *tx)
         .await?;
         let fresh: HashSet<Uuid> = fresh.into_iter().collect();
-        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> =
-            items.iter().filter(|(id, _, _)| fresh.contains(&id.0)).collect();
+        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> = items
+            .iter()
+            .filter(|(id, _, _)| fresh.contains(&id.0))
+            .collect();
 
         let mut outcome = ProcessOutcome {
             consumed: items.len(),
@@ -770,7 +776,9 @@ impl Storage for PgStore {
                 offsets.push(ev.occurred_at.offset().local_minus_utc());
                 received.push(*rec);
                 keys.push(ev.idempotency_key.as_str());
-                outcome.appended.push((*id, ev.occurred_at.with_timezone(&Utc)));
+                outcome
+                    .appended
+                    .push((*id, ev.occurred_at.with_timezone(&Utc)));
             }
             sqlx::query(
                 "INSERT INTO tracked_events (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
@@ -807,7 +815,10 @@ impl Storage for PgStore {
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
         let missing: Vec<PartitionKey> = {
             let known = self.partitions.lock();
-            keys.iter().filter(|k| !known.contains(k)).copied().collect()
+            keys.iter()
+                .filter(|k| !known.contains(k))
+                .copied()
+                .collect()
         };
         if missing.is_empty() {
             return Ok(());

@@ -16,15 +16,17 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, FixedOffset, TimeZone, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId,
-    Plan, StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId, Plan,
+    StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
 use serde_json::{Map, Value};
 use sqlx::{
     AssertSqlSafe, Row, SqliteConnection, SqlitePool,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous},
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    },
 };
 use uuid::Uuid;
 
@@ -229,7 +231,8 @@ impl SqliteStore {
     fn tables_for(&self, range: &TimeRange) -> Vec<String> {
         let months: HashSet<Month> = range.months().into_iter().collect();
         let known = self.partitions.lock();
-        let mut keys: Vec<&PartitionKey> = known.iter().filter(|k| months.contains(&k.month)).collect();
+        let mut keys: Vec<&PartitionKey> =
+            known.iter().filter(|k| months.contains(&k.month)).collect();
         keys.sort();
         keys.into_iter().map(PartitionKey::table_name).collect()
     }
@@ -287,7 +290,9 @@ impl SqliteStore {
                 updated_at: from_us(row.try_get("updated_at")?)?,
             }));
         }
-        Err(Error::Corrupt(format!("merge chain of contact {id} too long")))
+        Err(Error::Corrupt(format!(
+            "merge chain of contact {id} too long"
+        )))
     }
 
     async fn snapshot(
@@ -296,20 +301,28 @@ impl SqliteStore {
         events: &[&NewEvent],
     ) -> Result<Snapshot> {
         let mut users: Vec<&str> = events.iter().filter_map(|e| e.user_id.as_deref()).collect();
-        let mut anons: Vec<&str> = events.iter().filter_map(|e| e.anonymous_id.as_deref()).collect();
+        let mut anons: Vec<&str> = events
+            .iter()
+            .filter_map(|e| e.anonymous_id.as_deref())
+            .collect();
         users.sort_unstable();
         users.dedup();
         anons.sort_unstable();
         anons.dedup();
         let mut snapshot = Snapshot::default();
-        for (kind, values) in [(IdentityKind::User, &users), (IdentityKind::Anonymous, &anons)] {
+        for (kind, values) in [
+            (IdentityKind::User, &users),
+            (IdentityKind::Anonymous, &anons),
+        ] {
             for chunk in values.chunks(MAX_PARAMS) {
                 let sql = format!(
                     "SELECT value, contact_id FROM contact_identities \
                      WHERE tenant_id = $1 AND kind = $2 AND value IN ({})",
                     ph(3, chunk.len())
                 );
-                let mut q = sqlx::query(AssertSqlSafe(sql)).bind(tenant.0).bind(kind.as_i16());
+                let mut q = sqlx::query(AssertSqlSafe(sql))
+                    .bind(tenant.0)
+                    .bind(kind.as_i16());
                 for v in chunk {
                     q = q.bind(*v);
                 }
@@ -321,9 +334,9 @@ impl SqliteStore {
                 }
             }
         }
-        let merging = events
-            .iter()
-            .any(|e| e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some());
+        let merging = events.iter().any(|e| {
+            e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some()
+        });
         let mut contacts: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
         contacts.sort_unstable();
         contacts.dedup();
@@ -402,7 +415,11 @@ impl SqliteStore {
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for (kind, value, c) in chunk {
-                q = q.bind(tenant.0).bind(kind.as_i16()).bind(value.as_str()).bind(c.0);
+                q = q
+                    .bind(tenant.0)
+                    .bind(kind.as_i16())
+                    .bind(value.as_str())
+                    .bind(c.0);
             }
             q.execute(&mut *conn).await?;
         }
@@ -427,13 +444,15 @@ impl SqliteStore {
             .await?;
         }
         for (c, traits) in &plan.traits {
-            sqlx::query("UPDATE contacts SET traits = $3, updated_at = $4 WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant.0)
-                .bind(c.0)
-                .bind(serde_json::to_string(traits).expect("json map serialises"))
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
+            sqlx::query(
+                "UPDATE contacts SET traits = $3, updated_at = $4 WHERE tenant_id = $1 AND id = $2",
+            )
+            .bind(tenant.0)
+            .bind(c.0)
+            .bind(serde_json::to_string(traits).expect("json map serialises"))
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
         }
         Ok(())
     }
@@ -555,11 +574,12 @@ impl Storage for SqliteStore {
     }
 
     async fn revoke_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<bool> {
-        let done = sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-            .bind(id.0)
-            .bind(us(at))
-            .execute(&self.writer)
-            .await?;
+        let done =
+            sqlx::query("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(id.0)
+                .bind(us(at))
+                .execute(&self.writer)
+                .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -628,7 +648,13 @@ impl Storage for SqliteStore {
             let wanted: Vec<(Uuid, &str)> = lookups.keys().copied().collect();
             for chunk in wanted.chunks(MAX_PARAMS / 2) {
                 let conds = (0..chunk.len())
-                    .map(|i| format!("(tenant_id = ${} AND idempotency_key = ${})", 2 * i + 1, 2 * i + 2))
+                    .map(|i| {
+                        format!(
+                            "(tenant_id = ${} AND idempotency_key = ${})",
+                            2 * i + 1,
+                            2 * i + 2
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join(" OR ");
                 let sql = format!(
@@ -657,11 +683,13 @@ impl Storage for SqliteStore {
         let kept = keep(&fences);
         for ((r, f), k) in rows.iter().zip(&fences).zip(&kept) {
             if matches!(f, Fence::Fresh) && !*k {
-                sqlx::query("DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2")
-                    .bind(r.tenant_id.0)
-                    .bind(r.idempotency_key.as_str())
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(
+                    "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2",
+                )
+                .bind(r.tenant_id.0)
+                .bind(r.idempotency_key.as_str())
+                .execute(&mut *tx)
+                .await?;
             }
         }
         let accepted: Vec<&IngestRow> = rows
@@ -786,8 +814,10 @@ impl Storage for SqliteStore {
             }
             fresh.extend(q.fetch_all(&mut *tx).await?);
         }
-        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> =
-            items.iter().filter(|(id, _, _)| fresh.contains(&id.0)).collect();
+        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> = items
+            .iter()
+            .filter(|(id, _, _)| fresh.contains(&id.0))
+            .collect();
         let mut outcome = ProcessOutcome {
             consumed: items.len(),
             already_processed: items.len() - todo.len(),
@@ -838,11 +868,15 @@ impl Storage for SqliteStore {
                             .bind(plan.contact_of[i].0)
                             .bind(ev.user_id.as_deref())
                             .bind(ev.anonymous_id.as_deref())
-                            .bind(serde_json::to_string(&ev.properties).expect("json map serialises"))
+                            .bind(
+                                serde_json::to_string(&ev.properties).expect("json map serialises"),
+                            )
                             .bind(ev.occurred_at.offset().local_minus_utc())
                             .bind(us(*rec))
                             .bind(ev.idempotency_key.as_str());
-                        outcome.appended.push((*id, ev.occurred_at.with_timezone(&Utc)));
+                        outcome
+                            .appended
+                            .push((*id, ev.occurred_at.with_timezone(&Utc)));
                     }
                     q.execute(&mut *tx).await?;
                 }
@@ -864,7 +898,10 @@ impl Storage for SqliteStore {
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
         let missing: Vec<PartitionKey> = {
             let known = self.partitions.lock();
-            keys.iter().filter(|k| !known.contains(k)).copied().collect()
+            keys.iter()
+                .filter(|k| !known.contains(k))
+                .copied()
+                .collect()
         };
         if missing.is_empty() {
             return Ok(());
@@ -891,11 +928,18 @@ impl Storage for SqliteStore {
             next += 1;
         }
         if q.after.is_some() {
-            filter.push_str(&format!(" AND (occurred_at, id) > (${}, ${})", next, next + 1));
+            filter.push_str(&format!(
+                " AND (occurred_at, id) > (${}, ${})",
+                next,
+                next + 1
+            ));
             next += 2;
         }
         if let Some(ids) = &q.contact_ids {
-            filter.push_str(&format!(" AND contact_id IN ({})", ph(next, ids.len().max(1))));
+            filter.push_str(&format!(
+                " AND contact_id IN ({})",
+                ph(next, ids.len().max(1))
+            ));
         }
         let parts: Vec<String> = tables
             .iter()
@@ -994,10 +1038,16 @@ mod tests {
         assert_eq!(
             parse_table_name("tracked_events_y2026m11_r13"),
             Some(PartitionKey {
-                month: Month { year: 2026, month: 11 },
+                month: Month {
+                    year: 2026,
+                    month: 11
+                },
                 retention_class: 13
             })
         );
-        assert_eq!(parse_table_name("tracked_events_y2026m11_r13_contact"), None);
+        assert_eq!(
+            parse_table_name("tracked_events_y2026m11_r13_contact"),
+            None
+        );
     }
 }

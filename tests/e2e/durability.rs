@@ -1,0 +1,239 @@
+//! A 202 is durable: `kill -9` of the server process right after the
+//! answers loses nothing, and after a restart every accepted event is
+//! processed exactly once.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
+    process::Stdio,
+    sync::Arc,
+    time::Duration,
+};
+
+use chrono::Utc;
+use fastack_entities::Plan;
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::helpers::{Backend, TestDb, answer, bin_path, eventually, make_tenant, track, urlenc};
+
+struct Node {
+    child: Child,
+    addr: SocketAddr,
+}
+
+async fn start_node(db: &TestDb, processing: bool) -> Node {
+    let mut cmd = Command::new(bin_path());
+    cmd.arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(db.env())
+        .env("FASTACK_LISTEN", "127.0.0.1:0")
+        .env("FASTACK_POLL_INTERVAL_MS", "200")
+        .env("FASTACK_LEASE_TTL_MS", "2000")
+        .env("FASTACK_PROCESSING", processing.to_string())
+        .env("FASTACK_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn fastack serve");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            if line.contains("fastack listening")
+                && let Some(rest) = line.split("addr=").nth(1)
+            {
+                let addr = rest.split_whitespace().next().unwrap();
+                return addr.parse::<SocketAddr>().expect("listening address");
+            }
+        }
+        panic!("server exited before listening");
+    })
+    .await
+    .expect("server starts within 30 s");
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Node { child, addr }
+}
+
+fn item(key: &str, at: chrono::DateTime<Utc>) -> Value {
+    let mut t = track(key, &format!("user-{}", key.len() % 13), at);
+    t["type"] = json!("track");
+    t
+}
+
+/// Sends `requests` batches of `per` events from 8 concurrent clients and
+/// returns the ids and keys answered 202.
+async fn send_all(
+    addr: SocketAddr,
+    key: &str,
+    prefix: &str,
+    requests: usize,
+    per: usize,
+) -> HashMap<String, String> {
+    let http = reqwest::Client::new();
+    let now = Utc::now();
+    let accepted = Arc::new(parking_lot::Mutex::new(HashMap::new()));
+    let chunks: Vec<Vec<usize>> = (0..requests)
+        .collect::<Vec<_>>()
+        .chunks(requests.div_ceil(8))
+        .map(|c| c.to_vec())
+        .collect();
+    join_all(chunks.into_iter().map(|chunk| {
+        let http = http.clone();
+        let accepted = accepted.clone();
+        let key = key.to_owned();
+        let prefix = prefix.to_owned();
+        async move {
+            for r in chunk {
+                let keys: Vec<String> = (0..per).map(|i| format!("{prefix}-{r}-{i}")).collect();
+                let body = json!({"batch": keys.iter().enumerate().map(|(i, k)| item(k, now - chrono::Duration::seconds(i as i64))).collect::<Vec<_>>()});
+                let resp = http
+                    .post(format!("http://{addr}/v1/core/batch"))
+                    .bearer_auth(&key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("send");
+                let a = answer(resp).await;
+                assert_eq!(a.status, 202, "{}", a.body);
+                let mut acc = accepted.lock();
+                for (k, it) in keys.iter().zip(a.body["items"].as_array().unwrap()) {
+                    acc.insert(it["id"].as_str().unwrap().to_owned(), k.clone());
+                }
+            }
+        }
+    }))
+    .await;
+    Arc::try_unwrap(accepted).unwrap().into_inner()
+}
+
+async fn read_all(addr: SocketAddr, key: &str) -> Vec<Value> {
+    let http = reqwest::Client::new();
+    let from = (Utc::now() - chrono::Duration::days(2)).to_rfc3339();
+    let to = (Utc::now() + chrono::Duration::days(2)).to_rfc3339();
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!(
+            "http://{addr}/v1/core/events?from={}&to={}&limit=1000",
+            urlenc(&from),
+            urlenc(&to)
+        );
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let a = answer(http.get(url).bearer_auth(key).send().await.unwrap()).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        out.extend(a.body["events"].as_array().unwrap().iter().cloned());
+        match a.body["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return out,
+        }
+    }
+}
+
+fn assert_exactly_once(stored: &[Value], accepted: &HashMap<String, String>) {
+    let ids: Vec<&str> = stored.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    let unique: HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "an event was stored twice");
+    for id in accepted.keys() {
+        assert!(unique.contains(id.as_str()), "accepted event {id} was lost");
+    }
+}
+
+async fn kill_then_recover(backend: Backend, processing_before_kill: bool) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "crash", Plan::Enterprise, None).await;
+    drop(store);
+
+    let mut node = start_node(&db, processing_before_kill).await;
+    let accepted = send_all(node.addr, &t.key, "crash", 24, 100).await;
+    assert_eq!(accepted.len(), 2400);
+    // kill -9 right after the last 202.
+    node.child.start_kill().expect("SIGKILL");
+    let _ = node.child.wait().await;
+
+    let node = start_node(&db, true).await;
+    let stored = eventually(
+        "every accepted event to be processed",
+        Duration::from_secs(60),
+        || async {
+            let s = read_all(node.addr, &t.key).await;
+            (s.len() >= accepted.len()).then_some(s)
+        },
+    )
+    .await;
+    // Let processing settle, then check nothing was stored twice.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let stored_again = read_all(node.addr, &t.key).await;
+    assert_eq!(stored.len(), stored_again.len());
+    assert_exactly_once(&stored_again, &accepted);
+
+    // The idempotency keys survived the crash too.
+    let (some_id, some_key) = accepted.iter().next().unwrap();
+    let again = send_one_again(node.addr, &t.key, &stored_again, some_id, some_key).await;
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["id"], some_id.as_str());
+
+    let mut node = node;
+    node.child.start_kill().ok();
+    let _ = node.child.wait().await;
+    db.drop_db().await;
+}
+
+async fn send_one_again(
+    addr: SocketAddr,
+    key: &str,
+    stored: &[Value],
+    id: &str,
+    idem: &str,
+) -> Value {
+    let ev = stored.iter().find(|e| e["id"] == id).expect("stored");
+    let body = json!({
+        "type": "track",
+        "event": ev["event"],
+        "user_id": ev["user_id"],
+        "properties": ev["properties"],
+        "occurred_at": ev["occurred_at"],
+        "idempotency_key": idem,
+    });
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/core/batch"))
+        .bearer_auth(key)
+        .json(&json!({"batch": [body]}))
+        .send()
+        .await
+        .unwrap();
+    let a = answer(resp).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    a.body["items"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_kill_9_before_processing() {
+    kill_then_recover(Backend::Sqlite, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_kill_9_during_processing() {
+    kill_then_recover(Backend::Sqlite, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_kill_9_before_processing() {
+    kill_then_recover(Backend::Postgres, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_kill_9_during_processing() {
+    kill_then_recover(Backend::Postgres, true).await;
+}

@@ -1,0 +1,394 @@
+//! Test harness: every test gets its own database (a fresh SQLite file, or
+//! `CREATE DATABASE t_<uuid>` on the shared PostgreSQL), its own Redis key
+//! prefix, and a server on port 0 — so the suite runs in parallel against
+//! the real services.
+//!
+//! PostgreSQL and Redis are found at `FASTACK_TEST_PG_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`) and `FASTACK_TEST_REDIS_URL`
+//! (default `redis://127.0.0.1:6379`). When they are unreachable the
+//! service-backed variants are skipped with a message, unless
+//! `FASTACK_TEST_REQUIRE_SERVICES=1` (set by CI): then they fail.
+
+use std::{
+    future::Future,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use fastack_api::Server;
+use fastack_core::{Config, admin, clock, store::Store};
+use fastack_entities::{Plan, Tenant};
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+use tempfile::TempDir;
+use uuid::Uuid;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+pub fn pg_admin_url() -> String {
+    env_or(
+        "FASTACK_TEST_PG_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+    )
+}
+
+pub fn redis_url() -> String {
+    env_or("FASTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+}
+
+pub fn services_required() -> bool {
+    std::env::var("FASTACK_TEST_REQUIRE_SERVICES").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// A database of one test, dropped at the end.
+pub struct TestDb {
+    pub backend: Backend,
+    pub dir: TempDir,
+    pub pg_name: Option<String>,
+    pub redis_prefix: String,
+}
+
+impl TestDb {
+    /// `None` when the backend's services are unreachable and not required.
+    pub async fn new(backend: Backend) -> Option<TestDb> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let redis_prefix = format!("t{}", Uuid::new_v4().simple());
+        match backend {
+            Backend::Sqlite => Some(TestDb {
+                backend,
+                dir,
+                pg_name: None,
+                redis_prefix,
+            }),
+            Backend::Postgres => {
+                let admin = pg_admin_url();
+                let mut conn = match PgConnection::connect(&admin).await {
+                    Ok(c) => c,
+                    Err(e) if !services_required() => {
+                        eprintln!("skipped: PostgreSQL not reachable at {admin}: {e}");
+                        return None;
+                    }
+                    Err(e) => panic!("PostgreSQL required but not reachable at {admin}: {e}"),
+                };
+                if let Err(e) = redis::Client::open(redis_url())
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                {
+                    if !services_required() {
+                        eprintln!("skipped: Redis not reachable: {e}");
+                        return None;
+                    }
+                    panic!("Redis required but not reachable: {e}");
+                }
+                let name = format!("t_{}", Uuid::new_v4().simple());
+                conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .await
+                    .expect("create test database");
+                Some(TestDb {
+                    backend,
+                    dir,
+                    pg_name: Some(name),
+                    redis_prefix,
+                })
+            }
+        }
+    }
+
+    pub fn database_url(&self) -> Option<String> {
+        self.pg_name.as_ref().map(|name| {
+            let admin = pg_admin_url();
+            let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+            format!("{base}/{name}")
+        })
+    }
+
+    /// Configuration of a node on this database.
+    pub fn config(&self) -> Config {
+        let mut vars: Vec<(String, String)> = vec![
+            ("FASTACK_LISTEN".into(), "127.0.0.1:0".into()),
+            (
+                "FASTACK_DATA_DIR".into(),
+                self.dir.path().display().to_string(),
+            ),
+            ("FASTACK_POLL_INTERVAL_MS".into(), "200".into()),
+            ("FASTACK_LEASE_TTL_MS".into(), "3000".into()),
+            ("FASTACK_BOOTSTRAP".into(), "false".into()),
+            ("FASTACK_REDIS_PREFIX".into(), self.redis_prefix.clone()),
+        ];
+        if let Some(url) = self.database_url() {
+            vars.push(("FASTACK_DATABASE_URL".into(), url));
+            vars.push(("FASTACK_REDIS_URL".into(), redis_url()));
+        }
+        Config::from_vars(vars).expect("test config")
+    }
+
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut vars = vec![
+            (
+                "FASTACK_DATA_DIR".to_owned(),
+                self.dir.path().display().to_string(),
+            ),
+            ("FASTACK_REDIS_PREFIX".to_owned(), self.redis_prefix.clone()),
+            ("FASTACK_BOOTSTRAP".to_owned(), "false".to_owned()),
+        ];
+        if let Some(url) = self.database_url() {
+            vars.push(("FASTACK_DATABASE_URL".to_owned(), url));
+            vars.push(("FASTACK_REDIS_URL".to_owned(), redis_url()));
+        }
+        vars
+    }
+
+    pub async fn store(&self) -> Store {
+        fastack_core::store::open(&self.config())
+            .await
+            .expect("open store")
+    }
+
+    pub async fn drop_db(&self) {
+        if let Some(name) = &self.pg_name
+            && let Ok(mut conn) = PgConnection::connect(&pg_admin_url()).await
+        {
+            let _ = conn
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .await;
+        }
+    }
+}
+
+/// A tenant with a key.
+#[derive(Clone, Debug)]
+pub struct TestTenant {
+    pub tenant: Tenant,
+    pub key: String,
+}
+
+pub async fn make_tenant(
+    store: &Store,
+    name: &str,
+    plan: Plan,
+    key_rps: Option<u32>,
+) -> TestTenant {
+    let tenant = admin::create_tenant(store.as_ref(), name, plan, None)
+        .await
+        .expect("create tenant");
+    let key = admin::create_key(store.as_ref(), tenant.id, key_rps)
+        .await
+        .expect("create key");
+    TestTenant {
+        tenant,
+        key: key.secret,
+    }
+}
+
+/// A running server on a test database.
+pub struct TestApp {
+    pub db: Arc<TestDb>,
+    pub server: Option<Server>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub store: Store,
+    pub t: TestTenant,
+}
+
+pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
+    let db = Arc::new(TestDb::new(backend).await?);
+    Some(spawn_on(db, |_| {}).await)
+}
+
+/// A server on an existing test database, its config adjusted by `tweak`.
+pub async fn spawn_on(db: Arc<TestDb>, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = db.config();
+    tweak(&mut config);
+    let server = fastack_api::start(config, clock::system())
+        .await
+        .expect("server starts");
+    let store = server.state().store.clone();
+    let t = match store.find_tenant_by_name("acme").await.expect("lookup") {
+        Some(tenant) => {
+            let key = admin::create_key(store.as_ref(), tenant.id, None)
+                .await
+                .expect("key");
+            TestTenant {
+                tenant,
+                key: key.secret,
+            }
+        }
+        None => make_tenant(&store, "acme", Plan::Enterprise, None).await,
+    };
+    TestApp {
+        base: format!("http://{}", server.addr()),
+        server: Some(server),
+        db,
+        http: reqwest::Client::new(),
+        store,
+        t,
+    }
+}
+
+/// What a response said.
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn post(&self, path: &str, key: &str, body: &Value) -> Answer {
+        self.post_raw(path, key, serde_json::to_vec(body).unwrap())
+            .await
+    }
+
+    pub async fn post_raw(&self, path: &str, key: &str, body: Vec<u8>) -> Answer {
+        let resp = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request sent");
+        answer(resp).await
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> Answer {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("request sent");
+        answer(resp).await
+    }
+
+    /// Events of the tenant with `key` in `[from, to)`, all pages.
+    pub async fn events(&self, key: &str, from: &str, to: &str, extra: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut path = format!(
+                "/v1/core/events?from={}&to={}&limit=1000{extra}",
+                urlenc(from),
+                urlenc(to)
+            );
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let a = self.get(&path, key).await;
+            assert_eq!(a.status, 200, "{}", a.body);
+            out.extend(a.body["events"].as_array().unwrap().iter().cloned());
+            match a.body["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return out,
+            }
+        }
+    }
+
+    pub async fn stop(mut self) -> Arc<TestDb> {
+        if let Some(server) = self.server.take() {
+            server.stop().await;
+        }
+        self.db.clone()
+    }
+
+    /// Stops the server and drops the test database.
+    pub async fn cleanup(self) {
+        let db = self.stop().await;
+        db.drop_db().await;
+    }
+}
+
+pub async fn answer(resp: reqwest::Response) -> Answer {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes().await.expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+pub fn urlenc(s: &str) -> String {
+    s.replace('+', "%2B").replace(':', "%3A")
+}
+
+/// A valid track event.
+pub fn track(key: &str, user: &str, occurred_at: DateTime<Utc>) -> Value {
+    serde_json::json!({
+        "event": "Order Completed",
+        "user_id": user,
+        "properties": {"total": 42.5, "currency": "EUR"},
+        "occurred_at": occurred_at.to_rfc3339(),
+        "idempotency_key": key,
+    })
+}
+
+/// Polls `check` until it returns `Some` or the deadline passes.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs a scenario against both backends: `mod name { sqlite, postgres }`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            mod $scenario {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    if let Some(app) = $crate::helpers::spawn_app($crate::helpers::Backend::Sqlite).await {
+                        super::$scenario(app).await;
+                    }
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if let Some(app) = $crate::helpers::spawn_app($crate::helpers::Backend::Postgres).await {
+                        super::$scenario(app).await;
+                    }
+                }
+            }
+        )*
+    };
+}
+
+pub fn bin_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fastack"))
+}

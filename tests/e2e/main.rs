@@ -1,0 +1,13 @@
+//! End-to-end tests of fastack over real HTTP, against embedded SQLite and
+//! against the real PostgreSQL + Redis. One test binary (see helpers.rs for
+//! how each test gets its own database, Redis prefix and port).
+
+mod helpers;
+
+mod durability;
+mod identity;
+mod ingest;
+mod isolation;
+mod multinode;
+mod ops;
+mod ratelimit;

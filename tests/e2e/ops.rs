@@ -1,0 +1,62 @@
+//! Health, readiness, metrics, OpenAPI.
+
+use chrono::Utc;
+
+use crate::helpers::{TestApp, track};
+use crate::on_both_backends;
+
+on_both_backends!(ops_endpoints_answer);
+
+async fn ops_endpoints_answer(app: TestApp) {
+    let h = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(h.status(), 200);
+    let r = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let a = app
+        .post("/v1/core/track", &app.t.key, &track("m1", "u", Utc::now()))
+        .await;
+    assert_eq!(a.status, 202);
+    let m = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains(
+            "fastack_http_requests_total{route=\"/v1/core/track\",method=\"POST\",status=\"202\"} 1"
+        ),
+        "{m}"
+    );
+    assert!(m.contains("fastack_http_request_duration_seconds_bucket"));
+    assert!(m.contains("fastack_inbox_depth"));
+    assert!(m.contains("fastack_processing_lag_seconds"));
+    let spec = app
+        .http
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(spec.trim(), fastack_api::openapi_json().trim());
+    let docs = app.http.get(app.url("/docs")).send().await.unwrap();
+    assert_eq!(docs.status(), 200);
+    app.cleanup().await;
+}
+
+#[test]
+fn committed_openapi_matches_the_code() {
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json"))
+            .expect("openapi/openapi.json is committed");
+    assert_eq!(
+        committed.trim(),
+        fastack_api::openapi_json().trim(),
+        "openapi/openapi.json drifted: run `cargo run -- openapi > openapi/openapi.json`"
+    );
+}
