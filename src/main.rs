@@ -32,6 +32,21 @@ enum Command {
     Config,
     /// Tenants and API keys.
     Admin(AdminArgs),
+    /// Derived keys consumers need to verify what fastack sends.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Print an external HMAC key (hex): the tenant's (verifies export
+    /// result HMACs) or, without --tenant, the deployment's (verifies AMQP
+    /// message signatures).
+    ExternalHmac {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -265,12 +280,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied");
             Ok(())
         }
+        Command::Keys(KeysCommand::ExternalHmac { tenant }) => {
+            let config = Config::from_env().context("reading configuration")?;
+            init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
+            let keys = fastack_core::crypto::Keys::load(&config)?;
+            let key = match tenant {
+                None => keys.deployment_hmac(),
+                Some(t) => {
+                    let store = store::open(&config).await.context("opening storage")?;
+                    let tenant = admin::resolve_tenant(store.as_ref(), &t).await?;
+                    keys.tenant_hmac(tenant.id)
+                }
+            };
+            println!("{}", hex_encode(&key));
+            Ok(())
+        }
         Command::Admin(args) => {
             let config = Config::from_env().context("reading configuration")?;
             init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
             admin_command(&config, args).await
         }
     }
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn main() -> ExitCode {

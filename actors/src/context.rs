@@ -9,16 +9,23 @@ use std::sync::{
 
 use dashmap::DashMap;
 use fastack_core::{
-    Config, clock::SharedClock, metrics::Metrics, ratelimit::LocalCells, ratelimit::RedisLimiter,
-    store::Store,
+    Config,
+    amqp::Emitter,
+    clock::SharedClock,
+    crypto::Keys,
+    metrics::Metrics,
+    objects::Objects,
+    ratelimit::LocalCells,
+    ratelimit::RedisLimiter,
+    store::{Emit, Store},
 };
 use fastack_entities::{EventId, NodeId, Tenant, TenantId};
 use parking_lot::{Mutex, RwLock};
 use ractor::ActorRef;
 
 use crate::{
-    ingest_writer::IngestQueue, tenant_registry::TenantRegistryMsg,
-    tenant_supervisor::TenantSupervisorMsg,
+    ingest_writer::IngestQueue, job_runner::JobRunnerMsg, outbox_relay::OutboxRelayMsg,
+    tenant_registry::TenantRegistryMsg, tenant_supervisor::TenantSupervisorMsg,
 };
 
 pub struct Ctx {
@@ -34,6 +41,12 @@ pub struct Ctx {
     pub registry: RwLock<Option<ActorRef<TenantRegistryMsg>>>,
     /// The ingest queue: it outlives writer restarts (the mailbox is kept).
     pub ingest: IngestQueue,
+    pub keys: Keys,
+    pub objects: Objects,
+    /// Set when AMQP streaming is on.
+    pub emitter: Option<Emitter>,
+    pub relay: RwLock<Option<ActorRef<OutboxRelayMsg>>>,
+    pub job_runner: RwLock<Option<ActorRef<JobRunnerMsg>>>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -47,6 +60,36 @@ impl std::fmt::Debug for Ctx {
 impl Ctx {
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
+    }
+
+    /// Who takes job events.
+    pub fn job_emit(&self) -> Emit {
+        Emit {
+            publish: self.emitter.is_some(),
+            fanout: false,
+        }
+    }
+
+    /// Who takes `core.event.tracked` events.
+    pub fn tracked_emit(&self) -> Emit {
+        Emit {
+            publish: self.emitter.is_some(),
+            fanout: false,
+        }
+    }
+
+    /// New outbox rows: the relay need not wait for its next tick.
+    pub fn kick_relay(&self) {
+        if let Some(relay) = self.relay.read().as_ref() {
+            let _ = relay.cast(OutboxRelayMsg::Pump);
+        }
+    }
+
+    /// A job was queued: the runner need not wait for its next tick.
+    pub fn kick_jobs(&self) {
+        if let Some(runner) = self.job_runner.read().as_ref() {
+            let _ = runner.cast(JobRunnerMsg::Poll);
+        }
     }
 
     /// Tells a tenant's processor that new inbox rows are waiting.

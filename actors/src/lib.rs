@@ -3,7 +3,10 @@
 //! ```text
 //! Root
 //! ├── IngestWriter          group commit of accepted events
-//! └── TenantRegistry ── TenantSupervisor(tenant) ── Processor(tenant)
+//! ├── TenantRegistry ── TenantSupervisor(tenant) ── Processor(tenant)
+//! ├── JobRunner             exports (retention archives: PartitionManager)
+//! ├── OutboxRelay           outbox → RabbitMQ, publisher confirms (with AMQP)
+//! └── Repairer              re-emits terminal events still marked pending
 //! ```
 //!
 //! [`Runtime`] is the handle the HTTP layer holds: it finds a tenant's
@@ -14,7 +17,10 @@ pub mod backoff;
 pub mod context;
 pub mod error;
 pub mod ingest_writer;
+pub mod job_runner;
+pub mod outbox_relay;
 pub mod processor;
+pub mod repairer;
 pub mod root;
 pub mod tenant_registry;
 pub mod tenant_supervisor;
@@ -23,7 +29,8 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use fastack_core::{
-    Config, clock::SharedClock, metrics::Metrics, ratelimit::RedisLimiter, store::Store,
+    Config, amqp::Emitter, clock::SharedClock, crypto::Keys, metrics::Metrics, objects::Objects,
+    ratelimit::RedisLimiter, store::Store,
 };
 use fastack_entities::Tenant;
 use parking_lot::RwLock;
@@ -59,7 +66,16 @@ impl Runtime {
         clock: SharedClock,
         metrics: Arc<Metrics>,
         redis_limiter: Option<RedisLimiter>,
+        keys: Keys,
+        objects: Objects,
     ) -> Result<Self> {
+        let emitter = config.amqp_url.as_ref().map(|_| Emitter {
+            source: config.cloudevents_source.clone().unwrap_or_default(),
+            job_exchange: config.job_events_exchange.clone(),
+            core_exchange: config.core_events_exchange.clone(),
+            single_tenant: config.single_tenant,
+            signing_key: keys.deployment_hmac(),
+        });
         let ctx = Arc::new(Ctx {
             node_id: config.node_id,
             config,
@@ -70,6 +86,11 @@ impl Runtime {
             tenants: DashMap::new(),
             registry: RwLock::new(None),
             ingest: IngestQueue::new(INGEST_QUEUE_CAPACITY),
+            keys,
+            objects,
+            emitter,
+            relay: RwLock::new(None),
+            job_runner: RwLock::new(None),
         });
         let (root, root_task) = Actor::spawn(None, RootActor, RootArgs { ctx: ctx.clone() })
             .await

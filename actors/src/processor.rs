@@ -128,6 +128,7 @@ impl Actor for ProcessorActor {
                 limit: ctx.config.process_batch,
                 now,
                 lease_ttl: ttl,
+                emit_tracked: ctx.tracked_emit(),
             };
             match ctx.store.process_batch(&req).await {
                 Ok(out) => {

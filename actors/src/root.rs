@@ -13,6 +13,9 @@ use crate::{
     backoff::Backoff,
     context::Ctx,
     ingest_writer::{IngestWriterActor, IngestWriterArgs},
+    job_runner::{JobRunnerActor, JobRunnerArgs},
+    outbox_relay::{OutboxRelayActor, OutboxRelayArgs},
+    repairer::{RepairerActor, RepairerArgs},
     tenant_registry::{TenantRegistryActor, TenantRegistryArgs},
 };
 
@@ -27,6 +30,21 @@ pub struct RootArgs {
 pub enum Child {
     IngestWriter,
     TenantRegistry,
+    JobRunner,
+    OutboxRelay,
+    Repairer,
+}
+
+impl Child {
+    fn name(&self) -> &'static str {
+        match self {
+            Child::IngestWriter => "ingest_writer",
+            Child::TenantRegistry => "tenant_registry",
+            Child::JobRunner => "job_runner",
+            Child::OutboxRelay => "outbox_relay",
+            Child::Repairer => "repairer",
+        }
+    }
 }
 
 pub struct RootState {
@@ -75,6 +93,49 @@ impl RootActor {
                 *state.ctx.registry.write() = Some(r.clone());
                 r.get_id()
             }
+            Child::JobRunner => {
+                let (r, _) = Actor::spawn_linked(
+                    None,
+                    JobRunnerActor,
+                    JobRunnerArgs {
+                        ctx: state.ctx.clone(),
+                    },
+                    cell,
+                )
+                .await?;
+                r.get_id()
+            }
+            Child::OutboxRelay => {
+                let (Some(emitter), Some(url)) =
+                    (state.ctx.emitter.clone(), state.ctx.config.amqp_url.clone())
+                else {
+                    return Ok(());
+                };
+                let (r, _) = Actor::spawn_linked(
+                    None,
+                    OutboxRelayActor,
+                    OutboxRelayArgs {
+                        ctx: state.ctx.clone(),
+                        emitter,
+                        amqp_url: url,
+                    },
+                    cell,
+                )
+                .await?;
+                r.get_id()
+            }
+            Child::Repairer => {
+                let (r, _) = Actor::spawn_linked(
+                    None,
+                    RepairerActor,
+                    RepairerArgs {
+                        ctx: state.ctx.clone(),
+                    },
+                    cell,
+                )
+                .await?;
+                r.get_id()
+            }
         };
         state.backoff.entry(child).or_default().started();
         state.children.insert(id, child);
@@ -90,6 +151,7 @@ impl RootActor {
         if child == Child::TenantRegistry {
             *state.ctx.registry.write() = None;
         }
+        state.ctx.metrics.restarted(child.name());
         let delay = state.backoff.entry(child).or_default().next_delay();
         warn!(
             ?child,
@@ -123,8 +185,15 @@ impl Actor for RootActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        Self::start(&myself, state, Child::IngestWriter).await?;
-        Self::start(&myself, state, Child::TenantRegistry).await?;
+        for child in [
+            Child::IngestWriter,
+            Child::TenantRegistry,
+            Child::JobRunner,
+            Child::OutboxRelay,
+            Child::Repairer,
+        ] {
+            Self::start(&myself, state, child).await?;
+        }
         Ok(())
     }
 

@@ -216,6 +216,7 @@ impl Actor for TenantRegistryActor {
             }
             SupervisionEvent::ActorFailed(cell, error) => {
                 if let Some(tenant) = state.running.remove(&cell.get_id()) {
+                    state.ctx.metrics.restarted("tenant_supervisor");
                     let delay = state.backoff.entry(tenant).or_default().next_delay();
                     warn!(%tenant, %error, delay_ms = delay.as_millis() as u64, "tenant supervisor failed, restarting");
                     myself.send_after(delay, move || TenantRegistryMsg::Restart { tenant });

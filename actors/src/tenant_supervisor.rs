@@ -176,6 +176,7 @@ impl Actor for TenantSupervisorActor {
         match event {
             SupervisionEvent::ActorFailed(cell, error) if is_processor(&cell) => {
                 state.processor = None;
+                state.ctx.metrics.restarted("processor");
                 let delay = state.backoff.next_delay();
                 warn!(
                     tenant = %state.shared.tenant().id,

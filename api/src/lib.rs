@@ -5,6 +5,7 @@ pub mod body;
 pub mod dto;
 pub mod gate;
 pub mod ingest;
+pub mod jobs;
 pub mod problem;
 pub mod routes;
 pub mod server;

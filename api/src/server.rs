@@ -8,7 +8,9 @@ use fastack_core::{
     Config, admin,
     auth::KeyCache,
     clock::SharedClock,
+    crypto::Keys,
     metrics::Metrics,
+    objects::Objects,
     ratelimit::RedisLimiter,
     store::{self, Month, PartitionKey, Store},
 };
@@ -24,6 +26,7 @@ use tracing::{info, warn};
 use crate::{
     Error, Result,
     gate::{gate, observe},
+    jobs::JobsApi,
     routes::CoreApi,
     state::{AppState, SharedState},
 };
@@ -31,8 +34,8 @@ use crate::{
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The OpenAPI service of the tenant API (no state needed to describe it).
-pub fn openapi_service() -> OpenApiService<CoreApi, ()> {
-    OpenApiService::new(CoreApi, "fastack", VERSION)
+pub fn openapi_service() -> OpenApiService<(CoreApi, JobsApi), ()> {
+    OpenApiService::new((CoreApi, JobsApi), "fastack", VERSION)
         .description(
             "Event pipeline: send track/identify/batch events (202 once durable), \
              read events and contacts. Errors are RFC 9457 problem documents with a \
@@ -162,6 +165,9 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| fastack_core::Error::io(config.data_dir.display().to_string(), e))?;
     }
+    config.check_streaming()?;
+    let keys = Keys::load(&config)?;
+    let objects = Objects::from_config(&config)?;
     let store = store::open(&config).await?;
     if config.is_embedded()
         && config.bootstrap
@@ -186,6 +192,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server> {
         clock.clone(),
         metrics.clone(),
         redis_limiter,
+        keys,
+        objects,
     )
     .await?;
     let state: SharedState = Arc::new(AppState {

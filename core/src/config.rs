@@ -83,6 +83,22 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "object storage for exports and archives",
     ),
     (
+        "FASTACK_S3_ENDPOINT / _REGION / _ACCESS_KEY_ID / _SECRET_ACCESS_KEY",
+        "(none)",
+        "S3-compatible storage for `FASTACK_STORAGE_URL=s3://bucket/prefix`",
+    ),
+    (
+        "FASTACK_SINGLE_TENANT",
+        "false",
+        "single-tenant deployment: events carry `ce-tenantid: single-tenant`",
+    ),
+    ("FASTACK_JOB_CONCURRENCY", "2", "jobs a node runs at once"),
+    (
+        "FASTACK_REPAIR_INTERVAL_MS",
+        "30000",
+        "how often the repairer re-emits terminal events whose marker is still set",
+    ),
+    (
         "FASTACK_WEBHOOK_ALLOW_PRIVATE",
         "false",
         "allow webhook endpoints on private/loopback addresses",
@@ -170,6 +186,10 @@ pub struct Config {
     pub cloudevents_source: Option<String>,
     pub enc_key: Option<String>,
     pub storage_url: Option<String>,
+    pub s3: S3Settings,
+    pub single_tenant: bool,
+    pub job_concurrency: usize,
+    pub repair_interval: Duration,
     pub webhook_allow_private: bool,
     pub node_id: NodeId,
     pub bootstrap: bool,
@@ -183,6 +203,15 @@ pub struct Config {
     pub ingest_max_rows: usize,
     pub ingest_concurrency: Option<usize>,
     pub plans: PlanTable,
+}
+
+/// Credentials of an S3-compatible bucket.
+#[derive(Clone, Debug, Default)]
+pub struct S3Settings {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
 }
 
 /// Plan limits in force (defaults overridable per deployment).
@@ -244,6 +273,10 @@ impl Default for Config {
             cloudevents_source: None,
             enc_key: None,
             storage_url: None,
+            s3: S3Settings::default(),
+            single_tenant: false,
+            job_concurrency: 2,
+            repair_interval: Duration::from_millis(30_000),
             webhook_allow_private: false,
             node_id: NodeId::new(),
             bootstrap: true,
@@ -315,6 +348,13 @@ impl Config {
             "FASTACK_CLOUDEVENTS_SOURCE" => self.cloudevents_source = non_empty(value),
             "FASTACK_ENC_KEY" => self.enc_key = non_empty(value),
             "FASTACK_STORAGE_URL" => self.storage_url = non_empty(value),
+            "FASTACK_S3_ENDPOINT" => self.s3.endpoint = non_empty(value),
+            "FASTACK_S3_REGION" => self.s3.region = non_empty(value),
+            "FASTACK_S3_ACCESS_KEY_ID" => self.s3.access_key_id = non_empty(value),
+            "FASTACK_S3_SECRET_ACCESS_KEY" => self.s3.secret_access_key = non_empty(value),
+            "FASTACK_SINGLE_TENANT" => self.single_tenant = parse_bool(key, &value)?,
+            "FASTACK_JOB_CONCURRENCY" => self.job_concurrency = parse(key, &value)?,
+            "FASTACK_REPAIR_INTERVAL_MS" => self.repair_interval = millis(key, &value)?,
             "FASTACK_WEBHOOK_ALLOW_PRIVATE" => {
                 self.webhook_allow_private = parse_bool(key, &value)?
             }
@@ -380,6 +420,32 @@ impl Config {
         }
         if self.process_batch == 0 || self.ingest_max_rows == 0 {
             return Err(Error::Config("batch sizes must be positive".to_owned()));
+        }
+        Ok(())
+    }
+
+    /// With AMQP configured, the event contract needs exchange names and a
+    /// CloudEvents source: a node refuses to start without them.
+    pub fn check_streaming(&self) -> Result<()> {
+        if self.amqp_url.is_none() {
+            return Ok(());
+        }
+        if self.job_events_exchange.trim().is_empty() || self.core_events_exchange.trim().is_empty()
+        {
+            return Err(Error::Config(
+                "FASTACK_AMQP_URL is set but FASTACK_JOB_EVENTS_EXCHANGE or FASTACK_CORE_EVENTS_EXCHANGE is empty"
+                    .to_owned(),
+            ));
+        }
+        if self
+            .cloudevents_source
+            .as_deref()
+            .is_none_or(|s| s.trim().is_empty())
+        {
+            return Err(Error::Config(
+                "FASTACK_AMQP_URL is set but FASTACK_CLOUDEVENTS_SOURCE is empty: job events need a ce-source"
+                    .to_owned(),
+            ));
         }
         Ok(())
     }
@@ -463,6 +529,38 @@ mod tests {
         assert_eq!(cfg.plans.pro.rate_per_sec, 3000);
         assert_eq!(cfg.plans.enterprise.retention_months, 48);
         assert!(cfg.webhook_allow_private);
+    }
+
+    #[test]
+    fn streaming_needs_exchange_and_source() {
+        let amqp = ("FASTACK_AMQP_URL", "amqp://localhost");
+        let cfg = Config::from_vars(vars(&[amqp])).unwrap();
+        assert!(
+            cfg.check_streaming()
+                .unwrap_err()
+                .to_string()
+                .contains("FASTACK_CLOUDEVENTS_SOURCE")
+        );
+        let cfg = Config::from_vars(vars(&[
+            amqp,
+            ("FASTACK_CLOUDEVENTS_SOURCE", "//x"),
+            ("FASTACK_JOB_EVENTS_EXCHANGE", ""),
+        ]))
+        .unwrap();
+        assert!(
+            cfg.check_streaming()
+                .unwrap_err()
+                .to_string()
+                .contains("EXCHANGE")
+        );
+        let cfg = Config::from_vars(vars(&[amqp, ("FASTACK_CLOUDEVENTS_SOURCE", "//x")])).unwrap();
+        assert!(cfg.check_streaming().is_ok());
+        assert!(
+            Config::from_vars(vars(&[]))
+                .unwrap()
+                .check_streaming()
+                .is_ok()
+        );
     }
 
     #[test]

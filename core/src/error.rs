@@ -31,6 +31,14 @@ pub enum Error {
     Corrupt(String),
     #[error("service is shutting down")]
     ShuttingDown,
+    #[error("object storage: {0}")]
+    Storage(String),
+    #[error("{0}")]
+    Protocol(String),
+    #[error("message signature rejected: {0}")]
+    Signature(&'static str),
+    #[error("amqp error")]
+    Amqp(#[from] lapin::Error),
 }
 
 impl Error {
@@ -48,12 +56,15 @@ impl ServiceError for Error {
             Error::NotFound { .. } => 404,
             Error::Conflict(_) => 409,
             Error::Config(_) => 500,
-            Error::Corrupt(_) => 500,
+            Error::Corrupt(_) | Error::Protocol(_) => 500,
+            Error::Signature(_) => 401,
             Error::Database(_)
             | Error::Migration(_)
             | Error::Redis(_)
             | Error::Io { .. }
             | Error::LeaseLost
+            | Error::Storage(_)
+            | Error::Amqp(_)
             | Error::ShuttingDown => 503,
         }
     }
@@ -62,7 +73,8 @@ impl ServiceError for Error {
         match self {
             Error::NotFound { .. } => "not_found",
             Error::Conflict(_) => "conflict",
-            Error::Config(_) | Error::Corrupt(_) => "internal",
+            Error::Config(_) | Error::Corrupt(_) | Error::Protocol(_) => "internal",
+            Error::Signature(_) => "invalid_signature",
             _ => "unavailable",
         }
     }

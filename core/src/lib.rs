@@ -2,13 +2,18 @@
 //! rate limits, API keys and metrics. No actors and no HTTP here.
 
 pub mod admin;
+pub mod amqp;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod crypto;
 pub mod error;
+pub mod export;
 pub mod identity;
 pub mod metrics;
+pub mod objects;
 pub mod ratelimit;
+pub mod redact;
 pub mod store;
 pub mod validate;
 

@@ -21,6 +21,11 @@ pub struct HttpLabels {
     pub status: u16,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActorLabels {
+    pub actor: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~26 s
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
@@ -41,6 +46,11 @@ pub struct Metrics {
     pub group_commit_rows: Histogram,
     pub group_commit_seconds: Histogram,
     pub active_tenants: Gauge,
+    pub actor_restarts: Family<ActorLabels, Counter>,
+    pub amqp_published: Counter,
+    pub amqp_unroutable: Counter,
+    pub outbox_depth: Gauge,
+    pub events_repaired: Counter,
 }
 
 impl Default for Metrics {
@@ -67,6 +77,31 @@ impl Metrics {
         let group_commit_rows = Histogram::new(exponential_buckets(1.0, 2.0, 14));
         let group_commit_seconds = latency_histogram();
         let active_tenants = Gauge::default();
+        let actor_restarts = Family::<ActorLabels, Counter>::default();
+        let amqp_published = Counter::default();
+        let amqp_unroutable = Counter::default();
+        let outbox_depth = Gauge::default();
+        let events_repaired = Counter::default();
+        registry.register(
+            "amqp_published",
+            "outbox rows confirmed by the broker",
+            amqp_published.clone(),
+        );
+        registry.register(
+            "amqp_unroutable",
+            "confirmed messages the broker could not route to any queue",
+            amqp_unroutable.clone(),
+        );
+        registry.register(
+            "outbox_depth",
+            "outbox rows waiting for the AMQP relay",
+            outbox_depth.clone(),
+        );
+        registry.register(
+            "events_repaired",
+            "terminal events re-emitted by the repairer",
+            events_repaired.clone(),
+        );
         registry.register(
             "http_requests",
             "HTTP requests by route, method and status",
@@ -127,6 +162,11 @@ impl Metrics {
             "tenants with running actors on this node",
             active_tenants.clone(),
         );
+        registry.register(
+            "actor_restarts",
+            "children restarted by their supervisor after a failure",
+            actor_restarts.clone(),
+        );
         Metrics {
             registry,
             http_requests,
@@ -141,7 +181,18 @@ impl Metrics {
             group_commit_rows,
             group_commit_seconds,
             active_tenants,
+            actor_restarts,
+            amqp_published,
+            amqp_unroutable,
+            outbox_depth,
+            events_repaired,
         }
+    }
+
+    pub fn restarted(&self, actor: &'static str) {
+        self.actor_restarts
+            .get_or_create(&ActorLabels { actor })
+            .inc();
     }
 
     /// The Prometheus text exposition.

@@ -2,9 +2,11 @@
 //! that storage, actors and the HTTP surface exchange.
 
 pub mod ids;
+pub mod job;
 pub mod model;
 
 pub use ids::{ApiKeyId, ContactId, EventId, JobId, NodeId, TenantId};
+pub use job::{Job, JobKind, JobStatus};
 pub use model::{
     ApiKey, Contact, EventKind, IdentityKind, NewEvent, Plan, PlanLimits, StoredEvent, Tenant,
     UnknownPlan,

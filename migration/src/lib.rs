@@ -8,13 +8,17 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_init;
+mod m20261130_000002_jobs_outbox;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_init::Migration)]
+        vec![
+            Box::new(m20261130_000001_init::Migration),
+            Box::new(m20261130_000002_jobs_outbox::Migration),
+        ]
     }
 }
 

@@ -46,6 +46,16 @@ pub fn redis_url() -> String {
     env_or("FASTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 }
 
+/// The master key of every test deployment (32 bytes, base64).
+pub const TEST_ENC_KEY: &str = "ZmFzdGFjay10ZXN0LW1hc3Rlci1rZXktMzItYnl0ZXMh";
+
+pub fn amqp_url() -> String {
+    env_or(
+        "FASTACK_TEST_AMQP_URL",
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+    )
+}
+
 pub fn services_required() -> bool {
     std::env::var("FASTACK_TEST_REQUIRE_SERVICES").is_ok_and(|v| v == "1" || v == "true")
 }
@@ -124,6 +134,7 @@ impl TestDb {
             ("FASTACK_LEASE_TTL_MS".into(), "3000".into()),
             ("FASTACK_BOOTSTRAP".into(), "false".into()),
             ("FASTACK_REDIS_PREFIX".into(), self.redis_prefix.clone()),
+            ("FASTACK_ENC_KEY".into(), TEST_ENC_KEY.into()),
         ];
         if let Some(url) = self.database_url() {
             vars.push(("FASTACK_DATABASE_URL".into(), url));
@@ -140,6 +151,7 @@ impl TestDb {
             ),
             ("FASTACK_REDIS_PREFIX".to_owned(), self.redis_prefix.clone()),
             ("FASTACK_BOOTSTRAP".to_owned(), "false".to_owned()),
+            ("FASTACK_ENC_KEY".to_owned(), TEST_ENC_KEY.to_owned()),
         ];
         if let Some(url) = self.database_url() {
             vars.push(("FASTACK_DATABASE_URL".to_owned(), url));

@@ -4,6 +4,7 @@
 
 mod helpers;
 
+mod amqp;
 mod durability;
 mod identity;
 mod ingest;
@@ -11,3 +12,4 @@ mod isolation;
 mod multinode;
 mod ops;
 mod ratelimit;
+mod supervision;

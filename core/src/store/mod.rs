@@ -9,8 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, IdentityKind, NewEvent, NodeId, StoredEvent,
-    Tenant, TenantId,
+    ApiKey, ApiKeyId, Contact, ContactId, EventId, IdentityKind, Job, JobId, JobStatus, NewEvent,
+    NodeId, StoredEvent, Tenant, TenantId,
 };
 
 use crate::{
@@ -186,6 +186,73 @@ pub struct EventQuery {
     pub limit: u32,
 }
 
+/// Which consumers take outbox rows of a kind: the AMQP relay (`publish`)
+/// and the webhook fan-out (`fanout`). A row nobody takes is not written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Emit {
+    pub publish: bool,
+    pub fanout: bool,
+}
+
+impl Emit {
+    pub fn any(&self) -> bool {
+        self.publish || self.fanout
+    }
+}
+
+/// The stream an outbox row goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// `job.completed` / `job.failed`
+    Job,
+    /// `core.event.tracked`
+    Core,
+}
+
+impl Topic {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Topic::Job => "job",
+            Topic::Core => "core",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "job" => Ok(Topic::Job),
+            "core" => Ok(Topic::Core),
+            other => Err(Error::Corrupt(format!("outbox topic {other}"))),
+        }
+    }
+}
+
+/// An outbox row: one event on its way out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub tenant_id: TenantId,
+    pub topic: Topic,
+    /// `job.completed`, `job.failed` or `core.event.tracked`.
+    pub routing_key: String,
+    /// The CloudEvents id: stable across re-emits, the consumers' dedup key.
+    pub ce_id: String,
+    /// Job id or event id.
+    pub subject: String,
+    /// The JSON body, byte for byte.
+    pub body: String,
+    pub job_id: Option<JobId>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The outbox row of a job's terminal event.
+pub fn job_event(job: &Job) -> (String, String) {
+    let status = job.status.as_str();
+    (
+        format!("job.{status}"),
+        format!("fastack.job.{status}.{}", job.id),
+    )
+}
+
 /// Work for one processing transaction.
 #[derive(Clone, Debug)]
 pub struct ProcessRequest {
@@ -195,6 +262,8 @@ pub struct ProcessRequest {
     pub limit: u32,
     pub now: DateTime<Utc>,
     pub lease_ttl: Duration,
+    /// Who takes `core.event.tracked` rows of this tenant.
+    pub emit_tracked: Emit,
 }
 
 /// What one processing transaction did.
@@ -291,6 +360,58 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
 
     /// Row count of `tracked_events` over a range, for tests and admin.
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64>;
+
+    // --- jobs -------------------------------------------------------------
+
+    async fn insert_job(&self, job: &Job) -> Result<()>;
+    async fn get_job(&self, tenant: TenantId, id: JobId) -> Result<Option<Job>>;
+    async fn list_jobs(
+        &self,
+        tenant: TenantId,
+        status: Option<JobStatus>,
+        limit: u32,
+    ) -> Result<Vec<Job>>;
+    /// Claims the oldest runnable job (queued, or processing with an expired
+    /// claim: its runner died) for this node.
+    async fn claim_job(
+        &self,
+        node: NodeId,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+    ) -> Result<Option<Job>>;
+    async fn renew_job_claim(&self, id: JobId, node: NodeId, until: DateTime<Utc>) -> Result<bool>;
+    /// Writes the terminal state, the pending-event marker and the outbox row
+    /// in one transaction — only if this node still holds the job, so a job
+    /// ends exactly once. Returns whether it did.
+    async fn finish_job(&self, job: &Job, node: NodeId, emit: Emit) -> Result<bool>;
+
+    // --- outbox -----------------------------------------------------------
+
+    /// Claims rows waiting for the AMQP relay (safe across nodes).
+    async fn claim_outbox(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>>;
+    /// After the broker confirmed them: rows leave the relay's queue, and
+    /// jobs with nothing left to send lose their pending marker.
+    async fn complete_publish(&self, ids: &[i64]) -> Result<()>;
+    /// Gives claimed rows back (publish failed).
+    async fn release_outbox(&self, ids: &[i64]) -> Result<()>;
+    /// Terminal jobs whose marker is still set but whose outbox row is gone
+    /// (a crash between confirm and clear): writes their stored event body
+    /// to the outbox again, same ce-id. Claimed, so several nodes sweeping
+    /// at once do the work once.
+    async fn repair_pending_events(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        emit: Emit,
+        limit: u32,
+    ) -> Result<Vec<JobId>>;
+    /// Rows waiting for the relay (metric).
+    async fn outbox_depth(&self) -> Result<i64>;
 }
 
 /// Opens the store the configuration names and applies migrations.
@@ -306,6 +427,41 @@ pub async fn open(config: &Config) -> Result<Store> {
     };
     store.migrate().await?;
     Ok(store)
+}
+
+/// The JSON body of a `core.event.tracked` event (same fields as
+/// `GET /v1/core/events`).
+pub fn tracked_body(ev: &StoredEvent) -> String {
+    use serde_json::{Map, Value, json};
+    let mut m = Map::new();
+    m.insert("id".into(), json!(ev.id));
+    m.insert("type".into(), json!(ev.kind.as_str()));
+    if let Some(name) = &ev.event {
+        m.insert("event".into(), json!(name));
+    }
+    m.insert("contact_id".into(), json!(ev.contact_id));
+    m.insert("user_id".into(), json!(ev.user_id));
+    m.insert("anonymous_id".into(), json!(ev.anonymous_id));
+    let key = match ev.kind {
+        fastack_entities::EventKind::Track => "properties",
+        fastack_entities::EventKind::Identify => "traits",
+    };
+    m.insert(key.into(), Value::Object(ev.properties.clone()));
+    m.insert(
+        "occurred_at".into(),
+        json!(
+            ev.occurred_at
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        ),
+    );
+    m.insert(
+        "received_at".into(),
+        json!(
+            ev.received_at
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        ),
+    );
+    Value::Object(m).to_string()
 }
 
 /// Decodes an inbox payload.

@@ -14,8 +14,8 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, FixedOffset, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId, Plan,
-    StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, Job, JobId, JobKind,
+    JobStatus, NewEvent, NodeId, Plan, StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxPostgresConnector;
@@ -27,8 +27,9 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    Backend, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, PartitionKey, ProcessOutcome,
-    ProcessRequest, Storage, TimeRange, decode_payload, map_unique,
+    Backend, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, OutboxRow, PartitionKey,
+    ProcessOutcome, ProcessRequest, Storage, TimeRange, Topic, decode_payload, job_event,
+    map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -114,6 +115,49 @@ fn event_from_row(row: &PgRow) -> Result<StoredEvent> {
 }
 
 const TENANT_COLUMNS: &str = "id, name, plan, retention_months, created_at";
+const JOB_COLUMNS: &str = "id, tenant_id, kind, status, params, metadata, result, execution_time_ms, \
+                           created_at, finished_at, event_body, event_pending, attempts";
+const OUTBOX_COLUMNS: &str =
+    "id, tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at";
+
+fn job_from_row(row: &PgRow) -> Result<Job> {
+    let kind: String = row.try_get("kind")?;
+    let status: String = row.try_get("status")?;
+    let metadata: Value = row.try_get("metadata")?;
+    Ok(Job {
+        id: JobId(row.try_get("id")?),
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        kind: kind.parse::<JobKind>().map_err(Error::Corrupt)?,
+        status: status.parse::<JobStatus>().map_err(Error::Corrupt)?,
+        params: row.try_get("params")?,
+        metadata: match metadata {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        },
+        result: row.try_get("result")?,
+        execution_time_ms: row.try_get("execution_time_ms")?,
+        created_at: row.try_get("created_at")?,
+        finished_at: row.try_get("finished_at")?,
+        event_body: row.try_get("event_body")?,
+        event_pending: row.try_get("event_pending")?,
+        attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+    })
+}
+
+fn outbox_from_row(row: &PgRow) -> Result<OutboxRow> {
+    let topic: String = row.try_get("topic")?;
+    Ok(OutboxRow {
+        id: row.try_get("id")?,
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        topic: Topic::parse(&topic)?,
+        routing_key: row.try_get("routing_key")?,
+        ce_id: row.try_get("ce_id")?,
+        subject: row.try_get("subject")?,
+        body: row.try_get("body")?,
+        job_id: row.try_get::<Option<Uuid>, _>("job_id")?.map(JobId),
+        created_at: row.try_get("created_at")?,
+    })
+}
 
 impl PgStore {
     async fn load_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
@@ -803,6 +847,45 @@ impl Storage for PgStore {
             .bind(&keys)
             .execute(&mut *tx)
             .await?;
+            if req.emit_tracked.any() {
+                let bodies: Vec<String> = todo
+                    .iter()
+                    .zip(&plan.contact_of)
+                    .map(|((id, ev, rec), contact)| {
+                        tracked_body(&StoredEvent {
+                            id: *id,
+                            kind: ev.kind,
+                            event: ev.event.clone(),
+                            contact_id: *contact,
+                            user_id: ev.user_id.clone(),
+                            anonymous_id: ev.anonymous_id.clone(),
+                            properties: ev.properties.clone(),
+                            occurred_at: ev.occurred_at,
+                            received_at: *rec,
+                        })
+                    })
+                    .collect();
+                let ce_ids: Vec<String> = ev_ids
+                    .iter()
+                    .map(|id| format!("fastack.event.tracked.{id}"))
+                    .collect();
+                let subjects: Vec<String> = ev_ids.iter().map(|id| id.to_string()).collect();
+                sqlx::query(
+                    "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
+                        publish_pending, fanout_pending) \
+                     SELECT $1, 'core', 'core.event.tracked', c, s, b, NULL, $2, $3, $4 \
+                     FROM UNNEST($5::text[], $6::text[], $7::text[]) AS x(c, s, b)",
+                )
+                .bind(req.tenant_id.0)
+                .bind(req.now)
+                .bind(req.emit_tracked.publish)
+                .bind(req.emit_tracked.fanout)
+                .bind(&ce_ids)
+                .bind(&subjects)
+                .bind(&bodies)
+                .execute(&mut *tx)
+                .await?;
+            }
         }
         sqlx::query("DELETE FROM inbox WHERE seq = ANY($1)")
             .bind(&seqs)
@@ -927,5 +1010,243 @@ impl Storage for PgStore {
         .bind(range.to)
         .fetch_one(&self.pool)
         .await?)
+    }
+
+    async fn insert_job(&self, job: &Job) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO jobs (id, tenant_id, kind, status, params, metadata, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(job.id.0)
+        .bind(job.tenant_id.0)
+        .bind(job.kind.as_str())
+        .bind(job.status.as_str())
+        .bind(&job.params)
+        .bind(Value::Object(job.metadata.clone()))
+        .bind(job.created_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_job(&self, tenant: TenantId, id: JobId) -> Result<Option<Job>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND id = $2"
+        )))
+        .bind(tenant.0)
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn list_jobs(
+        &self,
+        tenant: TenantId,
+        status: Option<JobStatus>,
+        limit: u32,
+    ) -> Result<Vec<Job>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) \
+             ORDER BY created_at DESC, id DESC LIMIT $3"
+        )))
+        .bind(tenant.0)
+        .bind(status.map(|s| s.as_str()))
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn claim_job(
+        &self,
+        node: NodeId,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+    ) -> Result<Option<Job>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
+                    started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM jobs \
+                         WHERE status = 'queued' OR (status = 'processing' AND claim_expires_at < $2) \
+                         ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING {JOB_COLUMNS}"
+        )))
+        .bind(node.0)
+        .bind(now)
+        .bind(now + claim_for)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn renew_job_claim(&self, id: JobId, node: NodeId, until: DateTime<Utc>) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE jobs SET claim_expires_at = $3 WHERE id = $1 AND claimed_by = $2 AND status = 'processing'",
+        )
+        .bind(id.0)
+        .bind(node.0)
+        .bind(until)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn finish_job(&self, job: &Job, node: NodeId, emit: Emit) -> Result<bool> {
+        let body = job.render();
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE jobs SET status = $3, metadata = $4, result = $5, execution_time_ms = $6, finished_at = $7, \
+                    event_body = $8, event_pending = $9, claimed_by = NULL, claim_expires_at = NULL \
+             WHERE id = $1 AND claimed_by = $2 AND status = 'processing'",
+        )
+        .bind(job.id.0)
+        .bind(node.0)
+        .bind(job.status.as_str())
+        .bind(Value::Object(job.metadata.clone()))
+        .bind(&job.result)
+        .bind(job.execution_time_ms)
+        .bind(job.finished_at)
+        .bind(&body)
+        .bind(emit.any())
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if emit.any() {
+            let (routing_key, ce_id) = job_event(job);
+            sqlx::query(
+                "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
+                    publish_pending, fanout_pending) VALUES ($1, 'job', $2, $3, $4, $5, $4::uuid, $6, $7, $8)",
+            )
+            .bind(job.tenant_id.0)
+            .bind(routing_key)
+            .bind(ce_id)
+            .bind(job.id.0.to_string())
+            .bind(&body)
+            .bind(job.finished_at.unwrap_or_else(Utc::now))
+            .bind(emit.publish)
+            .bind(emit.fanout)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn claim_outbox(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE outbox SET claimed_until = $2, attempts = attempts + 1 \
+             WHERE id IN (SELECT id FROM outbox WHERE publish_pending \
+                            AND (claimed_until IS NULL OR claimed_until < $1) \
+                          ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             RETURNING {OUTBOX_COLUMNS}"
+        )))
+        .bind(now)
+        .bind(now + claim_for)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<OutboxRow> = rows.iter().map(outbox_from_row).collect::<Result<_>>()?;
+        out.sort_by_key(|r| r.id);
+        Ok(out)
+    }
+
+    async fn complete_publish(&self, ids: &[i64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        let jobs: Vec<Option<Uuid>> = sqlx::query_scalar(
+            "UPDATE outbox SET publish_pending = false, claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
+        )
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM outbox WHERE id = ANY($1) AND NOT fanout_pending")
+            .bind(ids)
+            .execute(&mut *tx)
+            .await?;
+        let jobs: Vec<Uuid> = jobs.into_iter().flatten().collect();
+        if !jobs.is_empty() {
+            sqlx::query(
+                "UPDATE jobs SET event_pending = false WHERE id = ANY($1) AND NOT EXISTS \
+                 (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND (o.publish_pending OR o.fanout_pending))",
+            )
+            .bind(&jobs)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn release_outbox(&self, ids: &[i64]) -> Result<()> {
+        sqlx::query("UPDATE outbox SET claimed_until = NULL WHERE id = ANY($1)")
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn repair_pending_events(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        emit: Emit,
+        limit: u32,
+    ) -> Result<Vec<JobId>> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query(
+            "UPDATE jobs SET repair_claimed_until = $2 \
+             WHERE id IN (SELECT id FROM jobs \
+                          WHERE event_pending AND status IN ('completed', 'failed') AND event_body IS NOT NULL \
+                            AND (repair_claimed_until IS NULL OR repair_claimed_until < $1) \
+                            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id) \
+                          ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, tenant_id, status, event_body, finished_at",
+        )
+        .bind(now)
+        .bind(now + claim_for)
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut repaired = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: Uuid = row.try_get("id")?;
+            let status: String = row.try_get("status")?;
+            sqlx::query(
+                "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
+                    publish_pending, fanout_pending) VALUES ($1, 'job', $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(row.try_get::<Uuid, _>("tenant_id")?)
+            .bind(format!("job.{status}"))
+            .bind(format!("fastack.job.{status}.{id}"))
+            .bind(id.to_string())
+            .bind(row.try_get::<String, _>("event_body")?)
+            .bind(id)
+            .bind(now)
+            .bind(emit.publish)
+            .bind(emit.fanout)
+            .execute(&mut *tx)
+            .await?;
+            repaired.push(JobId(id));
+        }
+        tx.commit().await?;
+        Ok(repaired)
+    }
+
+    async fn outbox_depth(&self) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE publish_pending")
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 }

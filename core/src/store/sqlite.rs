@@ -16,8 +16,8 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, FixedOffset, TimeZone, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId, Plan,
-    StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, Job, JobId, JobKind,
+    JobStatus, NewEvent, NodeId, Plan, StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
@@ -31,8 +31,9 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    Backend, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, Month, PartitionKey, ProcessOutcome,
-    ProcessRequest, Storage, TimeRange, decode_payload, map_unique,
+    Backend, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, Month, OutboxRow, PartitionKey,
+    ProcessOutcome, ProcessRequest, Storage, TimeRange, Topic, decode_payload, job_event,
+    map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -145,6 +146,55 @@ fn json_map(text: &str) -> Result<Map<String, Value>> {
 }
 
 const TENANT_COLUMNS: &str = "id, name, plan, retention_months, created_at";
+const JOB_COLUMNS: &str = "id, tenant_id, kind, status, params, metadata, result, execution_time_ms, \
+                           created_at, finished_at, event_body, event_pending, attempts";
+const OUTBOX_COLUMNS: &str =
+    "id, tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at";
+
+fn job_from_row(row: &SqliteRow) -> Result<Job> {
+    let kind: String = row.try_get("kind")?;
+    let status: String = row.try_get("status")?;
+    let params: String = row.try_get("params")?;
+    let metadata: String = row.try_get("metadata")?;
+    let result: Option<String> = row.try_get("result")?;
+    Ok(Job {
+        id: JobId(row.try_get("id")?),
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        kind: kind.parse::<JobKind>().map_err(Error::Corrupt)?,
+        status: status.parse::<JobStatus>().map_err(Error::Corrupt)?,
+        params: serde_json::from_str(&params)
+            .map_err(|e| Error::Corrupt(format!("params: {e}")))?,
+        metadata: json_map(&metadata)?,
+        result: result
+            .map(|r| serde_json::from_str(&r))
+            .transpose()
+            .map_err(|e| Error::Corrupt(format!("result: {e}")))?,
+        execution_time_ms: row.try_get("execution_time_ms")?,
+        created_at: from_us(row.try_get("created_at")?)?,
+        finished_at: row
+            .try_get::<Option<i64>, _>("finished_at")?
+            .map(from_us)
+            .transpose()?,
+        event_body: row.try_get("event_body")?,
+        event_pending: row.try_get("event_pending")?,
+        attempts: row.try_get::<i64, _>("attempts")?.max(0) as u32,
+    })
+}
+
+fn outbox_from_row(row: &SqliteRow) -> Result<OutboxRow> {
+    let topic: String = row.try_get("topic")?;
+    Ok(OutboxRow {
+        id: row.try_get("id")?,
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        topic: Topic::parse(&topic)?,
+        routing_key: row.try_get("routing_key")?,
+        ce_id: row.try_get("ce_id")?,
+        subject: row.try_get("subject")?,
+        body: row.try_get("body")?,
+        job_id: row.try_get::<Option<Uuid>, _>("job_id")?.map(JobId),
+        created_at: from_us(row.try_get("created_at")?)?,
+    })
+}
 const EVENT_COLUMNS: &str = "id, kind, event, contact_id, user_id, anonymous_id, properties, \
                              occurred_at, occurred_offset_s, received_at";
 
@@ -881,6 +931,43 @@ impl Storage for SqliteStore {
                     q.execute(&mut *tx).await?;
                 }
             }
+            if req.emit_tracked.any() {
+                const COLS: usize = 10;
+                for (chunk_no, chunk) in todo.chunks(MAX_PARAMS / COLS).enumerate() {
+                    let base = chunk_no * (MAX_PARAMS / COLS);
+                    let sql = format!(
+                        "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
+                            publish_pending, fanout_pending) VALUES {}",
+                        tuples(1, chunk.len(), COLS)
+                    );
+                    let mut q = sqlx::query(AssertSqlSafe(sql));
+                    for (j, (id, ev, rec)) in chunk.iter().enumerate() {
+                        let body = tracked_body(&StoredEvent {
+                            id: *id,
+                            kind: ev.kind,
+                            event: ev.event.clone(),
+                            contact_id: plan.contact_of[base + j],
+                            user_id: ev.user_id.clone(),
+                            anonymous_id: ev.anonymous_id.clone(),
+                            properties: ev.properties.clone(),
+                            occurred_at: ev.occurred_at,
+                            received_at: *rec,
+                        });
+                        q = q
+                            .bind(req.tenant_id.0)
+                            .bind("core")
+                            .bind("core.event.tracked")
+                            .bind(format!("fastack.event.tracked.{id}"))
+                            .bind(id.to_string())
+                            .bind(body)
+                            .bind(None::<Uuid>)
+                            .bind(us(req.now))
+                            .bind(req.emit_tracked.publish)
+                            .bind(req.emit_tracked.fanout);
+                    }
+                    q.execute(&mut *tx).await?;
+                }
+            }
         }
         for chunk in seqs.chunks(MAX_PARAMS) {
             let sql = format!("DELETE FROM inbox WHERE seq IN ({})", ph(1, chunk.len()));
@@ -1024,6 +1111,256 @@ impl Storage for SqliteStore {
             total += n;
         }
         Ok(total)
+    }
+
+    async fn insert_job(&self, job: &Job) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO jobs (id, tenant_id, kind, status, params, metadata, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(job.id.0)
+        .bind(job.tenant_id.0)
+        .bind(job.kind.as_str())
+        .bind(job.status.as_str())
+        .bind(job.params.to_string())
+        .bind(Value::Object(job.metadata.clone()).to_string())
+        .bind(us(job.created_at))
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_job(&self, tenant: TenantId, id: JobId) -> Result<Option<Job>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND id = $2"
+        )))
+        .bind(tenant.0)
+        .bind(id.0)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn list_jobs(
+        &self,
+        tenant: TenantId,
+        status: Option<JobStatus>,
+        limit: u32,
+    ) -> Result<Vec<Job>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND ($2 IS NULL OR status = $2) \
+             ORDER BY created_at DESC, id DESC LIMIT $3"
+        )))
+        .bind(tenant.0)
+        .bind(status.map(|s| s.as_str()))
+        .bind(limit as i64)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn claim_job(
+        &self,
+        node: NodeId,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+    ) -> Result<Option<Job>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
+                    started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM jobs \
+                         WHERE status = 'queued' OR (status = 'processing' AND claim_expires_at < $2) \
+                         ORDER BY created_at LIMIT 1) \
+             RETURNING {JOB_COLUMNS}"
+        )))
+        .bind(node.0)
+        .bind(us(now))
+        .bind(us(now + claim_for))
+        .fetch_optional(&self.writer)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn renew_job_claim(&self, id: JobId, node: NodeId, until: DateTime<Utc>) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE jobs SET claim_expires_at = $3 WHERE id = $1 AND claimed_by = $2 AND status = 'processing'",
+        )
+        .bind(id.0)
+        .bind(node.0)
+        .bind(us(until))
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn finish_job(&self, job: &Job, node: NodeId, emit: Emit) -> Result<bool> {
+        let body = job.render();
+        let mut tx = self.writer.begin().await?;
+        let done = sqlx::query(
+            "UPDATE jobs SET status = $3, metadata = $4, result = $5, execution_time_ms = $6, finished_at = $7, \
+                    event_body = $8, event_pending = $9, claimed_by = NULL, claim_expires_at = NULL \
+             WHERE id = $1 AND claimed_by = $2 AND status = 'processing'",
+        )
+        .bind(job.id.0)
+        .bind(node.0)
+        .bind(job.status.as_str())
+        .bind(Value::Object(job.metadata.clone()).to_string())
+        .bind(job.result.as_ref().map(|r| r.to_string()))
+        .bind(job.execution_time_ms)
+        .bind(job.finished_at.map(us))
+        .bind(&body)
+        .bind(emit.any())
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if emit.any() {
+            let (routing_key, ce_id) = job_event(job);
+            sqlx::query(
+                "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
+                    publish_pending, fanout_pending) VALUES ($1, 'job', $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(job.tenant_id.0)
+            .bind(routing_key)
+            .bind(ce_id)
+            .bind(job.id.0.to_string())
+            .bind(&body)
+            .bind(job.id.0)
+            .bind(us(job.finished_at.unwrap_or_else(Utc::now)))
+            .bind(emit.publish)
+            .bind(emit.fanout)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn claim_outbox(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE outbox SET claimed_until = $2, attempts = attempts + 1 \
+             WHERE id IN (SELECT id FROM outbox WHERE publish_pending \
+                            AND (claimed_until IS NULL OR claimed_until < $1) ORDER BY id LIMIT $3) \
+             RETURNING {OUTBOX_COLUMNS}"
+        )))
+        .bind(us(now))
+        .bind(us(now + claim_for))
+        .bind(limit as i64)
+        .fetch_all(&self.writer)
+        .await?;
+        let mut out: Vec<OutboxRow> = rows.iter().map(outbox_from_row).collect::<Result<_>>()?;
+        out.sort_by_key(|r| r.id);
+        Ok(out)
+    }
+
+    async fn complete_publish(&self, ids: &[i64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.writer.begin().await?;
+        for chunk in ids.chunks(MAX_PARAMS) {
+            let list = ph(1, chunk.len());
+            let mut q = sqlx::query_scalar::<_, Option<Uuid>>(AssertSqlSafe(format!(
+                "UPDATE outbox SET publish_pending = 0, claimed_until = NULL WHERE id IN ({list}) RETURNING job_id"
+            )));
+            for id in chunk {
+                q = q.bind(*id);
+            }
+            let jobs: Vec<Uuid> = q.fetch_all(&mut *tx).await?.into_iter().flatten().collect();
+            let mut d = sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM outbox WHERE id IN ({list}) AND NOT fanout_pending"
+            )));
+            for id in chunk {
+                d = d.bind(*id);
+            }
+            d.execute(&mut *tx).await?;
+            for job in jobs {
+                sqlx::query(
+                    "UPDATE jobs SET event_pending = 0 WHERE id = $1 AND NOT EXISTS \
+                     (SELECT 1 FROM outbox o WHERE o.job_id = $1 AND (o.publish_pending OR o.fanout_pending))",
+                )
+                .bind(job)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn release_outbox(&self, ids: &[i64]) -> Result<()> {
+        for chunk in ids.chunks(MAX_PARAMS) {
+            let mut q = sqlx::query(AssertSqlSafe(format!(
+                "UPDATE outbox SET claimed_until = NULL WHERE id IN ({})",
+                ph(1, chunk.len())
+            )));
+            for id in chunk {
+                q = q.bind(*id);
+            }
+            q.execute(&self.writer).await?;
+        }
+        Ok(())
+    }
+
+    async fn repair_pending_events(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        emit: Emit,
+        limit: u32,
+    ) -> Result<Vec<JobId>> {
+        let mut tx = self.writer.begin().await?;
+        let rows = sqlx::query(
+            "UPDATE jobs SET repair_claimed_until = $2 \
+             WHERE id IN (SELECT id FROM jobs \
+                          WHERE event_pending AND status IN ('completed', 'failed') AND event_body IS NOT NULL \
+                            AND (repair_claimed_until IS NULL OR repair_claimed_until < $1) \
+                            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id) \
+                          ORDER BY finished_at LIMIT $3) \
+             RETURNING id, tenant_id, status, event_body",
+        )
+        .bind(us(now))
+        .bind(us(now + claim_for))
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut repaired = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: Uuid = row.try_get("id")?;
+            let status: String = row.try_get("status")?;
+            sqlx::query(
+                "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
+                    publish_pending, fanout_pending) VALUES ($1, 'job', $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(row.try_get::<Uuid, _>("tenant_id")?)
+            .bind(format!("job.{status}"))
+            .bind(format!("fastack.job.{status}.{id}"))
+            .bind(id.to_string())
+            .bind(row.try_get::<String, _>("event_body")?)
+            .bind(id)
+            .bind(us(now))
+            .bind(emit.publish)
+            .bind(emit.fanout)
+            .execute(&mut *tx)
+            .await?;
+            repaired.push(JobId(id));
+        }
+        tx.commit().await?;
+        Ok(repaired)
+    }
+
+    async fn outbox_depth(&self) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE publish_pending")
+                .fetch_one(&self.reader)
+                .await?,
+        )
     }
 }
 

@@ -1,0 +1,11 @@
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --bin fastack
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/fastack /usr/local/bin/fastack
+EXPOSE 8080 8081
+ENTRYPOINT ["fastack"]
+CMD ["serve"]

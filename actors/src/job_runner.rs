@@ -1,0 +1,233 @@
+//! JobRunnerActor: runs jobs (exports; retention archives) claimed from the
+//! `jobs` table. A claim is a lease renewed while the job runs; a job whose
+//! runner died is claimed again by any node once its lease expires. The
+//! terminal state, the pending-event marker and the outbox row are written
+//! in one transaction, guarded by the claim, so each job ends exactly once.
+
+use std::{collections::HashSet, sync::Arc, time::Instant};
+
+use chrono::Duration;
+use fastack_core::{export, redact::redact};
+use fastack_entities::{Job, JobId, JobKind, JobStatus};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::{Map, Value, json};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::context::Ctx;
+
+/// Runs started before a job is failed for good (a job that kills its node
+/// must not loop forever).
+pub const MAX_ATTEMPTS: u32 = 3;
+
+pub struct JobRunnerActor;
+
+pub struct JobRunnerArgs {
+    pub ctx: Arc<Ctx>,
+}
+
+pub struct JobRunnerState {
+    ctx: Arc<Ctx>,
+    running: HashSet<JobId>,
+    ticker: Option<JoinHandle<()>>,
+}
+
+/// Messages of the job runner.
+#[derive(Debug)]
+pub enum JobRunnerMsg {
+    /// Claim runnable jobs up to the concurrency limit.
+    Poll,
+    /// A job's task ended (whatever its outcome).
+    Finished { job: JobId },
+}
+
+fn claim_ttl() -> Duration {
+    Duration::seconds(30)
+}
+
+impl Actor for JobRunnerActor {
+    type Msg = JobRunnerMsg;
+    type State = JobRunnerState;
+    type Arguments = JobRunnerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        *args.ctx.job_runner.write() = Some(myself);
+        Ok(JobRunnerState {
+            ctx: args.ctx,
+            running: HashSet::new(),
+            ticker: None,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.ticker =
+            Some(myself.send_interval(state.ctx.config.poll_interval, || JobRunnerMsg::Poll));
+        myself.send_message(JobRunnerMsg::Poll)?;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.ticker.take() {
+            t.abort();
+        }
+        *state.ctx.job_runner.write() = None;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            JobRunnerMsg::Finished { job } => {
+                state.running.remove(&job);
+                myself.send_message(JobRunnerMsg::Poll)?;
+            }
+            JobRunnerMsg::Poll => {
+                while state.running.len() < state.ctx.config.job_concurrency.max(1) {
+                    let ctx = &state.ctx;
+                    let Some(job) = ctx
+                        .store
+                        .claim_job(ctx.node_id, ctx.now(), claim_ttl())
+                        .await?
+                    else {
+                        break;
+                    };
+                    state.running.insert(job.id);
+                    let ctx = ctx.clone();
+                    let me = myself.clone();
+                    tokio::spawn(async move {
+                        let id = job.id;
+                        run_job(&ctx, job).await;
+                        let _ = me.cast(JobRunnerMsg::Finished { job: id });
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one claimed job to its terminal state.
+async fn run_job(ctx: &Arc<Ctx>, mut job: Job) {
+    let started = Instant::now();
+    info!(job = %job.id, kind = %job.kind, attempt = job.attempts, "job started");
+    // Keep the claim alive while the job runs.
+    let heartbeat = {
+        let ctx = ctx.clone();
+        let id = job.id;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+                match ctx
+                    .store
+                    .renew_job_claim(id, ctx.node_id, ctx.now() + claim_ttl())
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(error) => warn!(job = %id, %error, "could not renew job claim"),
+                }
+            }
+        })
+    };
+    let outcome = if job.attempts > MAX_ATTEMPTS {
+        Err(format!("gave up after {MAX_ATTEMPTS} attempts"))
+    } else {
+        match job.kind {
+            JobKind::Export => export::run(&ctx.store, &ctx.objects, &ctx.keys, &job)
+                .await
+                .map_err(|e| error_chain(&e)),
+            JobKind::Retention => Err("retention jobs are run by the partition manager".to_owned()),
+        }
+    };
+    heartbeat.abort();
+    job.finished_at = Some(ctx.now());
+    match outcome {
+        Ok(result) => {
+            job.status = JobStatus::Completed;
+            job.result = Some(result);
+            job.execution_time_ms = Some(started.elapsed().as_millis() as i64);
+        }
+        Err(message) => {
+            job.status = JobStatus::Failed;
+            job.result = None;
+            set_error(&mut job.metadata, &message);
+        }
+    }
+    finish(ctx, &job).await;
+}
+
+/// `metadata.error = {"message": …}` (redacted), replacing any caller value.
+pub fn set_error(metadata: &mut Map<String, Value>, message: &str) {
+    metadata.insert("error".to_owned(), json!({ "message": redact(message) }));
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// Writes the terminal state (with marker and outbox row) and kicks the
+/// relay. Retries briefly: the job's claim outlives a short database blip.
+pub async fn finish(ctx: &Ctx, job: &Job) {
+    for attempt in 0..5u32 {
+        match ctx.store.finish_job(job, ctx.node_id, ctx.job_emit()).await {
+            Ok(true) => {
+                info!(job = %job.id, status = %job.status, "job finished");
+                ctx.kick_relay();
+                return;
+            }
+            Ok(false) => {
+                warn!(job = %job.id, "job was taken over by another runner; not finishing it here");
+                return;
+            }
+            Err(error) => {
+                warn!(job = %job.id, %error, attempt, "could not record the job's end");
+                tokio::time::sleep(std::time::Duration::from_millis(200 << attempt)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_metadata_replaces_caller_error_and_is_redacted() {
+        let mut m: Map<String, Value> = json!({"source": "payments", "error": "caller value"})
+            .as_object()
+            .cloned()
+            .unwrap();
+        set_error(
+            &mut m,
+            "dial tcp 10.0.0.5:5432: connect: connection refused",
+        );
+        assert_eq!(m["source"], "payments");
+        assert_eq!(
+            m["error"]["message"],
+            "dial tcp [redacted]: connect: connection refused"
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! Object storage for export results and retention archives: a local
+//! directory in embedded mode (`<data dir>/objects`), a local path
+//! (`file:///…`), or an S3-compatible bucket (`s3://bucket/prefix` with the
+//! `FASTACK_S3_*` settings).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::{
+    BackoffConfig, ObjectStore, PutPayload, RetryConfig, aws::AmazonS3Builder, buffered::BufWriter,
+    local::LocalFileSystem, path::Path as ObjectPath, prefix::PrefixStore,
+};
+use tokio::io::AsyncWriteExt;
+
+use crate::{
+    config::Config,
+    error::{Error, Result},
+};
+
+#[derive(Clone)]
+pub struct Objects {
+    store: Arc<dyn ObjectStore>,
+    /// Where, for logs (no credentials).
+    pub location: String,
+}
+
+impl std::fmt::Debug for Objects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Objects")
+            .field("location", &self.location)
+            .finish()
+    }
+}
+
+fn storage_err(e: object_store::Error) -> Error {
+    Error::Storage(e.to_string())
+}
+
+fn local(path: &std::path::Path) -> Result<Objects> {
+    std::fs::create_dir_all(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+    let store = LocalFileSystem::new_with_prefix(path).map_err(storage_err)?;
+    Ok(Objects {
+        store: Arc::new(store),
+        location: path.display().to_string(),
+    })
+}
+
+impl Objects {
+    pub fn from_config(config: &Config) -> Result<Self> {
+        match config.storage_url.as_deref() {
+            None => local(&config.data_dir.join("objects")),
+            Some(url) if url.starts_with("file://") => {
+                local(std::path::Path::new(url.trim_start_matches("file://")))
+            }
+            Some(url) if url.starts_with("s3://") => {
+                let rest = url.trim_start_matches("s3://");
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                // Bounded retries: a dead endpoint fails the job in seconds,
+                // not after object_store's default three minutes.
+                let retry = RetryConfig {
+                    backoff: BackoffConfig {
+                        init_backoff: std::time::Duration::from_millis(100),
+                        max_backoff: std::time::Duration::from_secs(5),
+                        base: 2.0,
+                    },
+                    max_retries: 4,
+                    retry_timeout: std::time::Duration::from_secs(60),
+                };
+                let mut b = AmazonS3Builder::new()
+                    .with_bucket_name(bucket)
+                    .with_retry(retry);
+                if let Some(endpoint) = &config.s3.endpoint {
+                    b = b
+                        .with_endpoint(endpoint)
+                        .with_allow_http(endpoint.starts_with("http://"));
+                }
+                if let Some(region) = &config.s3.region {
+                    b = b.with_region(region);
+                }
+                if let (Some(id), Some(secret)) =
+                    (&config.s3.access_key_id, &config.s3.secret_access_key)
+                {
+                    b = b.with_access_key_id(id).with_secret_access_key(secret);
+                }
+                let s3 = b.build().map_err(storage_err)?;
+                let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(PrefixStore::new(s3, prefix))
+                };
+                Ok(Objects {
+                    store,
+                    location: format!("s3://{bucket}/{prefix}"),
+                })
+            }
+            Some(path) => local(std::path::Path::new(path)),
+        }
+    }
+
+    pub async fn put(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
+        self.store
+            .put(&ObjectPath::from(path), PutPayload::from(bytes))
+            .await
+            .map_err(storage_err)?;
+        Ok(())
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Bytes> {
+        let got = self
+            .store
+            .get(&ObjectPath::from(path))
+            .await
+            .map_err(storage_err)?;
+        got.bytes().await.map_err(storage_err)
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<()> {
+        self.store
+            .delete(&ObjectPath::from(path))
+            .await
+            .map_err(storage_err)
+    }
+
+    /// A streaming upload (multipart beyond a few MiB).
+    pub fn writer(&self, path: &str) -> ObjectWriter {
+        ObjectWriter {
+            inner: BufWriter::new(self.store.clone(), ObjectPath::from(path)),
+        }
+    }
+}
+
+pub struct ObjectWriter {
+    inner: BufWriter,
+}
+
+impl ObjectWriter {
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner
+            .write_all(bytes)
+            .await
+            .map_err(|e| Error::Storage(e.to_string()))
+    }
+
+    /// Completes the upload; the object exists only after this.
+    pub async fn finish(mut self) -> Result<()> {
+        self.inner
+            .shutdown()
+            .await
+            .map_err(|e| Error::Storage(e.to_string()))
+    }
+
+    pub async fn abort(mut self) {
+        let _ = self.inner.abort().await;
+    }
+}
