@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use fastack_core::{Config, admin, clock, config::SETTINGS, store};
+use fastack_core::{Config, admin, config::SETTINGS, store};
 use fastack_entities::{ApiKeyId, Plan};
 use serde::Serialize;
 
@@ -66,6 +66,28 @@ enum AdminCommand {
     /// API keys (the secret is shown once, at creation).
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Partitions of tracked_events.
+    #[command(subcommand)]
+    Partitions(PartitionsCommand),
+    /// Retention: archive, verify and drop partitions past their retention.
+    #[command(subcommand)]
+    Retention(RetentionCommand),
+}
+
+#[derive(Subcommand)]
+enum PartitionsCommand {
+    /// Name, range, rows and retention class of every partition.
+    List,
+}
+
+#[derive(Subcommand)]
+enum RetentionCommand {
+    /// Archive and drop every partition past its retention now.
+    Run {
+        /// Only say what would be archived and dropped.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -142,6 +164,7 @@ fn print<T: Serialize>(
 }
 
 async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
+    let config_ref = config;
     if config.is_embedded() {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
@@ -228,6 +251,35 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
                 out
             })
         }
+        AdminCommand::Partitions(PartitionsCommand::List) => {
+            let parts = store.list_partitions(true).await?;
+            let now = chrono::Utc::now();
+            print(json, &parts, |ps| {
+                let mut out = format!(
+                    "{:<32}  {:<10}  {:<10}  {:>6}  {:>12}  {}",
+                    "NAME", "FROM", "TO", "CLASS", "ROWS", "RETENTION"
+                );
+                for p in ps {
+                    out.push_str(&format!(
+                        "\n{:<32}  {:<10}  {:<10}  {:>6}  {:>12}  {}",
+                        p.table,
+                        p.from.format("%Y-%m-%d"),
+                        p.to.format("%Y-%m-%d"),
+                        format!("{}m", p.retention_class),
+                        p.rows,
+                        if fastack_core::retention::is_due(&p.key, now) {
+                            "due"
+                        } else {
+                            "kept"
+                        }
+                    ));
+                }
+                out
+            })
+        }
+        AdminCommand::Retention(RetentionCommand::Run { dry_run }) => {
+            retention_run(config_ref, store, json, dry_run).await
+        }
         AdminCommand::Key(KeyCommand::Revoke { key }) => {
             admin::revoke_key(store, key).await?;
             #[derive(Serialize)]
@@ -247,6 +299,133 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
     }
 }
 
+/// `admin retention run`: schedules retention jobs for due partitions and
+/// runs them here, with a progress bar on a terminal and plain lines
+/// otherwise.
+async fn retention_run(
+    config: &Config,
+    store: &dyn fastack_core::store::Storage,
+    json: bool,
+    dry_run: bool,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+
+    use fastack_core::{objects::Objects, retention};
+    use fastack_entities::{JobKind, JobStatus, NodeId};
+
+    let now = chrono::Utc::now();
+    if dry_run {
+        let due: Vec<_> = store
+            .list_partitions(true)
+            .await?
+            .into_iter()
+            .filter(|p| retention::is_due(&p.key, now))
+            .collect();
+        return print(json, &due, |ds| {
+            if ds.is_empty() {
+                return "nothing is past its retention".to_owned();
+            }
+            ds.iter()
+                .map(|p| {
+                    format!(
+                        "would archive and drop {} ({} rows, {} months)",
+                        p.table, p.rows, p.retention_class
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+    }
+    let objects = Objects::from_config(config)?;
+    let maintenance = retention::maintain(store, config, now).await?;
+    let node = NodeId::new();
+    let emit = fastack_core::store::Emit {
+        publish: config.amqp_url.is_some(),
+        fanout: false,
+    };
+    let terminal = std::io::stderr().is_terminal() && !json;
+    let mut reports = Vec::new();
+    let mut failures = 0;
+    while let Some(mut job) = store
+        .claim_job_of_kind(node, now, chrono::Duration::minutes(30), JobKind::Retention)
+        .await?
+    {
+        let key = retention::job_partition(&job)?;
+        let table = key.table_name();
+        let bar = terminal.then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg:32} [{bar:40}] {pos}/{len} rows ({per_sec}, {eta})",
+                )
+                .expect("static template")
+                .progress_chars("=> "),
+            );
+            bar.set_message(table.clone());
+            bar
+        });
+        if !terminal && !json {
+            println!("archiving {table}");
+        }
+        let started = std::time::Instant::now();
+        let outcome =
+            retention::archive_and_drop(store, &objects, key, job.id, true, &|done, total| {
+                if let Some(bar) = &bar {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                }
+            })
+            .await;
+        if let Some(bar) = &bar {
+            bar.finish_and_clear();
+        }
+        job.finished_at = Some(chrono::Utc::now());
+        match outcome {
+            Ok(report) => {
+                job.status = JobStatus::Completed;
+                job.result = Some(report.result_json());
+                job.execution_time_ms = Some(started.elapsed().as_millis() as i64);
+                if !json {
+                    println!(
+                        "{}: {} rows archived to {} ({} -> {} bytes), verified, dropped",
+                        report.partition,
+                        report.manifest.rows,
+                        report.path,
+                        report.manifest.uncompressed_bytes,
+                        report.manifest.compressed_bytes
+                    );
+                }
+                reports.push(report);
+            }
+            Err(e) => {
+                failures += 1;
+                job.status = JobStatus::Failed;
+                job.result = None;
+                let message = fastack_core::redact::redact(&format!("{e:#}"));
+                job.metadata.insert(
+                    "error".to_owned(),
+                    serde_json::json!({ "message": message }),
+                );
+                eprintln!("{table}: kept, retention failed: {message}");
+            }
+        }
+        store.finish_job(&job, node, emit).await?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else if reports.is_empty() && failures == 0 {
+        println!(
+            "nothing to do ({} partitions due, {} idempotency keys pruned)",
+            maintenance.due.len(),
+            maintenance.pruned_keys
+        );
+    }
+    if failures > 0 {
+        anyhow::bail!("{failures} partition(s) could not be archived; they were kept");
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Openapi => {
@@ -263,7 +442,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve => {
             let config = Config::from_env().context("reading configuration")?;
             init_logging(&config.log);
-            let server = fastack_api::start(config, clock::system())
+            let server = fastack_api::start(config, fastack_api::StartOptions::default())
                 .await
                 .context("starting the server")?;
             server.wait_for_stop_signal().await;
@@ -276,7 +455,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 std::fs::create_dir_all(&config.data_dir)?;
             }
             let store = store::open(&config).await.context("migrating")?;
-            fastack_api::ensure_partition_window(&store, &config, chrono::Utc::now()).await?;
+            fastack_core::retention::ensure_window(store.as_ref(), &config, chrono::Utc::now())
+                .await?;
             println!("migrations applied");
             Ok(())
         }

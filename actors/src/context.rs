@@ -25,7 +25,8 @@ use ractor::ActorRef;
 
 use crate::{
     ingest_writer::IngestQueue, job_runner::JobRunnerMsg, outbox_relay::OutboxRelayMsg,
-    tenant_registry::TenantRegistryMsg, tenant_supervisor::TenantSupervisorMsg,
+    partition_manager::PartitionManagerMsg, tenant_registry::TenantRegistryMsg,
+    tenant_supervisor::TenantSupervisorMsg,
 };
 
 pub struct Ctx {
@@ -47,6 +48,7 @@ pub struct Ctx {
     pub emitter: Option<Emitter>,
     pub relay: RwLock<Option<ActorRef<OutboxRelayMsg>>>,
     pub job_runner: RwLock<Option<ActorRef<JobRunnerMsg>>>,
+    pub partition_manager: RwLock<Option<ActorRef<PartitionManagerMsg>>>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -89,6 +91,13 @@ impl Ctx {
     pub fn kick_jobs(&self) {
         if let Some(runner) = self.job_runner.read().as_ref() {
             let _ = runner.cast(JobRunnerMsg::Poll);
+        }
+    }
+
+    /// Runs a partition maintenance round now (tests moving the clock).
+    pub fn kick_partitions(&self) {
+        if let Some(pm) = self.partition_manager.read().as_ref() {
+            let _ = pm.cast(PartitionManagerMsg::Tick);
         }
     }
 

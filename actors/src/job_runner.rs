@@ -7,7 +7,7 @@
 use std::{collections::HashSet, sync::Arc, time::Instant};
 
 use chrono::Duration;
-use fastack_core::{export, redact::redact};
+use fastack_core::{export, redact::redact, retention};
 use fastack_entities::{Job, JobId, JobKind, JobStatus};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::{Map, Value, json};
@@ -152,7 +152,7 @@ async fn run_job(ctx: &Arc<Ctx>, mut job: Job) {
             JobKind::Export => export::run(&ctx.store, &ctx.objects, &ctx.keys, &job)
                 .await
                 .map_err(|e| error_chain(&e)),
-            JobKind::Retention => Err("retention jobs are run by the partition manager".to_owned()),
+            JobKind::Retention => run_retention(ctx, &job).await.map_err(|e| error_chain(&e)),
         }
     };
     heartbeat.abort();
@@ -170,6 +170,27 @@ async fn run_job(ctx: &Arc<Ctx>, mut job: Job) {
         }
     }
     finish(ctx, &job).await;
+}
+
+/// Archives, verifies and drops the job's partition.
+async fn run_retention(ctx: &Ctx, job: &Job) -> fastack_core::Result<Value> {
+    let key = retention::job_partition(job)?;
+    let table = key.table_name();
+    let report = retention::archive_and_drop(
+        ctx.store.as_ref(),
+        &ctx.objects,
+        key,
+        job.id,
+        true,
+        &|done, total| {
+            if done % 100_000 == 0 && done > 0 {
+                info!(partition = %table, done, total, "archiving");
+            }
+        },
+    )
+    .await?;
+    info!(partition = %report.partition, rows = report.manifest.rows, path = %report.path, "partition archived, verified and dropped");
+    Ok(report.result_json())
 }
 
 /// `metadata.error = {"message": …}` (redacted), replacing any caller value.

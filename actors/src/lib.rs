@@ -4,7 +4,8 @@
 //! Root
 //! ├── IngestWriter          group commit of accepted events
 //! ├── TenantRegistry ── TenantSupervisor(tenant) ── Processor(tenant)
-//! ├── JobRunner             exports (retention archives: PartitionManager)
+//! ├── PartitionManager      partitions ahead, retention jobs scheduled
+//! ├── JobRunner             exports and retention archives
 //! ├── OutboxRelay           outbox → RabbitMQ, publisher confirms (with AMQP)
 //! └── Repairer              re-emits terminal events still marked pending
 //! ```
@@ -19,6 +20,7 @@ pub mod error;
 pub mod ingest_writer;
 pub mod job_runner;
 pub mod outbox_relay;
+pub mod partition_manager;
 pub mod processor;
 pub mod repairer;
 pub mod root;
@@ -91,6 +93,7 @@ impl Runtime {
             emitter,
             relay: RwLock::new(None),
             job_runner: RwLock::new(None),
+            partition_manager: RwLock::new(None),
         });
         let (root, root_task) = Actor::spawn(None, RootActor, RootArgs { ctx: ctx.clone() })
             .await

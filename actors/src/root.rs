@@ -15,6 +15,7 @@ use crate::{
     ingest_writer::{IngestWriterActor, IngestWriterArgs},
     job_runner::{JobRunnerActor, JobRunnerArgs},
     outbox_relay::{OutboxRelayActor, OutboxRelayArgs},
+    partition_manager::{PartitionManagerActor, PartitionManagerArgs},
     repairer::{RepairerActor, RepairerArgs},
     tenant_registry::{TenantRegistryActor, TenantRegistryArgs},
 };
@@ -33,6 +34,7 @@ pub enum Child {
     JobRunner,
     OutboxRelay,
     Repairer,
+    PartitionManager,
 }
 
 impl Child {
@@ -43,6 +45,7 @@ impl Child {
             Child::JobRunner => "job_runner",
             Child::OutboxRelay => "outbox_relay",
             Child::Repairer => "repairer",
+            Child::PartitionManager => "partition_manager",
         }
     }
 }
@@ -136,6 +139,18 @@ impl RootActor {
                 .await?;
                 r.get_id()
             }
+            Child::PartitionManager => {
+                let (r, _) = Actor::spawn_linked(
+                    None,
+                    PartitionManagerActor,
+                    PartitionManagerArgs {
+                        ctx: state.ctx.clone(),
+                    },
+                    cell,
+                )
+                .await?;
+                r.get_id()
+            }
         };
         state.backoff.entry(child).or_default().started();
         state.children.insert(id, child);
@@ -191,6 +206,7 @@ impl Actor for RootActor {
             Child::JobRunner,
             Child::OutboxRelay,
             Child::Repairer,
+            Child::PartitionManager,
         ] {
             Self::start(&myself, state, child).await?;
         }

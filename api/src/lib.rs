@@ -11,7 +11,7 @@ pub mod routes;
 pub mod server;
 pub mod state;
 
-pub use server::{Server, VERSION, ensure_partition_window, openapi_json, start};
+pub use server::{Server, StartOptions, VERSION, openapi_json, start};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

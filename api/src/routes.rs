@@ -202,7 +202,20 @@ impl CoreApi {
             return Err(err);
         }
         let range = range.expect("checked above");
-        let tenant = auth.0.shared.tenant().id;
+        let tenant_row = auth.0.shared.tenant();
+        let tenant = tenant_row.id;
+        // Events past the tenant's retention are not served, even while their
+        // partition waits for its archive-and-drop.
+        let oldest = fastack_core::retention::cutoff(
+            state.clock.now(),
+            state.config.plans.retention_for(&tenant_row),
+        );
+        let Some(range) = TimeRange::new(range.from.max(oldest), range.to) else {
+            return Ok(Json(EventsPage {
+                events: Vec::new(),
+                next_cursor: None,
+            }));
+        };
         let contact_ids = match contact_id.0 {
             Some(id) => {
                 let family = state.store.contact_family(tenant, ContactId(id)).await?;

@@ -5,16 +5,9 @@ use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use fastack_actors::Runtime;
 use fastack_core::{
-    Config, admin,
-    auth::KeyCache,
-    clock::SharedClock,
-    crypto::Keys,
-    metrics::Metrics,
-    objects::Objects,
-    ratelimit::RedisLimiter,
-    store::{self, Month, PartitionKey, Store},
+    Config, admin, auth::KeyCache, clock::SharedClock, crypto::Keys, metrics::Metrics,
+    objects::Objects, ratelimit::RedisLimiter, store,
 };
-use fastack_entities::Plan;
 use poem::{
     EndpointExt, Route,
     listener::{Acceptor, Listener, TcpListener},
@@ -127,47 +120,36 @@ fn write_secret_file(path: &Path, secret: &str) -> Result<()> {
     Ok(())
 }
 
-/// Partitions for last month through two months ahead, for every plan's
-/// retention class.
-pub async fn ensure_partition_window(
-    store: &Store,
-    config: &Config,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Result<()> {
-    let mut classes: Vec<i16> = Plan::ALL
-        .iter()
-        .map(|p| config.plans.get(*p).retention_months as i16)
-        .collect();
-    for t in store.list_tenants().await? {
-        classes.push(config.plans.retention_for(&t) as i16);
+/// What a caller may inject when starting a node (tests: a manual clock,
+/// object storage with faults).
+pub struct StartOptions {
+    pub clock: SharedClock,
+    pub objects: Option<Objects>,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        StartOptions {
+            clock: fastack_core::clock::system(),
+            objects: None,
+        }
     }
-    classes.sort_unstable();
-    classes.dedup();
-    let this = Month::of(now);
-    let months = [this.prev(), this, this.next(), this.next().next()];
-    let keys: Vec<PartitionKey> = months
-        .iter()
-        .flat_map(|m| {
-            classes.iter().map(|c| PartitionKey {
-                month: *m,
-                retention_class: *c,
-            })
-        })
-        .collect();
-    store.ensure_partitions(&keys).await?;
-    Ok(())
 }
 
 /// Opens storage (migrating it), bootstraps an empty embedded database,
 /// starts the actors and binds the listener.
-pub async fn start(config: Config, clock: SharedClock) -> Result<Server> {
+pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
+    let clock = options.clock;
     if config.is_embedded() {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| fastack_core::Error::io(config.data_dir.display().to_string(), e))?;
     }
     config.check_streaming()?;
     let keys = Keys::load(&config)?;
-    let objects = Objects::from_config(&config)?;
+    let objects = match options.objects {
+        Some(o) => o,
+        None => Objects::from_config(&config)?,
+    };
     let store = store::open(&config).await?;
     if config.is_embedded()
         && config.bootstrap
@@ -177,7 +159,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server> {
         write_secret_file(&path, &key.secret)?;
         info!(tenant = %tenant.id, path = %path.display(), "created tenant `default`; its API key is in the bootstrap-key file");
     }
-    ensure_partition_window(&store, &config, clock.now()).await?;
+    fastack_core::retention::ensure_window(store.as_ref(), &config, clock.now()).await?;
     let redis_limiter = match &config.redis_url {
         Some(url) => Some(RedisLimiter::connect(url, &config.redis_prefix).await?),
         None => None,

@@ -94,6 +94,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("FASTACK_JOB_CONCURRENCY", "2", "jobs a node runs at once"),
     (
+        "FASTACK_PARTITION_INTERVAL_MS",
+        "3600000",
+        "how often partitions are created ahead and retention is scheduled",
+    ),
+    (
         "FASTACK_REPAIR_INTERVAL_MS",
         "30000",
         "how often the repairer re-emits terminal events whose marker is still set",
@@ -190,6 +195,7 @@ pub struct Config {
     pub single_tenant: bool,
     pub job_concurrency: usize,
     pub repair_interval: Duration,
+    pub partition_interval: Duration,
     pub webhook_allow_private: bool,
     pub node_id: NodeId,
     pub bootstrap: bool,
@@ -277,6 +283,7 @@ impl Default for Config {
             single_tenant: false,
             job_concurrency: 2,
             repair_interval: Duration::from_millis(30_000),
+            partition_interval: Duration::from_millis(3_600_000),
             webhook_allow_private: false,
             node_id: NodeId::new(),
             bootstrap: true,
@@ -355,6 +362,7 @@ impl Config {
             "FASTACK_SINGLE_TENANT" => self.single_tenant = parse_bool(key, &value)?,
             "FASTACK_JOB_CONCURRENCY" => self.job_concurrency = parse(key, &value)?,
             "FASTACK_REPAIR_INTERVAL_MS" => self.repair_interval = millis(key, &value)?,
+            "FASTACK_PARTITION_INTERVAL_MS" => self.partition_interval = millis(key, &value)?,
             "FASTACK_WEBHOOK_ALLOW_PRIVATE" => {
                 self.webhook_allow_private = parse_bool(key, &value)?
             }

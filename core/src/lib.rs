@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod objects;
 pub mod ratelimit;
 pub mod redact;
+pub mod retention;
 pub mod store;
 pub mod validate;
 

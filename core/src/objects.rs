@@ -17,11 +17,16 @@ use crate::{
     error::{Error, Result},
 };
 
+/// Alters bytes on their way to storage (fault injection in tests: a
+/// corrupted upload must be caught by verification).
+pub type WriteFault = Arc<dyn Fn(&mut Vec<u8>) + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Objects {
     store: Arc<dyn ObjectStore>,
     /// Where, for logs (no credentials).
     pub location: String,
+    fault: Option<WriteFault>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -42,6 +47,7 @@ fn local(path: &std::path::Path) -> Result<Objects> {
     Ok(Objects {
         store: Arc::new(store),
         location: path.display().to_string(),
+        fault: None,
     })
 }
 
@@ -91,13 +97,23 @@ impl Objects {
                 Ok(Objects {
                     store,
                     location: format!("s3://{bucket}/{prefix}"),
+                    fault: None,
                 })
             }
             Some(path) => local(std::path::Path::new(path)),
         }
     }
 
-    pub async fn put(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
+    /// The same storage, with every written chunk passed through `fault`.
+    pub fn with_write_fault(mut self, fault: WriteFault) -> Self {
+        self.fault = Some(fault);
+        self
+    }
+
+    pub async fn put(&self, path: &str, mut bytes: Vec<u8>) -> Result<()> {
+        if let Some(f) = &self.fault {
+            f(&mut bytes);
+        }
         self.store
             .put(&ObjectPath::from(path), PutPayload::from(bytes))
             .await
@@ -125,20 +141,27 @@ impl Objects {
     pub fn writer(&self, path: &str) -> ObjectWriter {
         ObjectWriter {
             inner: BufWriter::new(self.store.clone(), ObjectPath::from(path)),
+            fault: self.fault.clone(),
         }
     }
 }
 
 pub struct ObjectWriter {
     inner: BufWriter,
+    fault: Option<WriteFault>,
 }
 
 impl ObjectWriter {
     pub async fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.inner
-            .write_all(bytes)
-            .await
-            .map_err(|e| Error::Storage(e.to_string()))
+        let result = match &self.fault {
+            None => self.inner.write_all(bytes).await,
+            Some(f) => {
+                let mut altered = bytes.to_vec();
+                f(&mut altered);
+                self.inner.write_all(&altered).await
+            }
+        };
+        result.map_err(|e| Error::Storage(e.to_string()))
     }
 
     /// Completes the upload; the object exists only after this.

@@ -9,6 +9,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_init;
 mod m20261130_000002_jobs_outbox;
+mod m20261130_000003_default_tripwire;
 
 pub struct Migrator;
 
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261130_000001_init::Migration),
             Box::new(m20261130_000002_jobs_outbox::Migration),
+            Box::new(m20261130_000003_default_tripwire::Migration),
         ]
     }
 }

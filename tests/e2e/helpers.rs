@@ -18,7 +18,7 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use fastack_api::Server;
-use fastack_core::{Config, admin, clock, store::Store};
+use fastack_core::{Config, admin, store::Store};
 use fastack_entities::{Plan, Tenant};
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection};
@@ -221,9 +221,18 @@ pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
 
 /// A server on an existing test database, its config adjusted by `tweak`.
 pub async fn spawn_on(db: Arc<TestDb>, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_with(db, fastack_api::StartOptions::default(), tweak).await
+}
+
+/// Like [`spawn_on`], with injected clock or object storage.
+pub async fn spawn_with(
+    db: Arc<TestDb>,
+    options: fastack_api::StartOptions,
+    tweak: impl FnOnce(&mut Config),
+) -> TestApp {
     let mut config = db.config();
     tweak(&mut config);
-    let server = fastack_api::start(config, clock::system())
+    let server = fastack_api::start(config, options)
         .await
         .expect("server starts");
     let store = server.state().store.clone();

@@ -170,7 +170,8 @@ pub async fn partition_of(app: &TestApp, id: &str) -> String {
                 .await
                 .unwrap();
             let t: String = sqlx::query_scalar(
-                "SELECT tableoid::regclass::text FROM tracked_events WHERE id = $1",
+                "SELECT tableoid::regclass::text FROM tracked_events WHERE id = $1 \
+                 AND occurred_at >= '2000-01-01' AND occurred_at < '2100-01-01'",
             )
             .bind(id)
             .fetch_one(&pool)

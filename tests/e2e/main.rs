@@ -11,5 +11,6 @@ mod ingest;
 mod isolation;
 mod multinode;
 mod ops;
+mod partitions;
 mod ratelimit;
 mod supervision;

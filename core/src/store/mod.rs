@@ -164,6 +164,16 @@ pub struct PartitionKey {
 }
 
 impl PartitionKey {
+    /// The key of a partition table name (`tracked_events_y2026m11_r13`).
+    pub fn parse_table(name: &str) -> Option<Self> {
+        let rest = name.strip_prefix("tracked_events_")?;
+        let (month, class) = rest.split_once("_r")?;
+        Some(PartitionKey {
+            month: Month::parse_suffix(month)?,
+            retention_class: class.parse().ok()?,
+        })
+    }
+
     pub fn table_name(&self) -> String {
         format!(
             "tracked_events_{}_r{}",
@@ -171,6 +181,51 @@ impl PartitionKey {
             self.retention_class
         )
     }
+}
+
+/// A partition as it exists, with its exact row count.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionInfo {
+    #[serde(skip)]
+    pub key: PartitionKey,
+    pub table: String,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub retention_class: i16,
+    pub rows: i64,
+}
+
+/// Position in a partition read in primary-key order.
+pub type ArchiveCursor = (TenantId, DateTime<Utc>, EventId);
+
+/// One row of `tracked_events` as archived (every column).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ArchiveRow {
+    pub tenant_id: TenantId,
+    pub id: EventId,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub event: Option<String>,
+    pub contact_id: ContactId,
+    pub user_id: Option<String>,
+    pub anonymous_id: Option<String>,
+    pub properties: serde_json::Value,
+    /// With the caller's offset.
+    pub occurred_at: String,
+    pub received_at: String,
+    pub idempotency_key: String,
+    pub retention_class: i16,
+}
+
+/// What dropping a partition found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropOutcome {
+    Dropped,
+    /// The partition no longer has the archived row count (a late row
+    /// arrived): it is kept, and archived again next run.
+    RowsChanged {
+        rows: i64,
+    },
 }
 
 /// A read of `tracked_events`: the time range is mandatory.
@@ -379,6 +434,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         now: DateTime<Utc>,
         claim_for: Duration,
     ) -> Result<Option<Job>>;
+    /// Like [`Storage::claim_job`], only jobs of one kind.
+    async fn claim_job_of_kind(
+        &self,
+        node: NodeId,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        kind: fastack_entities::JobKind,
+    ) -> Result<Option<Job>>;
     async fn renew_job_claim(&self, id: JobId, node: NodeId, until: DateTime<Utc>) -> Result<bool>;
     /// Writes the terminal state, the pending-event marker and the outbox row
     /// in one transaction — only if this node still holds the job, so a job
@@ -412,6 +475,65 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<JobId>>;
     /// Rows waiting for the relay (metric).
     async fn outbox_depth(&self) -> Result<i64>;
+
+    // --- partitions and retention -----------------------------------------
+
+    /// Every partition of `tracked_events` (month × retention class), with
+    /// exact row counts when asked (`rows` is -1 otherwise).
+    async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>>;
+    /// A page of a partition in primary-key order, as archive rows.
+    async fn read_partition(
+        &self,
+        key: PartitionKey,
+        after: Option<ArchiveCursor>,
+        limit: u32,
+    ) -> Result<Vec<(ArchiveCursor, ArchiveRow)>>;
+    /// Drops the partition if it still holds exactly `expected_rows` rows
+    /// (checked under an exclusive lock: the table is append-only, so the
+    /// same count means the same rows as the verified archive).
+    async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome>;
+    /// Forgets idempotency keys of events older than `before` for these
+    /// tenants (their events are gone with their partition).
+    async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64>;
+    /// The second fence is only needed while an inbox row may be redelivered.
+    async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64>;
+    /// Partition tables with a retention job queued or running.
+    async fn active_retention_jobs(&self) -> Result<Vec<String>>;
+}
+
+pub fn archive_row(
+    tenant_id: TenantId,
+    id: EventId,
+    kind: String,
+    event: Option<String>,
+    contact_id: ContactId,
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+    properties: serde_json::Value,
+    occurred_at: DateTime<Utc>,
+    offset_s: i32,
+    received_at: DateTime<Utc>,
+    idempotency_key: String,
+    retention_class: i16,
+) -> Result<ArchiveRow> {
+    let offset = chrono::FixedOffset::east_opt(offset_s)
+        .ok_or_else(|| Error::Corrupt(format!("offset {offset_s}")))?;
+    Ok(ArchiveRow {
+        tenant_id,
+        id,
+        kind,
+        event,
+        contact_id,
+        user_id,
+        anonymous_id,
+        properties,
+        occurred_at: occurred_at
+            .with_timezone(&offset)
+            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        received_at: received_at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        idempotency_key,
+        retention_class,
+    })
 }
 
 /// Opens the store the configuration names and applies migrations.

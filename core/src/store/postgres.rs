@@ -27,9 +27,9 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    Backend, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, OutboxRow, PartitionKey,
-    ProcessOutcome, ProcessRequest, Storage, TimeRange, Topic, decode_payload, job_event,
-    map_unique, tracked_body,
+    ArchiveCursor, ArchiveRow, Backend, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn,
+    KeyRecord, OutboxRow, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, Storage,
+    TimeRange, Topic, archive_row, decode_payload, job_event, map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -846,7 +846,16 @@ impl Storage for PgStore {
             .bind(&received)
             .bind(&keys)
             .execute(&mut *tx)
-            .await?;
+            .await
+            .inspect_err(|e| {
+                // A month dropped by retention (possibly on another node)
+                // that this node still believes exists: the row is refused
+                // (never lands in DEFAULT); forget what we believed and let
+                // the retry create it again.
+                if matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23514")) {
+                    self.partitions.lock().clear();
+                }
+            })?;
             if req.emit_tracked.any() {
                 let bodies: Vec<String> = todo
                     .iter()
@@ -1025,7 +1034,8 @@ impl Storage for PgStore {
         .bind(Value::Object(job.metadata.clone()))
         .bind(job.created_at)
         .execute(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| map_unique(e, "an active job for this partition"))?;
         Ok(())
     }
 
@@ -1075,6 +1085,30 @@ impl Storage for PgStore {
         .bind(node.0)
         .bind(now)
         .bind(now + claim_for)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn claim_job_of_kind(
+        &self,
+        node: NodeId,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        kind: JobKind,
+    ) -> Result<Option<Job>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
+                    started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM jobs WHERE kind = $4 \
+                         AND (status = 'queued' OR (status = 'processing' AND claim_expires_at < $2)) \
+                         ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING {JOB_COLUMNS}"
+        )))
+        .bind(node.0)
+        .bind(now)
+        .bind(now + claim_for)
+        .bind(kind.as_str())
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(job_from_row).transpose()
@@ -1248,5 +1282,171 @@ impl Storage for PgStore {
                 .fetch_one(&self.pool)
                 .await?,
         )
+    }
+
+    async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>> {
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_inherits i \
+             JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
+             WHERE p.relname::text LIKE 'tracked\\_events\\_y%' ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::new();
+        for name in names {
+            let Some(key) = PartitionKey::parse_table(&name) else {
+                continue;
+            };
+            let rows: i64 = if with_rows {
+                sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {name}")))
+                    .fetch_one(&self.pool)
+                    .await?
+            } else {
+                -1
+            };
+            out.push(PartitionInfo {
+                key,
+                table: name,
+                from: key.month.start(),
+                to: key.month.end(),
+                retention_class: key.retention_class,
+                rows,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn read_partition(
+        &self,
+        key: PartitionKey,
+        after: Option<ArchiveCursor>,
+        limit: u32,
+    ) -> Result<Vec<(ArchiveCursor, ArchiveRow)>> {
+        let (t, o, i) = match after {
+            Some((t, o, i)) => (Some(t.0), Some(o), Some(i.0)),
+            None => (None, None, None),
+        };
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT tenant_id, id, kind, event, contact_id, user_id, anonymous_id, properties, occurred_at, \
+                    occurred_offset_s, received_at, idempotency_key, retention_class \
+             FROM {} WHERE $1::uuid IS NULL OR (tenant_id, occurred_at, id) > ($1, $2::timestamptz, $3::uuid) \
+             ORDER BY tenant_id, occurred_at, id LIMIT $4",
+            key.table_name()
+        )))
+        .bind(t)
+        .bind(o)
+        .bind(i)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let tenant = TenantId(r.try_get("tenant_id")?);
+                let id = EventId(r.try_get("id")?);
+                let occurred: DateTime<Utc> = r.try_get("occurred_at")?;
+                let row = archive_row(
+                    tenant,
+                    id,
+                    r.try_get("kind")?,
+                    r.try_get("event")?,
+                    ContactId(r.try_get("contact_id")?),
+                    r.try_get("user_id")?,
+                    r.try_get("anonymous_id")?,
+                    r.try_get("properties")?,
+                    occurred,
+                    r.try_get("occurred_offset_s")?,
+                    r.try_get("received_at")?,
+                    r.try_get("idempotency_key")?,
+                    r.try_get("retention_class")?,
+                )?;
+                Ok(((tenant, occurred, id), row))
+            })
+            .collect()
+    }
+
+    async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome> {
+        let table = key.table_name();
+        let parent = format!("tracked_events_{}", key.month.suffix());
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('fastack.partitions'))")
+            .execute(&mut *tx)
+            .await?;
+        let exists: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+            .bind(&table)
+            .fetch_one(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            tx.commit().await?;
+            self.partitions.lock().remove(&key);
+            return Ok(if expected_rows == 0 {
+                DropOutcome::Dropped
+            } else {
+                DropOutcome::RowsChanged { rows: 0 }
+            });
+        }
+        // Parent first, then the partition: the order inserts lock them in.
+        sqlx::query(AssertSqlSafe(format!(
+            "LOCK TABLE {parent}, {table} IN ACCESS EXCLUSIVE MODE"
+        )))
+        .execute(&mut *tx)
+        .await?;
+        let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(&mut *tx)
+            .await?;
+        if rows != expected_rows {
+            return Ok(DropOutcome::RowsChanged { rows });
+        }
+        // The month's parent stays (empty and cheap): a late row of this month
+        // is refused there instead of reaching DEFAULT.
+        sqlx::query(AssertSqlSafe(format!("DROP TABLE {table}")))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.partitions.lock().remove(&key);
+        Ok(DropOutcome::Dropped)
+    }
+
+    async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {
+        let ids: Vec<Uuid> = tenants.iter().map(|t| t.0).collect();
+        let mut total = 0;
+        loop {
+            let done = sqlx::query(
+                "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys \
+                 WHERE tenant_id = ANY($1) AND occurred_at < $2 LIMIT 10000))",
+            )
+            .bind(&ids)
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+            total += done.rows_affected();
+            if done.rows_affected() < 10_000 {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let done = sqlx::query(
+                "DELETE FROM processed_jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM processed_jobs \
+                 WHERE processed_at < $1 LIMIT 10000))",
+            )
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+            total += done.rows_affected();
+            if done.rows_affected() < 10_000 {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn active_retention_jobs(&self) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT params->>'partition' FROM jobs WHERE kind = 'retention' AND status IN ('queued', 'processing')",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 }

@@ -31,9 +31,9 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    Backend, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, Month, OutboxRow, PartitionKey,
-    ProcessOutcome, ProcessRequest, Storage, TimeRange, Topic, decode_payload, job_event,
-    map_unique, tracked_body,
+    ArchiveCursor, ArchiveRow, Backend, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn,
+    KeyRecord, Month, OutboxRow, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest,
+    Storage, TimeRange, Topic, archive_row, decode_payload, job_event, map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -509,12 +509,7 @@ impl SqliteStore {
 }
 
 fn parse_table_name(name: &str) -> Option<PartitionKey> {
-    let rest = name.strip_prefix("tracked_events_")?;
-    let (month, class) = rest.split_once("_r")?;
-    Some(PartitionKey {
-        month: Month::parse_suffix(month)?,
-        retention_class: class.parse().ok()?,
-    })
+    PartitionKey::parse_table(name)
 }
 
 #[async_trait]
@@ -1126,7 +1121,8 @@ impl Storage for SqliteStore {
         .bind(Value::Object(job.metadata.clone()).to_string())
         .bind(us(job.created_at))
         .execute(&self.writer)
-        .await?;
+        .await
+        .map_err(|e| map_unique(e, "an active job for this partition"))?;
         Ok(())
     }
 
@@ -1176,6 +1172,30 @@ impl Storage for SqliteStore {
         .bind(node.0)
         .bind(us(now))
         .bind(us(now + claim_for))
+        .fetch_optional(&self.writer)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn claim_job_of_kind(
+        &self,
+        node: NodeId,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        kind: JobKind,
+    ) -> Result<Option<Job>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
+                    started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
+             WHERE id = (SELECT id FROM jobs WHERE kind = $4 \
+                         AND (status = 'queued' OR (status = 'processing' AND claim_expires_at < $2)) \
+                         ORDER BY created_at LIMIT 1) \
+             RETURNING {JOB_COLUMNS}"
+        )))
+        .bind(node.0)
+        .bind(us(now))
+        .bind(us(now + claim_for))
+        .bind(kind.as_str())
         .fetch_optional(&self.writer)
         .await?;
         row.as_ref().map(job_from_row).transpose()
@@ -1361,6 +1381,151 @@ impl Storage for SqliteStore {
                 .fetch_one(&self.reader)
                 .await?,
         )
+    }
+
+    async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>> {
+        let mut keys: Vec<PartitionKey> = self.partitions.lock().iter().copied().collect();
+        keys.sort();
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let table = key.table_name();
+            let rows: i64 = if with_rows {
+                sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                    .fetch_one(&self.reader)
+                    .await?
+            } else {
+                -1
+            };
+            out.push(PartitionInfo {
+                key,
+                table,
+                from: key.month.start(),
+                to: key.month.end(),
+                retention_class: key.retention_class,
+                rows,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn read_partition(
+        &self,
+        key: PartitionKey,
+        after: Option<ArchiveCursor>,
+        limit: u32,
+    ) -> Result<Vec<(ArchiveCursor, ArchiveRow)>> {
+        let cols = "tenant_id, id, kind, event, contact_id, user_id, anonymous_id, properties, occurred_at, \
+                    occurred_offset_s, received_at, idempotency_key, retention_class";
+        let table = key.table_name();
+        let rows =
+            match after {
+                None => {
+                    sqlx::query(AssertSqlSafe(format!(
+                        "SELECT {cols} FROM {table} ORDER BY tenant_id, occurred_at, id LIMIT $1"
+                    )))
+                    .bind(limit as i64)
+                    .fetch_all(&self.reader)
+                    .await?
+                }
+                Some((t, o, i)) => sqlx::query(AssertSqlSafe(format!(
+                    "SELECT {cols} FROM {table} WHERE (tenant_id, occurred_at, id) > ($1, $2, $3) \
+                     ORDER BY tenant_id, occurred_at, id LIMIT $4"
+                )))
+                .bind(t.0)
+                .bind(us(o))
+                .bind(i.0)
+                .bind(limit as i64)
+                .fetch_all(&self.reader)
+                .await?,
+            };
+        rows.iter()
+            .map(|r| {
+                let tenant = TenantId(r.try_get("tenant_id")?);
+                let id = EventId(r.try_get("id")?);
+                let occurred = from_us(r.try_get("occurred_at")?)?;
+                let props: String = r.try_get("properties")?;
+                let row = archive_row(
+                    tenant,
+                    id,
+                    r.try_get("kind")?,
+                    r.try_get("event")?,
+                    ContactId(r.try_get("contact_id")?),
+                    r.try_get("user_id")?,
+                    r.try_get("anonymous_id")?,
+                    serde_json::from_str(&props)
+                        .map_err(|e| Error::Corrupt(format!("properties: {e}")))?,
+                    occurred,
+                    r.try_get::<i64, _>("occurred_offset_s")? as i32,
+                    from_us(r.try_get("received_at")?)?,
+                    r.try_get("idempotency_key")?,
+                    r.try_get::<i64, _>("retention_class")? as i16,
+                )?;
+                Ok(((tenant, occurred, id), row))
+            })
+            .collect()
+    }
+
+    async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome> {
+        let table = key.table_name();
+        // The single writer connection: nothing inserts while this runs.
+        let mut tx = self.writer.begin().await?;
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1")
+                .bind(&table)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if exists.is_none() {
+            self.partitions.lock().remove(&key);
+            return Ok(if expected_rows == 0 {
+                DropOutcome::Dropped
+            } else {
+                DropOutcome::RowsChanged { rows: 0 }
+            });
+        }
+        let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(&mut *tx)
+            .await?;
+        if rows != expected_rows {
+            return Ok(DropOutcome::RowsChanged { rows });
+        }
+        sqlx::query(AssertSqlSafe(format!("DROP TABLE {table}")))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.partitions.lock().remove(&key);
+        Ok(DropOutcome::Dropped)
+    }
+
+    async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {
+        let mut total = 0;
+        for t in tenants {
+            let done = sqlx::query(
+                "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND occurred_at < $2",
+            )
+            .bind(t.0)
+            .bind(us(before))
+            .execute(&self.writer)
+            .await?;
+            total += done.rows_affected();
+        }
+        Ok(total)
+    }
+
+    async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM processed_jobs WHERE processed_at < $1")
+            .bind(us(before))
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn active_retention_jobs(&self) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT json_extract(params, '$.partition') FROM jobs \
+             WHERE kind = 'retention' AND status IN ('queued', 'processing')",
+        )
+        .fetch_all(&self.reader)
+        .await?)
     }
 }
 
