@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use fastack_core::{Config, admin, config::SETTINGS, store};
-use fastack_entities::{ApiKeyId, Plan};
+use fastack_entities::{ApiKeyId, EndpointId, Plan};
 use serde::Serialize;
 
 #[derive(Parser)]
@@ -72,6 +72,57 @@ enum AdminCommand {
     /// Retention: archive, verify and drop partitions past their retention.
     #[command(subcommand)]
     Retention(RetentionCommand),
+    /// Webhook endpoints (only here and on the admin listener, never
+    /// through the tenant API).
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
+    /// Webhook deliveries and their attempts.
+    Deliveries {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        endpoint: Option<EndpointId>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum WebhookCommand {
+    /// Register an endpoint; its signing secret is shown once.
+    Add {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        url: String,
+        /// Comma-separated: job.completed, job.failed, core.event.tracked
+        /// (default: the two job events).
+        #[arg(long)]
+        events: Option<String>,
+    },
+    /// List endpoints (all, or one tenant's).
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Stop deliveries to an endpoint (its pending deliveries fail).
+    Disable {
+        #[arg(long)]
+        endpoint: EndpointId,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    Enable {
+        #[arg(long)]
+        endpoint: EndpointId,
+    },
+    /// A new secret; the old one keeps signing alongside for 24 hours.
+    RotateSecret {
+        #[arg(long)]
+        endpoint: EndpointId,
+    },
 }
 
 #[derive(Subcommand)]
@@ -277,6 +328,46 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
                 out
             })
         }
+        AdminCommand::Webhook(cmd) => webhook_command(config_ref, store, json, cmd).await,
+        AdminCommand::Deliveries {
+            tenant,
+            endpoint,
+            limit,
+        } => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            let list = store.list_deliveries(t.id, endpoint, limit).await?;
+            print(json, &list, |ds| {
+                let mut out = format!(
+                    "{:<38}  {:<20}  {:<10}  {}",
+                    "WEBHOOK-ID", "EVENT", "STATUS", "ATTEMPTS (status/error, latency)"
+                );
+                for d in ds {
+                    let attempts: Vec<String> = d
+                        .attempts
+                        .iter()
+                        .map(|a| {
+                            format!(
+                                "#{} {} {}ms",
+                                a.attempt,
+                                a.status_code.map_or_else(
+                                    || a.error_kind.clone().unwrap_or_default(),
+                                    |c| c.to_string()
+                                ),
+                                a.latency_ms
+                            )
+                        })
+                        .collect();
+                    out.push_str(&format!(
+                        "\n{:<38}  {:<20}  {:<10}  {}",
+                        d.webhook_id,
+                        d.event_type,
+                        d.status,
+                        attempts.join(", ")
+                    ));
+                }
+                out
+            })
+        }
         AdminCommand::Retention(RetentionCommand::Run { dry_run }) => {
             retention_run(config_ref, store, json, dry_run).await
         }
@@ -295,6 +386,78 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
                 },
                 |r| format!("revoked key {}", r.id),
             )
+        }
+    }
+}
+
+async fn webhook_command(
+    config: &Config,
+    store: &dyn fastack_core::store::Storage,
+    json: bool,
+    cmd: WebhookCommand,
+) -> anyhow::Result<()> {
+    let keys = fastack_core::crypto::Keys::load(config)?;
+    let show_secret = |e: &admin::CreatedEndpoint| {
+        format!(
+            "endpoint {} ({}) for {}\n\n    {}\n\nThis signing secret is shown once: store it now.",
+            e.endpoint.id,
+            e.endpoint.url,
+            e.endpoint.events.join(","),
+            e.secret
+        )
+    };
+    match cmd {
+        WebhookCommand::Add {
+            tenant,
+            url,
+            events,
+        } => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            let created = admin::add_webhook(
+                store,
+                &keys,
+                t.id,
+                &url,
+                events.as_deref(),
+                config.webhook_allow_private,
+            )
+            .await?;
+            print(json, &created, show_secret)
+        }
+        WebhookCommand::List { tenant } => {
+            let t = match tenant {
+                Some(t) => Some(admin::resolve_tenant(store, &t).await?.id),
+                None => None,
+            };
+            let list = store.list_endpoints(t).await?;
+            print(json, &list, |es| {
+                let mut out = format!("{:<36}  {:<9}  {:<40}  {}", "ID", "STATE", "URL", "EVENTS");
+                for e in es {
+                    out.push_str(&format!(
+                        "\n{:<36}  {:<9}  {:<40}  {}{}",
+                        e.id,
+                        if e.enabled { "enabled" } else { "disabled" },
+                        e.url,
+                        e.events.join(","),
+                        e.disabled_reason
+                            .as_ref()
+                            .map_or(String::new(), |r| format!("  ({r})"))
+                    ));
+                }
+                out
+            })
+        }
+        WebhookCommand::Disable { endpoint, reason } => {
+            let e = admin::set_webhook_enabled(store, endpoint, false, reason.as_deref()).await?;
+            print(json, &e, |e| format!("endpoint {} disabled", e.id))
+        }
+        WebhookCommand::Enable { endpoint } => {
+            let e = admin::set_webhook_enabled(store, endpoint, true, None).await?;
+            print(json, &e, |e| format!("endpoint {} enabled", e.id))
+        }
+        WebhookCommand::RotateSecret { endpoint } => {
+            let created = admin::rotate_webhook_secret(store, &keys, endpoint).await?;
+            print(json, &created, show_secret)
         }
     }
 }
@@ -341,7 +504,7 @@ async fn retention_run(
     let node = NodeId::new();
     let emit = fastack_core::store::Emit {
         publish: config.amqp_url.is_some(),
-        fanout: false,
+        fanout: true,
     };
     let terminal = std::io::stderr().is_terminal() && !json;
     let mut reports = Vec::new();

@@ -26,7 +26,7 @@ use ractor::ActorRef;
 use crate::{
     ingest_writer::IngestQueue, job_runner::JobRunnerMsg, outbox_relay::OutboxRelayMsg,
     partition_manager::PartitionManagerMsg, tenant_registry::TenantRegistryMsg,
-    tenant_supervisor::TenantSupervisorMsg,
+    tenant_supervisor::TenantSupervisorMsg, webhook_dispatcher::WebhookDispatcherMsg,
 };
 
 pub struct Ctx {
@@ -49,6 +49,10 @@ pub struct Ctx {
     pub relay: RwLock<Option<ActorRef<OutboxRelayMsg>>>,
     pub job_runner: RwLock<Option<ActorRef<JobRunnerMsg>>>,
     pub partition_manager: RwLock<Option<ActorRef<PartitionManagerMsg>>>,
+    pub webhooks: RwLock<Option<ActorRef<WebhookDispatcherMsg>>>,
+    /// Per tenant: does an endpoint subscribe to `core.event.tracked`?
+    /// (checked every few seconds, not per batch).
+    pub tracked_subscribers: DashMap<TenantId, (std::time::Instant, bool)>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -64,19 +68,47 @@ impl Ctx {
         self.clock.now()
     }
 
-    /// Who takes job events.
+    /// Who takes job events: the relay with AMQP, and always the webhook
+    /// fan-out (it finds the tenant's endpoints, or none).
     pub fn job_emit(&self) -> Emit {
         Emit {
             publish: self.emitter.is_some(),
-            fanout: false,
+            fanout: true,
         }
     }
 
-    /// Who takes `core.event.tracked` events.
-    pub fn tracked_emit(&self) -> Emit {
+    /// Who takes a tenant's `core.event.tracked` events: the relay with
+    /// AMQP, the fan-out when an endpoint of the tenant subscribes.
+    pub async fn tracked_emit(&self, tenant: TenantId) -> Emit {
+        const FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+        let cached = self
+            .tracked_subscribers
+            .get(&tenant)
+            .filter(|e| e.0.elapsed() < FRESH)
+            .map(|e| e.1);
+        let fanout = match cached {
+            Some(v) => v,
+            None => {
+                let v = self
+                    .store
+                    .tenant_subscribes(tenant, "core.event.tracked")
+                    .await
+                    .unwrap_or(true);
+                self.tracked_subscribers
+                    .insert(tenant, (std::time::Instant::now(), v));
+                v
+            }
+        };
         Emit {
             publish: self.emitter.is_some(),
-            fanout: false,
+            fanout,
+        }
+    }
+
+    /// New outbox rows for the webhook fan-out.
+    pub fn kick_webhooks(&self) {
+        if let Some(w) = self.webhooks.read().as_ref() {
+            let _ = w.cast(WebhookDispatcherMsg::Tick);
         }
     }
 

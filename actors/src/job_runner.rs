@@ -217,6 +217,7 @@ pub async fn finish(ctx: &Ctx, job: &Job) {
             Ok(true) => {
                 info!(job = %job.id, status = %job.status, "job finished");
                 ctx.kick_relay();
+                ctx.kick_webhooks();
                 return;
             }
             Ok(false) => {

@@ -7,7 +7,8 @@
 //! ├── PartitionManager      partitions ahead, retention jobs scheduled
 //! ├── JobRunner             exports and retention archives
 //! ├── OutboxRelay           outbox → RabbitMQ, publisher confirms (with AMQP)
-//! └── Repairer              re-emits terminal events still marked pending
+//! ├── Repairer              re-emits terminal events still marked pending
+//! └── WebhookDispatcher ── EndpointWorker(endpoint)   retries at ~2 s and ~8 s
 //! ```
 //!
 //! [`Runtime`] is the handle the HTTP layer holds: it finds a tenant's
@@ -16,6 +17,7 @@
 
 pub mod backoff;
 pub mod context;
+pub mod endpoint_worker;
 pub mod error;
 pub mod ingest_writer;
 pub mod job_runner;
@@ -26,6 +28,7 @@ pub mod repairer;
 pub mod root;
 pub mod tenant_registry;
 pub mod tenant_supervisor;
+pub mod webhook_dispatcher;
 
 use std::sync::Arc;
 
@@ -94,6 +97,8 @@ impl Runtime {
             relay: RwLock::new(None),
             job_runner: RwLock::new(None),
             partition_manager: RwLock::new(None),
+            webhooks: RwLock::new(None),
+            tracked_subscribers: DashMap::new(),
         });
         let (root, root_task) = Actor::spawn(None, RootActor, RootArgs { ctx: ctx.clone() })
             .await

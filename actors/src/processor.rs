@@ -119,6 +119,7 @@ impl Actor for ProcessorActor {
         }
         let tenant = state.shared.tenant();
         let retention = ctx.config.plans.retention_for(&tenant);
+        let emit_tracked = ctx.tracked_emit(state.tenant_id).await;
         loop {
             let now = ctx.now();
             let req = ProcessRequest {
@@ -128,7 +129,7 @@ impl Actor for ProcessorActor {
                 limit: ctx.config.process_batch,
                 now,
                 lease_ttl: ttl,
-                emit_tracked: ctx.tracked_emit(),
+                emit_tracked,
             };
             match ctx.store.process_batch(&req).await {
                 Ok(out) => {

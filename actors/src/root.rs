@@ -18,6 +18,7 @@ use crate::{
     partition_manager::{PartitionManagerActor, PartitionManagerArgs},
     repairer::{RepairerActor, RepairerArgs},
     tenant_registry::{TenantRegistryActor, TenantRegistryArgs},
+    webhook_dispatcher::{WebhookDispatcherActor, WebhookDispatcherArgs},
 };
 
 pub struct RootActor;
@@ -35,6 +36,7 @@ pub enum Child {
     OutboxRelay,
     Repairer,
     PartitionManager,
+    WebhookDispatcher,
 }
 
 impl Child {
@@ -46,6 +48,7 @@ impl Child {
             Child::OutboxRelay => "outbox_relay",
             Child::Repairer => "repairer",
             Child::PartitionManager => "partition_manager",
+            Child::WebhookDispatcher => "webhook_dispatcher",
         }
     }
 }
@@ -139,6 +142,18 @@ impl RootActor {
                 .await?;
                 r.get_id()
             }
+            Child::WebhookDispatcher => {
+                let (r, _) = Actor::spawn_linked(
+                    None,
+                    WebhookDispatcherActor,
+                    WebhookDispatcherArgs {
+                        ctx: state.ctx.clone(),
+                    },
+                    cell,
+                )
+                .await?;
+                r.get_id()
+            }
             Child::PartitionManager => {
                 let (r, _) = Actor::spawn_linked(
                     None,
@@ -207,6 +222,7 @@ impl Actor for RootActor {
             Child::OutboxRelay,
             Child::Repairer,
             Child::PartitionManager,
+            Child::WebhookDispatcher,
         ] {
             Self::start(&myself, state, child).await?;
         }

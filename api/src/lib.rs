@@ -1,6 +1,7 @@
 //! fastack's HTTP surface: the tenant API (`/v1/core/…`), ops endpoints,
 //! the OpenAPI spec and docs, and node start/stop.
 
+pub mod admin;
 pub mod body;
 pub mod dto;
 pub mod gate;

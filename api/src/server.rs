@@ -45,14 +45,20 @@ pub fn openapi_json() -> String {
 /// A running node.
 pub struct Server {
     addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
     state: SharedState,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
+    shutdown: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
 impl Server {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin listener, when `FASTACK_ADMIN_TOKEN` is set.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 
     pub fn state(&self) -> &SharedState {
@@ -61,13 +67,15 @@ impl Server {
 
     /// Stops accepting, lets in-flight requests finish, stops the actors.
     pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
+        for tx in self.shutdown.drain(..) {
             let _ = tx.send(());
         }
-        match (&mut self.task).await {
-            Ok(Err(error)) => warn!(%error, "http server stopped with an error"),
-            Err(error) => warn!(%error, "http server task failed"),
-            Ok(Ok(())) => {}
+        for task in self.tasks.drain(..) {
+            match task.await {
+                Ok(Err(error)) => warn!(%error, "http server stopped with an error"),
+                Err(error) => warn!(%error, "http server task failed"),
+                Ok(Ok(())) => {}
+            }
         }
         self.state.runtime.shutdown().await;
     }
@@ -198,23 +206,49 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         .around(observe)
         .data(state.clone());
 
-    let acceptor = TcpListener::bind(config.listen)
+    let mut shutdown = Vec::new();
+    let mut tasks = Vec::new();
+    let addr = serve(config.listen, app, &mut shutdown, &mut tasks).await?;
+    let admin_addr = match &config.admin_token {
+        Some(token) => {
+            let admin = crate::admin::app(state.clone(), Arc::from(token.as_str()));
+            let a = serve(config.admin_listen, admin, &mut shutdown, &mut tasks).await?;
+            info!(addr = %a, "admin listener up");
+            Some(a)
+        }
+        None => None,
+    };
+    info!(%addr, node = %config.node_id, embedded = config.is_embedded(), "fastack listening");
+    Ok(Server {
+        addr,
+        admin_addr,
+        state,
+        shutdown,
+        tasks,
+    })
+}
+
+/// Binds `at` and serves `app` until told to stop.
+async fn serve(
+    at: SocketAddr,
+    app: impl poem::Endpoint + 'static,
+    shutdown: &mut Vec<oneshot::Sender<()>>,
+    tasks: &mut Vec<JoinHandle<std::io::Result<()>>>,
+) -> Result<SocketAddr> {
+    let acceptor = TcpListener::bind(at)
         .into_acceptor()
         .await
-        .map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        .map_err(|source| Error::Bind { addr: at, source })?;
     let addr = acceptor
         .local_addr()
         .first()
         .and_then(|a| a.as_socket_addr().copied())
         .ok_or(Error::Bind {
-            addr: config.listen,
+            addr: at,
             source: std::io::Error::other("listener has no socket address"),
         })?;
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
+    tasks.push(tokio::spawn(async move {
         poem::Server::new_with_acceptor(acceptor)
             .run_with_graceful_shutdown(
                 app,
@@ -224,12 +258,7 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
                 Some(Duration::from_secs(10)),
             )
             .await
-    });
-    info!(%addr, node = %config.node_id, embedded = config.is_embedded(), "fastack listening");
-    Ok(Server {
-        addr,
-        state,
-        shutdown: Some(tx),
-        task,
-    })
+    }));
+    shutdown.push(tx);
+    Ok(addr)
 }

@@ -97,3 +97,99 @@ pub async fn bootstrap(store: &dyn Storage) -> Result<Option<(Tenant, CreatedKey
     let key = create_key(store, tenant.id, None).await?;
     Ok(Some((tenant, key)))
 }
+
+/// A webhook endpoint as shown once at registration (with its secret).
+#[derive(Debug, serde::Serialize)]
+pub struct CreatedEndpoint {
+    #[serde(flatten)]
+    pub endpoint: fastack_entities::Endpoint,
+    /// `whsec_…`: shown here once, stored encrypted.
+    pub secret: String,
+}
+
+/// Registers an endpoint after checking its URL (scheme, and no private
+/// addresses unless allowed).
+pub async fn add_webhook(
+    store: &dyn Storage,
+    keys: &crate::crypto::Keys,
+    tenant: fastack_entities::TenantId,
+    url: &str,
+    events: Option<&str>,
+    allow_private: bool,
+) -> Result<CreatedEndpoint> {
+    use crate::webhooks::{Secret, check_url, parse_events};
+    let url = check_url(url, allow_private).await?;
+    let events = parse_events(events)?;
+    let secret = Secret::generate();
+    let now = Utc::now();
+    let endpoint = fastack_entities::Endpoint {
+        id: fastack_entities::EndpointId::new(),
+        tenant_id: tenant,
+        url,
+        events,
+        enabled: true,
+        disabled_reason: None,
+        previous_secret_until: None,
+        created_at: now,
+        updated_at: now,
+    };
+    store
+        .insert_endpoint(&endpoint, &secret.seal(&keys.webhook_secrets_key()))
+        .await?;
+    Ok(CreatedEndpoint {
+        endpoint,
+        secret: secret.to_string(),
+    })
+}
+
+/// A new secret; the old one keeps signing alongside it for 24 hours.
+pub async fn rotate_webhook_secret(
+    store: &dyn Storage,
+    keys: &crate::crypto::Keys,
+    id: fastack_entities::EndpointId,
+) -> Result<CreatedEndpoint> {
+    let secret = crate::webhooks::Secret::generate();
+    let now = Utc::now();
+    if !store
+        .rotate_endpoint_secret(
+            id,
+            &secret.seal(&keys.webhook_secrets_key()),
+            now + crate::webhooks::ROTATION_OVERLAP,
+            now,
+        )
+        .await?
+    {
+        return Err(Error::NotFound { what: "endpoint" });
+    }
+    let endpoint = store
+        .get_endpoint(id)
+        .await?
+        .ok_or(Error::NotFound { what: "endpoint" })?;
+    Ok(CreatedEndpoint {
+        endpoint,
+        secret: secret.to_string(),
+    })
+}
+
+pub async fn set_webhook_enabled(
+    store: &dyn Storage,
+    id: fastack_entities::EndpointId,
+    enabled: bool,
+    reason: Option<&str>,
+) -> Result<fastack_entities::Endpoint> {
+    if !store
+        .set_endpoint_enabled(
+            id,
+            enabled,
+            reason.or(Some("disabled by an operator")),
+            Utc::now(),
+        )
+        .await?
+    {
+        return Err(Error::NotFound { what: "endpoint" });
+    }
+    store
+        .get_endpoint(id)
+        .await?
+        .ok_or(Error::NotFound { what: "endpoint" })
+}

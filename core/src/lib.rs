@@ -17,6 +17,7 @@ pub mod redact;
 pub mod retention;
 pub mod store;
 pub mod validate;
+pub mod webhooks;
 
 pub use config::Config;
 pub use error::{Error, Result};

@@ -26,6 +26,11 @@ pub struct ActorLabels {
     pub actor: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~26 s
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
@@ -51,6 +56,8 @@ pub struct Metrics {
     pub amqp_unroutable: Counter,
     pub outbox_depth: Gauge,
     pub events_repaired: Counter,
+    pub webhook_attempts: Family<OutcomeLabels, Counter>,
+    pub webhook_first_attempt_lag_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -82,6 +89,18 @@ impl Metrics {
         let amqp_unroutable = Counter::default();
         let outbox_depth = Gauge::default();
         let events_repaired = Counter::default();
+        let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
+        let webhook_first_attempt_lag_seconds = latency_histogram();
+        registry.register(
+            "webhook_attempts",
+            "webhook delivery attempts by outcome (delivered, retry, failed)",
+            webhook_attempts.clone(),
+        );
+        registry.register(
+            "webhook_first_attempt_lag_seconds",
+            "time from the outbox row to a delivery's first attempt",
+            webhook_first_attempt_lag_seconds.clone(),
+        );
         registry.register(
             "amqp_published",
             "outbox rows confirmed by the broker",
@@ -186,6 +205,8 @@ impl Metrics {
             amqp_unroutable,
             outbox_depth,
             events_repaired,
+            webhook_attempts,
+            webhook_first_attempt_lag_seconds,
         }
     }
 

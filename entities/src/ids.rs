@@ -82,6 +82,21 @@ typed_id!(
     /// A long-running job (export, retention archive).
     JobId
 );
+typed_id!(
+    /// A webhook endpoint registered through the admin surface.
+    EndpointId
+);
+typed_id!(
+    /// One event for one endpoint; its `webhook-id` is stable across retries.
+    DeliveryId
+);
+
+impl DeliveryId {
+    /// The Standard Webhooks `webhook-id` of this delivery.
+    pub fn webhook_id(&self) -> String {
+        format!("msg_{}", self.0.simple())
+    }
+}
 
 #[cfg(test)]
 mod tests {

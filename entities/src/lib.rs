@@ -4,10 +4,12 @@
 pub mod ids;
 pub mod job;
 pub mod model;
+pub mod webhook;
 
-pub use ids::{ApiKeyId, ContactId, EventId, JobId, NodeId, TenantId};
+pub use ids::{ApiKeyId, ContactId, DeliveryId, EndpointId, EventId, JobId, NodeId, TenantId};
 pub use job::{Job, JobKind, JobStatus};
 pub use model::{
     ApiKey, Contact, EventKind, IdentityKind, NewEvent, Plan, PlanLimits, StoredEvent, Tenant,
     UnknownPlan,
 };
+pub use webhook::{Attempt, Delivery, DeliveryStatus, Endpoint};

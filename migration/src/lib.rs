@@ -10,6 +10,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261130_000001_init;
 mod m20261130_000002_jobs_outbox;
 mod m20261130_000003_default_tripwire;
+mod m20261130_000004_webhooks;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_init::Migration),
             Box::new(m20261130_000002_jobs_outbox::Migration),
             Box::new(m20261130_000003_default_tripwire::Migration),
+            Box::new(m20261130_000004_webhooks::Migration),
         ]
     }
 }

@@ -14,3 +14,4 @@ mod ops;
 mod partitions;
 mod ratelimit;
 mod supervision;
+mod webhooks;

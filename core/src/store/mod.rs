@@ -9,8 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, IdentityKind, Job, JobId, JobStatus, NewEvent,
-    NodeId, StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, Endpoint, EndpointId,
+    EventId, IdentityKind, Job, JobId, JobStatus, NewEvent, NodeId, StoredEvent, Tenant, TenantId,
 };
 
 use crate::{
@@ -215,6 +215,53 @@ pub struct ArchiveRow {
     pub received_at: String,
     pub idempotency_key: String,
     pub retention_class: i16,
+}
+
+/// An endpoint's sealed signing secrets.
+#[derive(Clone, Debug)]
+pub struct SealedSecrets {
+    pub current: Vec<u8>,
+    /// The rotated-out secret, while it still signs.
+    pub previous: Option<(Vec<u8>, DateTime<Utc>)>,
+}
+
+/// A delivery to create from an outbox row.
+#[derive(Clone, Debug)]
+pub struct NewDelivery {
+    pub id: DeliveryId,
+    pub endpoint_id: EndpointId,
+    pub tenant_id: TenantId,
+    pub event_type: String,
+    pub ce_id: String,
+    pub body: String,
+    /// When the outbox row was written (for the latency metric).
+    pub emitted_at: DateTime<Utc>,
+}
+
+/// A delivery due for an attempt, with what the attempt needs.
+#[derive(Clone, Debug)]
+pub struct DueDelivery {
+    pub id: DeliveryId,
+    pub endpoint: Endpoint,
+    pub secrets: SealedSecrets,
+    pub event_type: String,
+    pub body: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    pub emitted_at: DateTime<Utc>,
+}
+
+/// What an attempt decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Delivered,
+    Retry {
+        at: DateTime<Utc>,
+    },
+    /// No more attempts; `disable` the endpoint with this reason (404/410).
+    Failed {
+        disable: Option<String>,
+    },
 }
 
 /// What dropping a partition found.
@@ -499,6 +546,64 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64>;
     /// Partition tables with a retention job queued or running.
     async fn active_retention_jobs(&self) -> Result<Vec<String>>;
+
+    // --- webhooks -----------------------------------------------------------
+
+    async fn insert_endpoint(&self, endpoint: &Endpoint, secret: &[u8]) -> Result<()>;
+    async fn list_endpoints(&self, tenant: Option<TenantId>) -> Result<Vec<Endpoint>>;
+    async fn get_endpoint(&self, id: EndpointId) -> Result<Option<Endpoint>>;
+    /// Enables or disables an endpoint; disabling fails its pending
+    /// deliveries.
+    async fn set_endpoint_enabled(
+        &self,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// The current secret becomes the previous one (signing until
+    /// `previous_until`); `secret` becomes current.
+    async fn rotate_endpoint_secret(
+        &self,
+        id: EndpointId,
+        secret: &[u8],
+        previous_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// Whether an enabled endpoint of the tenant subscribes to the type.
+    async fn tenant_subscribes(&self, tenant: TenantId, event_type: &str) -> Result<bool>;
+    /// Claims outbox rows waiting for the webhook fan-out.
+    async fn claim_fanout(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>>;
+    /// Creates the deliveries (once per event and endpoint) and releases the
+    /// rows from the fan-out, in one transaction.
+    async fn complete_fanout(&self, done: &[i64], deliveries: &[NewDelivery]) -> Result<()>;
+    /// Claims deliveries whose next attempt is due.
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<DueDelivery>>;
+    async fn release_deliveries(&self, ids: &[DeliveryId]) -> Result<()>;
+    /// Logs an attempt and applies its outcome, in one transaction.
+    async fn record_attempt(
+        &self,
+        delivery: DeliveryId,
+        endpoint: EndpointId,
+        attempt: &Attempt,
+        outcome: &AttemptOutcome,
+    ) -> Result<()>;
+    async fn list_deliveries(
+        &self,
+        tenant: TenantId,
+        endpoint: Option<EndpointId>,
+        limit: u32,
+    ) -> Result<Vec<Delivery>>;
 }
 
 pub fn archive_row(

@@ -14,8 +14,9 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, FixedOffset, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, Job, JobId, JobKind,
-    JobStatus, NewEvent, NodeId, Plan, StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
+    EndpointId, EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId,
+    Plan, StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxPostgresConnector;
@@ -27,9 +28,10 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    ArchiveCursor, ArchiveRow, Backend, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn,
-    KeyRecord, OutboxRow, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, Storage,
-    TimeRange, Topic, archive_row, decode_payload, job_event, map_unique, tracked_body,
+    ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
+    Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo, PartitionKey,
+    ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic, archive_row,
+    decode_payload, job_event, map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -141,6 +143,28 @@ fn job_from_row(row: &PgRow) -> Result<Job> {
         event_body: row.try_get("event_body")?,
         event_pending: row.try_get("event_pending")?,
         attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+    })
+}
+
+const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, events, enabled, disabled_reason, previous_until, \
+                                created_at, updated_at";
+
+fn endpoint_from_row(row: &PgRow) -> Result<Endpoint> {
+    let events: String = row.try_get("events")?;
+    Ok(Endpoint {
+        id: EndpointId(row.try_get("id")?),
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        url: row.try_get("url")?,
+        events: events
+            .split(',')
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        enabled: row.try_get("enabled")?,
+        disabled_reason: row.try_get("disabled_reason")?,
+        previous_secret_until: row.try_get("previous_until")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
     })
 }
 
@@ -1448,5 +1472,369 @@ impl Storage for PgStore {
         )
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    async fn insert_endpoint(&self, ep: &Endpoint, secret: &[u8]) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret_enc, enabled, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        )
+        .bind(ep.id.0)
+        .bind(ep.tenant_id.0)
+        .bind(&ep.url)
+        .bind(ep.events.join(","))
+        .bind(secret)
+        .bind(ep.enabled)
+        .bind(ep.created_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn list_endpoints(&self, tenant: Option<TenantId>) -> Result<Vec<Endpoint>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE $1::uuid IS NULL OR tenant_id = $1 \
+             ORDER BY created_at, id"
+        )))
+        .bind(tenant.map(|t| t.0))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(endpoint_from_row).collect()
+    }
+
+    async fn get_endpoint(&self, id: EndpointId) -> Result<Option<Endpoint>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE id = $1"
+        )))
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(endpoint_from_row).transpose()
+    }
+
+    async fn set_endpoint_enabled(
+        &self,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE webhook_endpoints SET enabled = $2, disabled_reason = $3, updated_at = $4 WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(enabled)
+        .bind(if enabled { None } else { reason })
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if !enabled {
+            sqlx::query(
+                "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, claimed_until = NULL \
+                 WHERE endpoint_id = $1 AND status = 'pending'",
+            )
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn rotate_endpoint_secret(
+        &self,
+        id: EndpointId,
+        secret: &[u8],
+        previous_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE webhook_endpoints SET previous_secret_enc = secret_enc, previous_until = $3, \
+                    secret_enc = $2, updated_at = $4 WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(secret)
+        .bind(previous_until)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn tenant_subscribes(&self, tenant: TenantId, event_type: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE tenant_id = $1 AND enabled \
+             AND (',' || events || ',') LIKE ('%,' || $2 || ',%'))",
+        )
+        .bind(tenant.0)
+        .bind(event_type)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn claim_fanout(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE outbox SET fanout_claimed_until = $2 \
+             WHERE id IN (SELECT id FROM outbox WHERE fanout_pending \
+                            AND (fanout_claimed_until IS NULL OR fanout_claimed_until < $1) \
+                          ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             RETURNING {OUTBOX_COLUMNS}"
+        )))
+        .bind(now)
+        .bind(now + claim_for)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<OutboxRow> = rows.iter().map(outbox_from_row).collect::<Result<_>>()?;
+        out.sort_by_key(|r| r.id);
+        Ok(out)
+    }
+
+    async fn complete_fanout(&self, done: &[i64], deliveries: &[NewDelivery]) -> Result<()> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        if !deliveries.is_empty() {
+            let ids: Vec<Uuid> = deliveries.iter().map(|d| d.id.0).collect();
+            let endpoints: Vec<Uuid> = deliveries.iter().map(|d| d.endpoint_id.0).collect();
+            let tenants: Vec<Uuid> = deliveries.iter().map(|d| d.tenant_id.0).collect();
+            let types: Vec<&str> = deliveries.iter().map(|d| d.event_type.as_str()).collect();
+            let ce_ids: Vec<&str> = deliveries.iter().map(|d| d.ce_id.as_str()).collect();
+            let bodies: Vec<&str> = deliveries.iter().map(|d| d.body.as_str()).collect();
+            let emitted: Vec<DateTime<Utc>> = deliveries.iter().map(|d| d.emitted_at).collect();
+            sqlx::query(
+                "INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_type, ce_id, body, status, \
+                    attempts, next_attempt_at, created_at, emitted_at) \
+                 SELECT i, e, t, ty, c, b, 'pending', 0, now(), now(), em \
+                 FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::timestamptz[]) \
+                      AS x(i, e, t, ty, c, b, em) \
+                 ON CONFLICT (endpoint_id, ce_id) DO NOTHING",
+            )
+            .bind(&ids)
+            .bind(&endpoints)
+            .bind(&tenants)
+            .bind(&types)
+            .bind(&ce_ids)
+            .bind(&bodies)
+            .bind(&emitted)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let jobs: Vec<Option<Uuid>> = sqlx::query_scalar(
+            "UPDATE outbox SET fanout_pending = false, fanout_claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
+        )
+        .bind(done)
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM outbox WHERE id = ANY($1) AND NOT publish_pending")
+            .bind(done)
+            .execute(&mut *tx)
+            .await?;
+        let jobs: Vec<Uuid> = jobs.into_iter().flatten().collect();
+        if !jobs.is_empty() {
+            sqlx::query(
+                "UPDATE jobs SET event_pending = false WHERE id = ANY($1) AND NOT EXISTS \
+                 (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND (o.publish_pending OR o.fanout_pending))",
+            )
+            .bind(&jobs)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<DueDelivery>> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
+             WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.enabled \
+               AND (d.claimed_until IS NULL OR d.claimed_until < $1) \
+             ORDER BY d.next_attempt_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED",
+        )
+        .bind(now)
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        sqlx::query("UPDATE webhook_deliveries SET claimed_until = $2 WHERE id = ANY($1)")
+            .bind(&ids)
+            .bind(now + claim_for)
+            .execute(&mut *tx)
+            .await?;
+        let rows = sqlx::query(
+            "SELECT d.id AS d_id, d.event_type, d.body, d.attempts, d.emitted_at, e.id, e.tenant_id, e.url, e.events, \
+                    e.enabled, e.disabled_reason, e.previous_until, e.created_at, e.updated_at, \
+                    e.secret_enc, e.previous_secret_enc \
+             FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
+             WHERE d.id = ANY($1) ORDER BY d.next_attempt_at",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                let endpoint = endpoint_from_row(r)?;
+                let previous: Option<Vec<u8>> = r.try_get("previous_secret_enc")?;
+                Ok(DueDelivery {
+                    id: DeliveryId(r.try_get("d_id")?),
+                    secrets: SealedSecrets {
+                        current: r.try_get("secret_enc")?,
+                        previous: previous.zip(endpoint.previous_secret_until),
+                    },
+                    endpoint,
+                    event_type: r.try_get("event_type")?,
+                    body: r.try_get("body")?,
+                    attempts: r.try_get::<i32, _>("attempts")?.max(0) as u32,
+                    emitted_at: r.try_get("emitted_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn release_deliveries(&self, ids: &[DeliveryId]) -> Result<()> {
+        let ids: Vec<Uuid> = ids.iter().map(|d| d.0).collect();
+        sqlx::query("UPDATE webhook_deliveries SET claimed_until = NULL WHERE id = ANY($1)")
+            .bind(&ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn record_attempt(
+        &self,
+        delivery: DeliveryId,
+        endpoint: EndpointId,
+        attempt: &Attempt,
+        outcome: &AttemptOutcome,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code, error_kind, latency_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(delivery.0)
+        .bind(attempt.attempt as i32)
+        .bind(attempt.attempted_at)
+        .bind(attempt.status_code.map(i32::from))
+        .bind(attempt.error_kind.as_deref())
+        .bind(attempt.latency_ms as i32)
+        .execute(&mut *tx)
+        .await?;
+        let (status, next) = match outcome {
+            AttemptOutcome::Delivered => (DeliveryStatus::Delivered, None),
+            AttemptOutcome::Retry { at } => (DeliveryStatus::Pending, Some(*at)),
+            AttemptOutcome::Failed { .. } => (DeliveryStatus::Failed, None),
+        };
+        sqlx::query(
+            "UPDATE webhook_deliveries SET attempts = $2, last_attempt_at = $3, status = $4, next_attempt_at = $5, \
+                    claimed_until = NULL WHERE id = $1",
+        )
+        .bind(delivery.0)
+        .bind(attempt.attempt as i32)
+        .bind(attempt.attempted_at)
+        .bind(status.as_str())
+        .bind(next)
+        .execute(&mut *tx)
+        .await?;
+        if let AttemptOutcome::Failed {
+            disable: Some(reason),
+        } = outcome
+        {
+            sqlx::query(
+                "UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, updated_at = $3 WHERE id = $1",
+            )
+            .bind(endpoint.0)
+            .bind(reason)
+            .bind(attempt.attempted_at)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, claimed_until = NULL \
+                 WHERE endpoint_id = $1 AND status = 'pending'",
+            )
+            .bind(endpoint.0)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_deliveries(
+        &self,
+        tenant: TenantId,
+        endpoint: Option<EndpointId>,
+        limit: u32,
+    ) -> Result<Vec<Delivery>> {
+        let rows = sqlx::query(
+            "SELECT id, endpoint_id, tenant_id, event_type, ce_id, status, next_attempt_at, created_at \
+             FROM webhook_deliveries WHERE tenant_id = $1 AND ($2::uuid IS NULL OR endpoint_id = $2) \
+             ORDER BY created_at DESC, id DESC LIMIT $3",
+        )
+        .bind(tenant.0)
+        .bind(endpoint.map(|e| e.0))
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let ids: Vec<Uuid> = rows
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<std::result::Result<_, _>>()?;
+        let attempts = sqlx::query(
+            "SELECT delivery_id, attempt, attempted_at, status_code, error_kind, latency_ms FROM webhook_attempts \
+             WHERE delivery_id = ANY($1) ORDER BY delivery_id, attempt",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by: HashMap<Uuid, Vec<Attempt>> = HashMap::new();
+        for a in &attempts {
+            by.entry(a.try_get("delivery_id")?)
+                .or_default()
+                .push(Attempt {
+                    attempt: a.try_get::<i32, _>("attempt")? as u32,
+                    attempted_at: a.try_get("attempted_at")?,
+                    status_code: a
+                        .try_get::<Option<i32>, _>("status_code")?
+                        .map(|c| c as u16),
+                    error_kind: a.try_get("error_kind")?,
+                    latency_ms: a.try_get::<i32, _>("latency_ms")?.max(0) as u32,
+                });
+        }
+        rows.iter()
+            .map(|r| {
+                let id = DeliveryId(r.try_get("id")?);
+                let status: String = r.try_get("status")?;
+                Ok(Delivery {
+                    webhook_id: id.webhook_id(),
+                    id,
+                    endpoint_id: EndpointId(r.try_get("endpoint_id")?),
+                    tenant_id: TenantId(r.try_get("tenant_id")?),
+                    event_type: r.try_get("event_type")?,
+                    ce_id: r.try_get("ce_id")?,
+                    status: status.parse().map_err(Error::Corrupt)?,
+                    attempts: by.remove(&id.0).unwrap_or_default(),
+                    next_attempt_at: r.try_get("next_attempt_at")?,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
     }
 }

@@ -16,8 +16,9 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, FixedOffset, TimeZone, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Contact, ContactId, EventId, EventKind, IdentityKind, Job, JobId, JobKind,
-    JobStatus, NewEvent, NodeId, Plan, StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
+    EndpointId, EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId,
+    Plan, StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
@@ -31,9 +32,10 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    ArchiveCursor, ArchiveRow, Backend, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn,
-    KeyRecord, Month, OutboxRow, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest,
-    Storage, TimeRange, Topic, archive_row, decode_payload, job_event, map_unique, tracked_body,
+    ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
+    Fence, IngestRow, KeepFn, KeyRecord, Month, NewDelivery, OutboxRow, PartitionInfo,
+    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic,
+    archive_row, decode_payload, job_event, map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -178,6 +180,31 @@ fn job_from_row(row: &SqliteRow) -> Result<Job> {
         event_body: row.try_get("event_body")?,
         event_pending: row.try_get("event_pending")?,
         attempts: row.try_get::<i64, _>("attempts")?.max(0) as u32,
+    })
+}
+
+const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, events, enabled, disabled_reason, previous_until, \
+                                created_at, updated_at";
+
+fn endpoint_from_row(row: &SqliteRow) -> Result<Endpoint> {
+    let events: String = row.try_get("events")?;
+    Ok(Endpoint {
+        id: EndpointId(row.try_get("id")?),
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        url: row.try_get("url")?,
+        events: events
+            .split(',')
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        enabled: row.try_get("enabled")?,
+        disabled_reason: row.try_get("disabled_reason")?,
+        previous_secret_until: row
+            .try_get::<Option<i64>, _>("previous_until")?
+            .map(from_us)
+            .transpose()?,
+        created_at: from_us(row.try_get("created_at")?)?,
+        updated_at: from_us(row.try_get("updated_at")?)?,
     })
 }
 
@@ -1526,6 +1553,381 @@ impl Storage for SqliteStore {
         )
         .fetch_all(&self.reader)
         .await?)
+    }
+
+    async fn insert_endpoint(&self, ep: &Endpoint, secret: &[u8]) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret_enc, enabled, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        )
+        .bind(ep.id.0)
+        .bind(ep.tenant_id.0)
+        .bind(&ep.url)
+        .bind(ep.events.join(","))
+        .bind(secret)
+        .bind(ep.enabled)
+        .bind(us(ep.created_at))
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    async fn list_endpoints(&self, tenant: Option<TenantId>) -> Result<Vec<Endpoint>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE $1 IS NULL OR tenant_id = $1 \
+             ORDER BY created_at, id"
+        )))
+        .bind(tenant.map(|t| t.0))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(endpoint_from_row).collect()
+    }
+
+    async fn get_endpoint(&self, id: EndpointId) -> Result<Option<Endpoint>> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE id = $1"
+        )))
+        .bind(id.0)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(endpoint_from_row).transpose()
+    }
+
+    async fn set_endpoint_enabled(
+        &self,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut tx = self.writer.begin().await?;
+        let done = sqlx::query(
+            "UPDATE webhook_endpoints SET enabled = $2, disabled_reason = $3, updated_at = $4 WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(enabled)
+        .bind(if enabled { None } else { reason })
+        .bind(us(now))
+        .execute(&mut *tx)
+        .await?;
+        if !enabled {
+            sqlx::query(
+                "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, claimed_until = NULL \
+                 WHERE endpoint_id = $1 AND status = 'pending'",
+            )
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn rotate_endpoint_secret(
+        &self,
+        id: EndpointId,
+        secret: &[u8],
+        previous_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE webhook_endpoints SET previous_secret_enc = secret_enc, previous_until = $3, \
+                    secret_enc = $2, updated_at = $4 WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(secret)
+        .bind(us(previous_until))
+        .bind(us(now))
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn tenant_subscribes(&self, tenant: TenantId, event_type: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE tenant_id = $1 AND enabled \
+             AND (',' || events || ',') LIKE ('%,' || $2 || ',%'))",
+        )
+        .bind(tenant.0)
+        .bind(event_type)
+        .fetch_one(&self.reader)
+        .await?)
+    }
+
+    async fn claim_fanout(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE outbox SET fanout_claimed_until = $2 \
+             WHERE id IN (SELECT id FROM outbox WHERE fanout_pending \
+                            AND (fanout_claimed_until IS NULL OR fanout_claimed_until < $1) ORDER BY id LIMIT $3) \
+             RETURNING {OUTBOX_COLUMNS}"
+        )))
+        .bind(us(now))
+        .bind(us(now + claim_for))
+        .bind(limit as i64)
+        .fetch_all(&self.writer)
+        .await?;
+        let mut out: Vec<OutboxRow> = rows.iter().map(outbox_from_row).collect::<Result<_>>()?;
+        out.sort_by_key(|r| r.id);
+        Ok(out)
+    }
+
+    async fn complete_fanout(&self, done: &[i64], deliveries: &[NewDelivery]) -> Result<()> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        let now = us(Utc::now());
+        let mut tx = self.writer.begin().await?;
+        for chunk in deliveries.chunks(MAX_PARAMS / 11) {
+            let sql = format!(
+                "INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_type, ce_id, body, status, \
+                    attempts, next_attempt_at, created_at, emitted_at) VALUES {} \
+                 ON CONFLICT (endpoint_id, ce_id) DO NOTHING",
+                tuples(1, chunk.len(), 11)
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for d in chunk {
+                q = q
+                    .bind(d.id.0)
+                    .bind(d.endpoint_id.0)
+                    .bind(d.tenant_id.0)
+                    .bind(d.event_type.as_str())
+                    .bind(d.ce_id.as_str())
+                    .bind(d.body.as_str())
+                    .bind("pending")
+                    .bind(0i64)
+                    .bind(now)
+                    .bind(now)
+                    .bind(us(d.emitted_at));
+            }
+            q.execute(&mut *tx).await?;
+        }
+        for chunk in done.chunks(MAX_PARAMS) {
+            let list = ph(1, chunk.len());
+            let mut q = sqlx::query_scalar::<_, Option<Uuid>>(AssertSqlSafe(format!(
+                "UPDATE outbox SET fanout_pending = 0, fanout_claimed_until = NULL WHERE id IN ({list}) RETURNING job_id"
+            )));
+            for id in chunk {
+                q = q.bind(*id);
+            }
+            let jobs: Vec<Uuid> = q.fetch_all(&mut *tx).await?.into_iter().flatten().collect();
+            let mut d = sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM outbox WHERE id IN ({list}) AND NOT publish_pending"
+            )));
+            for id in chunk {
+                d = d.bind(*id);
+            }
+            d.execute(&mut *tx).await?;
+            for job in jobs {
+                sqlx::query(
+                    "UPDATE jobs SET event_pending = 0 WHERE id = $1 AND NOT EXISTS \
+                     (SELECT 1 FROM outbox o WHERE o.job_id = $1 AND (o.publish_pending OR o.fanout_pending))",
+                )
+                .bind(job)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+    ) -> Result<Vec<DueDelivery>> {
+        let mut tx = self.writer.begin().await?;
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
+             WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.enabled \
+               AND (d.claimed_until IS NULL OR d.claimed_until < $1) \
+             ORDER BY d.next_attempt_at LIMIT $2",
+        )
+        .bind(us(now))
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let list = ph(2, ids.len());
+        let mut q = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE webhook_deliveries SET claimed_until = $1 WHERE id IN ({list})"
+        )))
+        .bind(us(now + claim_for));
+        for id in &ids {
+            q = q.bind(*id);
+        }
+        q.execute(&mut *tx).await?;
+        let mut q = sqlx::query(AssertSqlSafe(format!(
+            "SELECT d.id AS d_id, d.event_type, d.body, d.attempts, d.emitted_at, e.id, e.tenant_id, e.url, e.events, \
+                    e.enabled, e.disabled_reason, e.previous_until, e.created_at, e.updated_at, \
+                    e.secret_enc, e.previous_secret_enc \
+             FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
+             WHERE d.id IN ({}) ORDER BY d.next_attempt_at",
+            ph(1, ids.len())
+        )));
+        for id in &ids {
+            q = q.bind(*id);
+        }
+        let rows = q.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                let endpoint = endpoint_from_row(r)?;
+                let previous: Option<Vec<u8>> = r.try_get("previous_secret_enc")?;
+                Ok(DueDelivery {
+                    id: DeliveryId(r.try_get("d_id")?),
+                    secrets: SealedSecrets {
+                        current: r.try_get("secret_enc")?,
+                        previous: previous.zip(endpoint.previous_secret_until),
+                    },
+                    endpoint,
+                    event_type: r.try_get("event_type")?,
+                    body: r.try_get("body")?,
+                    attempts: r.try_get::<i64, _>("attempts")?.max(0) as u32,
+                    emitted_at: from_us(r.try_get("emitted_at")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn release_deliveries(&self, ids: &[DeliveryId]) -> Result<()> {
+        for chunk in ids.chunks(MAX_PARAMS) {
+            let mut q = sqlx::query(AssertSqlSafe(format!(
+                "UPDATE webhook_deliveries SET claimed_until = NULL WHERE id IN ({})",
+                ph(1, chunk.len())
+            )));
+            for id in chunk {
+                q = q.bind(id.0);
+            }
+            q.execute(&self.writer).await?;
+        }
+        Ok(())
+    }
+
+    async fn record_attempt(
+        &self,
+        delivery: DeliveryId,
+        endpoint: EndpointId,
+        attempt: &Attempt,
+        outcome: &AttemptOutcome,
+    ) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        sqlx::query(
+            "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code, error_kind, latency_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(delivery.0)
+        .bind(attempt.attempt as i64)
+        .bind(us(attempt.attempted_at))
+        .bind(attempt.status_code.map(i64::from))
+        .bind(attempt.error_kind.as_deref())
+        .bind(attempt.latency_ms as i64)
+        .execute(&mut *tx)
+        .await?;
+        let (status, next) = match outcome {
+            AttemptOutcome::Delivered => (DeliveryStatus::Delivered, None),
+            AttemptOutcome::Retry { at } => (DeliveryStatus::Pending, Some(us(*at))),
+            AttemptOutcome::Failed { .. } => (DeliveryStatus::Failed, None),
+        };
+        sqlx::query(
+            "UPDATE webhook_deliveries SET attempts = $2, last_attempt_at = $3, status = $4, next_attempt_at = $5, \
+                    claimed_until = NULL WHERE id = $1",
+        )
+        .bind(delivery.0)
+        .bind(attempt.attempt as i64)
+        .bind(us(attempt.attempted_at))
+        .bind(status.as_str())
+        .bind(next)
+        .execute(&mut *tx)
+        .await?;
+        if let AttemptOutcome::Failed {
+            disable: Some(reason),
+        } = outcome
+        {
+            sqlx::query(
+                "UPDATE webhook_endpoints SET enabled = 0, disabled_reason = $2, updated_at = $3 WHERE id = $1",
+            )
+            .bind(endpoint.0)
+            .bind(reason)
+            .bind(us(attempt.attempted_at))
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, claimed_until = NULL \
+                 WHERE endpoint_id = $1 AND status = 'pending'",
+            )
+            .bind(endpoint.0)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_deliveries(
+        &self,
+        tenant: TenantId,
+        endpoint: Option<EndpointId>,
+        limit: u32,
+    ) -> Result<Vec<Delivery>> {
+        let rows = sqlx::query(
+            "SELECT id, endpoint_id, tenant_id, event_type, ce_id, status, next_attempt_at, created_at \
+             FROM webhook_deliveries WHERE tenant_id = $1 AND ($2 IS NULL OR endpoint_id = $2) \
+             ORDER BY created_at DESC, id DESC LIMIT $3",
+        )
+        .bind(tenant.0)
+        .bind(endpoint.map(|e| e.0))
+        .bind(limit as i64)
+        .fetch_all(&self.reader)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let id = DeliveryId(r.try_get("id")?);
+            let attempts = sqlx::query(
+                "SELECT attempt, attempted_at, status_code, error_kind, latency_ms FROM webhook_attempts \
+                 WHERE delivery_id = $1 ORDER BY attempt",
+            )
+            .bind(id.0)
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(|a| {
+                Ok(Attempt {
+                    attempt: a.try_get::<i64, _>("attempt")? as u32,
+                    attempted_at: from_us(a.try_get("attempted_at")?)?,
+                    status_code: a.try_get::<Option<i64>, _>("status_code")?.map(|c| c as u16),
+                    error_kind: a.try_get("error_kind")?,
+                    latency_ms: a.try_get::<i64, _>("latency_ms")?.max(0) as u32,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+            let status: String = r.try_get("status")?;
+            out.push(Delivery {
+                webhook_id: id.webhook_id(),
+                id,
+                endpoint_id: EndpointId(r.try_get("endpoint_id")?),
+                tenant_id: TenantId(r.try_get("tenant_id")?),
+                event_type: r.try_get("event_type")?,
+                ce_id: r.try_get("ce_id")?,
+                status: status.parse().map_err(Error::Corrupt)?,
+                attempts,
+                next_attempt_at: r
+                    .try_get::<Option<i64>, _>("next_attempt_at")?
+                    .map(from_us)
+                    .transpose()?,
+                created_at: from_us(r.try_get("created_at")?)?,
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -1,0 +1,310 @@
+//! EndpointWorkerActor: delivers to one webhook endpoint, a bounded number
+//! of requests at a time, so a slow or dead receiver only ever holds up its
+//! own deliveries.
+//!
+//! Each attempt: Standard Webhooks headers (`webhook-id` fixed per delivery,
+//! `webhook-timestamp` per attempt, `webhook-signature` with every active
+//! secret), a 10 s timeout, no redirects, and an address check at connect
+//! time (DNS rebinding cannot turn a public name into a private address).
+//! 2xx is delivered; 404/410 stop at once and disable the endpoint; anything
+//! else is retried ~2 s and ~8 s later, then failed. Every attempt is logged
+//! (never the bodies).
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use fastack_core::{
+    store::{AttemptOutcome, DueDelivery},
+    webhooks::{self, MAX_ATTEMPTS, Secret, is_forbidden, retry_delay},
+};
+use fastack_entities::{Attempt, EndpointId};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use crate::{context::Ctx, webhook_dispatcher::WebhookDispatcherMsg};
+
+/// Requests in flight to one endpoint at once.
+pub const ENDPOINT_CONCURRENCY: usize = 4;
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Resolves names but refuses private addresses (unless allowed).
+#[derive(Debug)]
+pub struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|a| !is_forbidden(a.ip()))
+                .collect();
+            if addrs.is_empty() {
+                return Err(format!("{host} resolves only to private addresses").into());
+            }
+            let addrs: Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// The HTTP client of deliveries.
+pub fn http_client(allow_private: bool) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .timeout(ATTEMPT_TIMEOUT)
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("fastack-webhooks/", env!("CARGO_PKG_VERSION")));
+    if !allow_private {
+        b = b.dns_resolver(Arc::new(PublicOnly));
+    }
+    b.build().expect("static HTTP client configuration")
+}
+
+pub struct EndpointWorkerActor;
+
+pub struct EndpointWorkerArgs {
+    pub ctx: Arc<Ctx>,
+    pub endpoint: EndpointId,
+    pub client: reqwest::Client,
+    pub dispatcher: ActorRef<WebhookDispatcherMsg>,
+}
+
+pub struct EndpointWorkerState {
+    ctx: Arc<Ctx>,
+    endpoint: EndpointId,
+    client: reqwest::Client,
+    dispatcher: ActorRef<WebhookDispatcherMsg>,
+    slots: Arc<Semaphore>,
+}
+
+/// Messages of an endpoint's worker.
+#[derive(Debug)]
+pub enum EndpointWorkerMsg {
+    /// Make the next attempt of this delivery.
+    Deliver { delivery: Box<DueDelivery> },
+}
+
+impl Actor for EndpointWorkerActor {
+    type Msg = EndpointWorkerMsg;
+    type State = EndpointWorkerState;
+    type Arguments = EndpointWorkerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(EndpointWorkerState {
+            ctx: args.ctx,
+            endpoint: args.endpoint,
+            client: args.client,
+            dispatcher: args.dispatcher,
+            slots: Arc::new(Semaphore::new(ENDPOINT_CONCURRENCY)),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            EndpointWorkerMsg::Deliver { delivery } => {
+                let (ctx, client, slots) =
+                    (state.ctx.clone(), state.client.clone(), state.slots.clone());
+                let dispatcher = state.dispatcher.clone();
+                let endpoint = state.endpoint;
+                // The attempt runs beside the mailbox: a hanging receiver
+                // holds one slot, not the worker.
+                tokio::spawn(async move {
+                    let id = delivery.id;
+                    if let Ok(_permit) = slots.acquire_owned().await {
+                        attempt(&ctx, &client, *delivery).await;
+                    }
+                    let _ = dispatcher.cast(WebhookDispatcherMsg::Done {
+                        endpoint,
+                        delivery: id,
+                    });
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The active secrets of a delivery's endpoint (the previous one while its
+/// rotation overlap lasts).
+fn secrets(ctx: &Ctx, d: &DueDelivery) -> fastack_core::Result<Vec<Secret>> {
+    let key = ctx.keys.webhook_secrets_key();
+    let mut out = vec![Secret::open(&key, &d.secrets.current)?];
+    if let Some((sealed, until)) = &d.secrets.previous
+        && *until > ctx.now()
+    {
+        out.push(Secret::open(&key, sealed)?);
+    }
+    Ok(out)
+}
+
+/// What a finished request says about the delivery.
+fn classify(
+    attempt_no: u32,
+    result: &Result<reqwest::StatusCode, String>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> AttemptOutcome {
+    let retry_or_fail = || match retry_delay(attempt_no) {
+        Some(delay) if attempt_no < MAX_ATTEMPTS => AttemptOutcome::Retry { at: now + delay },
+        _ => AttemptOutcome::Failed { disable: None },
+    };
+    match result {
+        Ok(s) if s.is_success() => AttemptOutcome::Delivered,
+        Ok(s) if *s == reqwest::StatusCode::NOT_FOUND || *s == reqwest::StatusCode::GONE => {
+            AttemptOutcome::Failed {
+                disable: Some(format!("receiver answered {s}: endpoint retired")),
+            }
+        }
+        _ => retry_or_fail(),
+    }
+}
+
+fn error_kind(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect"
+    } else {
+        "request"
+    }
+}
+
+/// One attempt of one delivery, logged with its outcome.
+pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery) {
+    let attempt_no = d.attempts + 1;
+    let started_at = ctx.now();
+    let started = Instant::now();
+    if attempt_no == 1 {
+        let lag = (started_at - d.emitted_at)
+            .num_microseconds()
+            .unwrap_or(0)
+            .max(0);
+        ctx.metrics
+            .webhook_first_attempt_lag_seconds
+            .observe(lag as f64 / 1e6);
+    }
+    let webhook_id = d.id.webhook_id();
+    let result: Result<reqwest::StatusCode, String> = match secrets(ctx, &d) {
+        Err(e) => Err(format!("secret:{e}")),
+        Ok(secrets) => {
+            let literal_forbidden = url::Url::parse(&d.endpoint.url)
+                .ok()
+                .and_then(|u| {
+                    u.host_str()
+                        .map(|h| h.trim_matches(|c| c == '[' || c == ']').to_owned())
+                })
+                .and_then(|h| h.parse::<IpAddr>().ok())
+                .is_some_and(|ip| is_forbidden(ip) && !ctx.config.webhook_allow_private);
+            if literal_forbidden {
+                Err("refused_address".to_owned())
+            } else {
+                let ts = started_at.timestamp();
+                let signature =
+                    webhooks::signature_header(&secrets, &webhook_id, ts, d.body.as_bytes());
+                client
+                    .post(&d.endpoint.url)
+                    .header("content-type", "application/json")
+                    .header("webhook-id", &webhook_id)
+                    .header("webhook-timestamp", ts.to_string())
+                    .header("webhook-signature", signature)
+                    .header("webhook-event", &d.event_type)
+                    .body(d.body.clone())
+                    .send()
+                    .await
+                    .map(|r| r.status())
+                    .map_err(|e| error_kind(&e).to_owned())
+            }
+        }
+    };
+    let latency_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
+    let outcome = classify(attempt_no, &result, ctx.now());
+    let log = Attempt {
+        attempt: attempt_no,
+        attempted_at: started_at,
+        status_code: result.as_ref().ok().map(|s| s.as_u16()),
+        error_kind: match &result {
+            Ok(s) if s.is_success() => None,
+            Ok(_) => Some("http_status".to_owned()),
+            Err(kind) => Some(kind.split(':').next().unwrap_or("request").to_owned()),
+        },
+        latency_ms,
+    };
+    debug!(delivery = %webhook_id, attempt = attempt_no, status = ?log.status_code, error = ?log.error_kind, ?outcome, "webhook attempt");
+    ctx.metrics
+        .webhook_attempts
+        .get_or_create(&fastack_core::metrics::OutcomeLabels {
+            outcome: match &outcome {
+                AttemptOutcome::Delivered => "delivered",
+                AttemptOutcome::Retry { .. } => "retry",
+                AttemptOutcome::Failed { .. } => "failed",
+            },
+        })
+        .inc();
+    if let Err(error) = ctx
+        .store
+        .record_attempt(d.id, d.endpoint.id, &log, &outcome)
+        .await
+    {
+        // The claim expires and the attempt is made again: a duplicate with
+        // the same webhook-id, which receivers are told to expect.
+        warn!(delivery = %webhook_id, %error, "could not record a webhook attempt");
+    }
+    if let AttemptOutcome::Failed {
+        disable: Some(reason),
+    } = &outcome
+    {
+        warn!(endpoint = %d.endpoint.id, reason, "webhook endpoint disabled");
+    }
+}
+
+/// Deliveries a dispatcher keeps in flight per endpoint before it leaves
+/// the rest for later (bounds memory and claim age).
+pub const ENDPOINT_BACKLOG: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_follow_the_contract() {
+        let now = chrono::Utc::now();
+        assert_eq!(
+            classify(1, &Ok(reqwest::StatusCode::NO_CONTENT), now),
+            AttemptOutcome::Delivered
+        );
+        assert!(matches!(
+            classify(1, &Ok(reqwest::StatusCode::GONE), now),
+            AttemptOutcome::Failed { disable: Some(_) }
+        ));
+        assert!(matches!(
+            classify(2, &Ok(reqwest::StatusCode::NOT_FOUND), now),
+            AttemptOutcome::Failed { disable: Some(_) }
+        ));
+        match classify(1, &Ok(reqwest::StatusCode::INTERNAL_SERVER_ERROR), now) {
+            AttemptOutcome::Retry { at } => assert!((at - now).num_milliseconds() >= 1_800),
+            other => panic!("{other:?}"),
+        }
+        match classify(2, &Err("timeout".into()), now) {
+            AttemptOutcome::Retry { at } => assert!((at - now).num_milliseconds() >= 7_200),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            classify(3, &Ok(reqwest::StatusCode::FOUND), now),
+            AttemptOutcome::Failed { disable: None }
+        );
+    }
+}

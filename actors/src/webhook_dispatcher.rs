@@ -1,0 +1,243 @@
+//! WebhookDispatcherActor: turns outbox rows into deliveries and hands due
+//! deliveries to one EndpointWorker per endpoint.
+//!
+//! Fan-out claims outbox rows (`FOR UPDATE SKIP LOCKED`, its own claim
+//! column, independent of the AMQP relay), creates one delivery per event
+//! and subscribed endpoint (unique on endpoint × ce-id, so a re-emitted
+//! event is not delivered twice) and releases the rows, in one transaction.
+//! Dispatch claims due deliveries — a retry's due time is a column, so a
+//! restart resumes the schedule — and routes them to their endpoint's
+//! worker, at most [`ENDPOINT_BACKLOG`] per endpoint in flight; the rest
+//! stay in the table for the next round.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use chrono::Duration as ChronoDuration;
+use fastack_core::store::NewDelivery;
+use fastack_entities::{DeliveryId, EndpointId, TenantId};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::{
+    context::Ctx,
+    endpoint_worker::{
+        ENDPOINT_BACKLOG, EndpointWorkerActor, EndpointWorkerArgs, EndpointWorkerMsg, http_client,
+    },
+};
+
+pub struct WebhookDispatcherActor;
+
+pub struct WebhookDispatcherArgs {
+    pub ctx: Arc<Ctx>,
+}
+
+pub struct WebhookDispatcherState {
+    ctx: Arc<Ctx>,
+    client: reqwest::Client,
+    workers: HashMap<EndpointId, ActorRef<EndpointWorkerMsg>>,
+    worker_ids: HashMap<ActorId, EndpointId>,
+    in_flight: HashMap<EndpointId, HashSet<DeliveryId>>,
+    ticker: Option<JoinHandle<()>>,
+}
+
+/// Messages of the dispatcher.
+#[derive(Debug)]
+pub enum WebhookDispatcherMsg {
+    /// Fan out new outbox rows and dispatch due deliveries.
+    Tick,
+    /// A worker finished an attempt.
+    Done {
+        endpoint: EndpointId,
+        delivery: DeliveryId,
+    },
+}
+
+impl WebhookDispatcherActor {
+    async fn fan_out(state: &mut WebhookDispatcherState) -> Result<usize, ActorProcessingErr> {
+        let ctx = &state.ctx;
+        let rows = ctx
+            .store
+            .claim_fanout(ctx.now(), ChronoDuration::seconds(30), 500)
+            .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let mut endpoints: HashMap<TenantId, Vec<fastack_entities::Endpoint>> = HashMap::new();
+        let mut deliveries = Vec::new();
+        for row in &rows {
+            if let std::collections::hash_map::Entry::Vacant(slot) = endpoints.entry(row.tenant_id) {
+                slot.insert(ctx.store.list_endpoints(Some(row.tenant_id)).await?);
+            }
+            for ep in &endpoints[&row.tenant_id] {
+                if ep.wants(&row.routing_key) {
+                    deliveries.push(NewDelivery {
+                        id: DeliveryId::new(),
+                        endpoint_id: ep.id,
+                        tenant_id: row.tenant_id,
+                        event_type: row.routing_key.clone(),
+                        ce_id: row.ce_id.clone(),
+                        body: row.body.clone(),
+                        emitted_at: row.created_at,
+                    });
+                }
+            }
+        }
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        ctx.store.complete_fanout(&ids, &deliveries).await?;
+        Ok(rows.len())
+    }
+
+    async fn dispatch(
+        myself: &ActorRef<WebhookDispatcherMsg>,
+        state: &mut WebhookDispatcherState,
+    ) -> Result<(), ActorProcessingErr> {
+        let ctx = state.ctx.clone();
+        let due = ctx
+            .store
+            .claim_deliveries(ctx.now(), ChronoDuration::seconds(60), 200)
+            .await?;
+        let mut later = Vec::new();
+        for d in due {
+            let endpoint = d.endpoint.id;
+            let busy = state.in_flight.entry(endpoint).or_default();
+            if busy.len() >= ENDPOINT_BACKLOG || busy.contains(&d.id) {
+                later.push(d.id);
+                continue;
+            }
+            busy.insert(d.id);
+            let worker = match state.workers.get(&endpoint) {
+                Some(w) => w.clone(),
+                None => {
+                    let (w, _) = Actor::spawn_linked(
+                        None,
+                        EndpointWorkerActor,
+                        EndpointWorkerArgs {
+                            ctx: ctx.clone(),
+                            endpoint,
+                            client: state.client.clone(),
+                            dispatcher: myself.clone(),
+                        },
+                        myself.get_cell(),
+                    )
+                    .await?;
+                    state.worker_ids.insert(w.get_id(), endpoint);
+                    state.workers.insert(endpoint, w.clone());
+                    w
+                }
+            };
+            let id = d.id;
+            if worker
+                .cast(EndpointWorkerMsg::Deliver {
+                    delivery: Box::new(d),
+                })
+                .is_err()
+            {
+                later.push(id);
+                if let Some(b) = state.in_flight.get_mut(&endpoint) {
+                    b.remove(&id);
+                }
+            }
+        }
+        if !later.is_empty() {
+            ctx.store.release_deliveries(&later).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Actor for WebhookDispatcherActor {
+    type Msg = WebhookDispatcherMsg;
+    type State = WebhookDispatcherState;
+    type Arguments = WebhookDispatcherArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        *args.ctx.webhooks.write() = Some(myself);
+        Ok(WebhookDispatcherState {
+            client: http_client(args.ctx.config.webhook_allow_private),
+            ctx: args.ctx,
+            workers: HashMap::new(),
+            worker_ids: HashMap::new(),
+            in_flight: HashMap::new(),
+            ticker: None,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.ticker =
+            Some(myself.send_interval(Duration::from_millis(100), || WebhookDispatcherMsg::Tick));
+        myself.send_message(WebhookDispatcherMsg::Tick)?;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.ticker.take() {
+            t.abort();
+        }
+        *state.ctx.webhooks.write() = None;
+        myself
+            .stop_children_and_wait(Some("shutdown".to_owned()), Some(crate::SHUTDOWN_WAIT))
+            .await;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            WebhookDispatcherMsg::Tick => {
+                while Self::fan_out(state).await? == 500 {}
+                Self::dispatch(&myself, state).await?;
+            }
+            WebhookDispatcherMsg::Done { endpoint, delivery } => {
+                if let Some(b) = state.in_flight.get_mut(&endpoint) {
+                    b.remove(&delivery);
+                    if b.is_empty() {
+                        state.in_flight.remove(&endpoint);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, _)
+        | SupervisionEvent::ActorTerminated(cell, _, _) = &event
+            && let Some(endpoint) = state.worker_ids.remove(&cell.get_id())
+        {
+            // The worker is started again on its endpoint's next delivery;
+            // its in-flight deliveries come back when their claims expire.
+            state.workers.remove(&endpoint);
+            if matches!(event, SupervisionEvent::ActorFailed(..)) {
+                state.ctx.metrics.restarted("endpoint_worker");
+                warn!(%endpoint, "endpoint worker failed");
+            }
+        }
+        Ok(())
+    }
+}

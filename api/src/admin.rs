@@ -1,0 +1,265 @@
+//! The admin listener (`FASTACK_ADMIN_LISTEN`, bearer `FASTACK_ADMIN_TOKEN`;
+//! off without a token): the operations of `fastack admin …` over HTTP.
+//! Webhook endpoints are created and changed only here and in the CLI —
+//! never through the tenant API, so a leaked API key cannot redirect
+//! results.
+
+use std::sync::Arc;
+
+use fastack_core::{admin, auth::hash_key};
+use fastack_entities::{ApiKeyId, EndpointId, Plan, Tenant};
+use poem::{
+    Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get, handler,
+    http::StatusCode,
+    post,
+    web::{Data, Json, Path, Query},
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{
+    problem::{ApiError, to_problem},
+    state::SharedState,
+};
+
+type AdminResult = Result<Response, ApiError>;
+
+fn ok<T: serde::Serialize>(status: StatusCode, value: &T) -> AdminResult {
+    Ok(Response::builder()
+        .status(status)
+        .content_type("application/json")
+        .body(serde_json::to_vec(value).expect("admin answers serialise")))
+}
+
+async fn tenant(state: &SharedState, id_or_name: &str) -> Result<Tenant, ApiError> {
+    Ok(admin::resolve_tenant(state.store.as_ref(), id_or_name).await?)
+}
+
+fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> {
+    raw.parse().map_err(|_| ApiError::not_found(what))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTenant {
+    name: String,
+    plan: Option<Plan>,
+    retention_months: Option<u32>,
+}
+
+#[handler]
+async fn list_tenants(state: Data<&SharedState>) -> AdminResult {
+    ok(StatusCode::OK, &state.store.list_tenants().await?)
+}
+
+#[handler]
+async fn create_tenant(state: Data<&SharedState>, body: Json<NewTenant>) -> AdminResult {
+    let t = admin::create_tenant(
+        state.store.as_ref(),
+        &body.name,
+        body.plan.unwrap_or(Plan::Free),
+        body.retention_months,
+    )
+    .await?;
+    ok(StatusCode::CREATED, &t)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NewKey {
+    rate_limit: Option<u32>,
+}
+
+#[handler]
+async fn create_key(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    body: Option<Json<NewKey>>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let rate = body.map(|b| b.0).unwrap_or_default().rate_limit;
+    ok(
+        StatusCode::CREATED,
+        &admin::create_key(state.store.as_ref(), t.id, rate).await?,
+    )
+}
+
+#[handler]
+async fn list_keys(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    ok(StatusCode::OK, &state.store.list_api_keys(t.id).await?)
+}
+
+#[handler]
+async fn revoke_key(state: Data<&SharedState>, Path(id): Path<String>) -> AdminResult {
+    let id: ApiKeyId = parse_id(&id, "api key")?;
+    admin::revoke_key(state.store.as_ref(), id).await?;
+    ok(StatusCode::OK, &json!({"id": id, "revoked": true}))
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Events {
+    List(Vec<String>),
+    Csv(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewWebhook {
+    url: String,
+    events: Option<Events>,
+}
+
+#[handler]
+async fn add_webhook(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    body: Json<NewWebhook>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let events = body.events.as_ref().map(|e| match e {
+        Events::List(l) => l.join(","),
+        Events::Csv(s) => s.clone(),
+    });
+    let created = admin::add_webhook(
+        state.store.as_ref(),
+        &state.runtime.ctx().keys,
+        t.id,
+        &body.url,
+        events.as_deref(),
+        state.config.webhook_allow_private,
+    )
+    .await
+    .map_err(|e| match e {
+        fastack_core::Error::Config(m) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_endpoint", m)
+        }
+        other => ApiError::from(other),
+    })?;
+    ok(StatusCode::CREATED, &created)
+}
+
+#[handler]
+async fn list_webhooks(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    ok(
+        StatusCode::OK,
+        &state.store.list_endpoints(Some(t.id)).await?,
+    )
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Disable {
+    reason: Option<String>,
+}
+
+#[handler]
+async fn disable_webhook(
+    state: Data<&SharedState>,
+    Path(id): Path<String>,
+    body: Option<Json<Disable>>,
+) -> AdminResult {
+    let id: EndpointId = parse_id(&id, "endpoint")?;
+    let reason = body.and_then(|b| b.0.reason);
+    ok(
+        StatusCode::OK,
+        &admin::set_webhook_enabled(state.store.as_ref(), id, false, reason.as_deref()).await?,
+    )
+}
+
+#[handler]
+async fn enable_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> AdminResult {
+    let id: EndpointId = parse_id(&id, "endpoint")?;
+    ok(
+        StatusCode::OK,
+        &admin::set_webhook_enabled(state.store.as_ref(), id, true, None).await?,
+    )
+}
+
+#[handler]
+async fn rotate_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> AdminResult {
+    let id: EndpointId = parse_id(&id, "endpoint")?;
+    ok(
+        StatusCode::OK,
+        &admin::rotate_webhook_secret(state.store.as_ref(), &state.runtime.ctx().keys, id).await?,
+    )
+}
+
+#[derive(Deserialize)]
+struct DeliveriesQuery {
+    endpoint: Option<String>,
+    limit: Option<u32>,
+}
+
+#[handler]
+async fn deliveries(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    Query(q): Query<DeliveriesQuery>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let endpoint = q
+        .endpoint
+        .as_deref()
+        .map(|e| parse_id::<EndpointId>(e, "endpoint"))
+        .transpose()?;
+    let list = state
+        .store
+        .list_deliveries(t.id, endpoint, q.limit.unwrap_or(100).clamp(1, 1000))
+        .await?;
+    ok(StatusCode::OK, &list)
+}
+
+/// Constant-time check of the admin token (compares digests).
+fn token_ok(req: &Request, token: &str) -> bool {
+    let Some(given) = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+    else {
+        return false;
+    };
+    let (a, b) = (hash_key(given.trim()), hash_key(token));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+/// The admin application.
+pub fn app(state: SharedState, token: Arc<str>) -> impl Endpoint {
+    Route::new()
+        .at("/admin/v1/tenants", get(list_tenants).post(create_tenant))
+        .at(
+            "/admin/v1/tenants/:tenant/keys",
+            get(list_keys).post(create_key),
+        )
+        .at("/admin/v1/keys/:id/revoke", post(revoke_key))
+        .at(
+            "/admin/v1/tenants/:tenant/webhooks",
+            get(list_webhooks).post(add_webhook),
+        )
+        .at("/admin/v1/webhooks/:id/disable", post(disable_webhook))
+        .at("/admin/v1/webhooks/:id/enable", post(enable_webhook))
+        .at("/admin/v1/webhooks/:id/rotate-secret", post(rotate_webhook))
+        .at("/admin/v1/tenants/:tenant/deliveries", get(deliveries))
+        .around(move |next, req| {
+            let token = token.clone();
+            async move {
+                if !token_ok(&req, &token) {
+                    return Ok(ApiError::unauthorized("admin token required").into_response());
+                }
+                Ok(match next.call(req).await {
+                    Ok(r) => r.into_response(),
+                    Err(e) => to_problem(e),
+                })
+            }
+        })
+        .data(state)
+}

@@ -1,0 +1,97 @@
+//! Webhook endpoints, deliveries and attempts.
+
+use std::{fmt, str::FromStr};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{DeliveryId, EndpointId, TenantId};
+
+/// The event types an endpoint can subscribe to.
+pub const EVENT_TYPES: [&str; 3] = ["job.completed", "job.failed", "core.event.tracked"];
+/// Subscribed when `--events` is not given.
+pub const DEFAULT_EVENTS: [&str; 2] = ["job.completed", "job.failed"];
+
+/// A registered endpoint (never its secret).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub id: EndpointId,
+    pub tenant_id: TenantId,
+    pub url: String,
+    pub events: Vec<String>,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    /// While set, deliveries are signed with the previous secret too.
+    pub previous_secret_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Endpoint {
+    pub fn wants(&self, event_type: &str) -> bool {
+        self.enabled && self.events.iter().any(|e| e == event_type)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DeliveryStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pending" => Ok(DeliveryStatus::Pending),
+            "delivered" => Ok(DeliveryStatus::Delivered),
+            "failed" => Ok(DeliveryStatus::Failed),
+            other => Err(format!("unknown delivery status `{other}`")),
+        }
+    }
+}
+
+/// One attempt to deliver (bodies are never kept).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub attempt: u32,
+    pub attempted_at: DateTime<Utc>,
+    pub status_code: Option<u16>,
+    /// `timeout`, `connect`, `refused_address`, `http` (non-2xx), …
+    pub error_kind: Option<String>,
+    pub latency_ms: u32,
+}
+
+/// A delivery with its attempts, as the admin surface lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub id: DeliveryId,
+    pub webhook_id: String,
+    pub endpoint_id: EndpointId,
+    pub tenant_id: TenantId,
+    pub event_type: String,
+    pub ce_id: String,
+    pub status: DeliveryStatus,
+    pub attempts: Vec<Attempt>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}

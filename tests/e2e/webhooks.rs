@@ -1,0 +1,618 @@
+//! Webhook delivery against real HTTP receivers on 127.0.0.1 (seed 004, the
+//! receiver's guide): Standard Webhooks signatures that an independent
+//! library verifies, retries ~2 s and ~8 s apart with one webhook-id,
+//! 404/410 retiring an endpoint, retries that survive a restart, no
+//! head-of-line blocking, secret rotation, and endpoints that only the
+//! admin surface can create.
+
+use std::{
+    collections::VecDeque,
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use parking_lot::Mutex;
+use poem::{
+    EndpointExt, Request, Response, Route, handler,
+    http::{HeaderMap, StatusCode},
+    listener::{Acceptor, Listener, TcpListener},
+    web::Data,
+};
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestApp, TestDb, answer, bin_path, eventually, spawn_on, track};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// What a receiver does with a request.
+#[derive(Clone, Copy, Debug)]
+pub enum Reply {
+    Status(u16),
+    /// Holds the request open this long, then answers 200.
+    Hang(Duration),
+}
+
+/// One request a receiver saw.
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub at: Instant,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Hit {
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    hits: Mutex<Vec<Hit>>,
+    script: Mutex<VecDeque<Reply>>,
+}
+
+/// An HTTP receiver answering from a script (then 200).
+pub struct Receiver {
+    pub addr: SocketAddr,
+    state: Arc<ReceiverState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+#[handler]
+async fn receive(req: &Request, body: Vec<u8>, state: Data<&Arc<ReceiverState>>) -> Response {
+    state.hits.lock().push(Hit {
+        at: Instant::now(),
+        headers: req.headers().clone(),
+        body,
+    });
+    let reply = state
+        .script
+        .lock()
+        .pop_front()
+        .unwrap_or(Reply::Status(200));
+    match reply {
+        Reply::Status(code) => {
+            let mut r = Response::builder().status(StatusCode::from_u16(code).unwrap());
+            if code == 302 {
+                r = r.header("location", "http://127.0.0.1:1/elsewhere");
+            }
+            r.body("ok")
+        }
+        Reply::Hang(d) => {
+            tokio::time::sleep(d).await;
+            Response::builder().status(StatusCode::OK).body("late")
+        }
+    }
+}
+
+impl Receiver {
+    pub async fn start(script: &[Reply]) -> Receiver {
+        let state = Arc::new(ReceiverState::default());
+        state.script.lock().extend(script.iter().copied());
+        let acceptor = TcpListener::bind("127.0.0.1:0")
+            .into_acceptor()
+            .await
+            .unwrap();
+        let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let app = Route::new()
+            .at("/*path", poem::post(receive))
+            .data(state.clone());
+        tokio::spawn(async move {
+            let _ = poem::Server::new_with_acceptor(acceptor)
+                .run_with_graceful_shutdown(
+                    app,
+                    async move {
+                        let _ = rx.await;
+                    },
+                    Some(Duration::from_millis(100)),
+                )
+                .await;
+        });
+        Receiver {
+            addr,
+            state,
+            stop: Some(tx),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hooks", self.addr)
+    }
+
+    pub fn hits(&self) -> Vec<Hit> {
+        self.state.hits.lock().clone()
+    }
+
+    pub async fn wait_hits(&self, n: usize, within: Duration) -> Vec<Hit> {
+        eventually(
+            &format!("{n} deliveries at {}", self.addr),
+            within,
+            || async {
+                let h = self.hits();
+                (h.len() >= n).then_some(h)
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A server with the admin listener on and private receivers allowed.
+pub async fn webhook_app(backend: Backend) -> Option<TestApp> {
+    let db = Arc::new(TestDb::new(backend).await?);
+    Some(spawn_on(db, tweak).await)
+}
+
+pub fn tweak(c: &mut fastack_core::Config) {
+    c.admin_token = Some(ADMIN_TOKEN.to_owned());
+    c.admin_listen = "127.0.0.1:0".parse().unwrap();
+    c.webhook_allow_private = true;
+}
+
+pub fn admin_url(app: &TestApp, path: &str) -> String {
+    format!(
+        "http://{}{path}",
+        app.server.as_ref().unwrap().admin_addr().unwrap()
+    )
+}
+
+pub async fn admin_post(app: &TestApp, path: &str, body: Value) -> crate::helpers::Answer {
+    let resp = app
+        .http
+        .post(admin_url(app, path))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    answer(resp).await
+}
+
+pub async fn admin_get(app: &TestApp, path: &str) -> crate::helpers::Answer {
+    let resp = app
+        .http
+        .get(admin_url(app, path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    answer(resp).await
+}
+
+/// Registers an endpoint through the admin listener: (id, secret).
+pub async fn register(app: &TestApp, url: &str, events: &[&str]) -> (String, String) {
+    let a = admin_post(
+        app,
+        "/admin/v1/tenants/acme/webhooks",
+        json!({"url": url, "events": events}),
+    )
+    .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    assert!(a.body["secret"].as_str().unwrap().starts_with("whsec_"));
+    (
+        a.body["id"].as_str().unwrap().to_owned(),
+        a.body["secret"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn deliveries(app: &TestApp, endpoint: &str) -> Vec<Value> {
+    let a = admin_get(
+        app,
+        &format!("/admin/v1/tenants/acme/deliveries?endpoint={endpoint}"),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    a.body.as_array().unwrap().clone()
+}
+
+async fn send(app: &TestApp, key: &str) -> String {
+    let a = app
+        .post("/v1/core/track", &app.t.key, &track(key, "u", Utc::now()))
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    a.body["id"].as_str().unwrap().to_owned()
+}
+
+fn verify_independently(secret: &str, hit: &Hit) {
+    let wh = standardwebhooks::Webhook::new(secret).expect("secret accepted by standardwebhooks");
+    wh.verify(&hit.body, &hit.headers)
+        .expect("standardwebhooks verifies the delivery");
+}
+
+async fn delivery_verifies_with_standard_webhooks(backend: Backend) {
+    let Some(app) = webhook_app(backend).await else {
+        return;
+    };
+    let rx = Receiver::start(&[]).await;
+    let (_, secret) = register(&app, &rx.url(), &["core.event.tracked", "job.completed"]).await;
+    let id = send(&app, "wh-1").await;
+    let hit = rx.wait_hits(1, Duration::from_secs(15)).await.remove(0);
+    verify_independently(&secret, &hit);
+    assert_eq!(hit.header("webhook-event"), "core.event.tracked");
+    assert_eq!(hit.header("content-type"), "application/json");
+    assert!(hit.header("webhook-id").starts_with("msg_"));
+    let body: Value = serde_json::from_slice(&hit.body).unwrap();
+    assert_eq!(body["id"], id);
+    assert_eq!(body["type"], "track");
+    // Our own verify agrees.
+    fastack_core::webhooks::verify(
+        &secret,
+        &hit.header("webhook-id"),
+        &hit.header("webhook-timestamp"),
+        &hit.header("webhook-signature"),
+        &hit.body,
+        Utc::now(),
+    )
+    .unwrap();
+
+    // A job's terminal event: the body is exactly GET /v1/core/jobs/{id}.
+    let from = (Utc::now() - chrono::Duration::days(1)).to_rfc3339();
+    let to = (Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+    let job = app
+        .post(
+            "/v1/core/exports",
+            &app.t.key,
+            &json!({"from": from, "to": to}),
+        )
+        .await;
+    let job_id = job.body["job_id"].as_str().unwrap().to_owned();
+    let hits = eventually(
+        "job.completed delivered",
+        Duration::from_secs(20),
+        || async {
+            rx.hits()
+                .into_iter()
+                .find(|h| h.header("webhook-event") == "job.completed")
+        },
+    )
+    .await;
+    verify_independently(&secret, &hits);
+    let resp = app
+        .http
+        .get(app.url(&format!("/v1/core/jobs/{job_id}")))
+        .bearer_auth(&app.t.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.bytes().await.unwrap().to_vec(), hits.body);
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_delivery_verifies_with_standard_webhooks() {
+    delivery_verifies_with_standard_webhooks(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_delivery_verifies_with_standard_webhooks() {
+    delivery_verifies_with_standard_webhooks(Backend::Sqlite).await;
+}
+
+fn secs_between(a: &Hit, b: &Hit) -> f64 {
+    b.at.duration_since(a.at).as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_at_two_and_eight_seconds_with_one_webhook_id() {
+    let Some(app) = webhook_app(Backend::Postgres).await else {
+        return;
+    };
+    let rx = Receiver::start(&[Reply::Status(500), Reply::Status(500), Reply::Status(200)]).await;
+    let (endpoint, secret) = register(&app, &rx.url(), &["core.event.tracked"]).await;
+    send(&app, "retry-1").await;
+    let hits = rx.wait_hits(3, Duration::from_secs(25)).await;
+    assert_eq!(hits.len(), 3);
+    let first_gap = secs_between(&hits[0], &hits[1]);
+    let second_gap = secs_between(&hits[1], &hits[2]);
+    assert!(
+        (1.6..=3.2).contains(&first_gap),
+        "second attempt {first_gap:.2}s after the first"
+    );
+    assert!(
+        (7.0..=9.5).contains(&second_gap),
+        "third attempt {second_gap:.2}s after the second"
+    );
+    let ids: Vec<String> = hits.iter().map(|h| h.header("webhook-id")).collect();
+    assert!(ids.iter().all(|i| i == &ids[0]), "one webhook-id: {ids:?}");
+    let stamps: Vec<String> = hits.iter().map(|h| h.header("webhook-timestamp")).collect();
+    assert_ne!(stamps[0], stamps[2], "webhook-timestamp is per attempt");
+    for h in &hits {
+        verify_independently(&secret, h);
+    }
+    // The attempt log shows all three (no bodies kept).
+    let log = eventually("delivered status", Duration::from_secs(5), || async {
+        let d = deliveries(&app, &endpoint).await;
+        (d.len() == 1 && d[0]["status"] == "delivered").then_some(d)
+    })
+    .await;
+    let attempts = log[0]["attempts"].as_array().unwrap();
+    let codes: Vec<u64> = attempts
+        .iter()
+        .map(|a| a["status_code"].as_u64().unwrap())
+        .collect();
+    assert_eq!(codes, vec![500, 500, 200]);
+    assert_eq!(log[0]["webhook_id"], ids[0].as_str());
+    assert!(attempts.iter().all(|a| a.get("body").is_none()));
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_failures_then_the_delivery_fails() {
+    let Some(app) = webhook_app(Backend::Sqlite).await else {
+        return;
+    };
+    let rx = Receiver::start(&[
+        Reply::Status(500),
+        Reply::Status(503),
+        Reply::Status(302),
+        Reply::Status(200),
+    ])
+    .await;
+    let (endpoint, _) = register(&app, &rx.url(), &["core.event.tracked"]).await;
+    send(&app, "fail-1").await;
+    rx.wait_hits(3, Duration::from_secs(25)).await;
+    // A redirect is not followed (the receiver saw no fourth request at the
+    // Location) and counts as a failure.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rx.hits().len(), 3, "exactly three attempts");
+    let d = deliveries(&app, &endpoint).await;
+    assert_eq!(d[0]["status"], "failed");
+    assert_eq!(d[0]["attempts"].as_array().unwrap().len(), 3);
+    // Failure of one delivery does not disable the endpoint.
+    let ep = admin_get(&app, "/admin/v1/tenants/acme/webhooks").await;
+    assert_eq!(ep.body[0]["enabled"], true);
+    app.cleanup().await;
+}
+
+async fn gone_disables_the_endpoint(backend: Backend, code: u16) {
+    let Some(app) = webhook_app(backend).await else {
+        return;
+    };
+    let rx = Receiver::start(&[Reply::Status(code)]).await;
+    let (endpoint, _) = register(&app, &rx.url(), &["core.event.tracked"]).await;
+    send(&app, "gone-1").await;
+    rx.wait_hits(1, Duration::from_secs(15)).await;
+    let ep = eventually("the endpoint disabled", Duration::from_secs(5), || async {
+        let e = admin_get(&app, "/admin/v1/tenants/acme/webhooks").await;
+        (e.body[0]["enabled"] == false).then_some(e.body[0].clone())
+    })
+    .await;
+    assert!(
+        ep["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .contains(&code.to_string()),
+        "{ep}"
+    );
+    // Later events are not sent to it; no retry either.
+    send(&app, "gone-2").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rx.hits().len(), 1);
+    let d = deliveries(&app, &endpoint).await;
+    assert_eq!(d.len(), 1, "no delivery for a disabled endpoint");
+    assert_eq!(d[0]["status"], "failed");
+    assert_eq!(d[0]["attempts"].as_array().unwrap().len(), 1);
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_410_disables_the_endpoint() {
+    gone_disables_the_endpoint(Backend::Postgres, 410).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_404_disables_the_endpoint() {
+    gone_disables_the_endpoint(Backend::Sqlite, 404).await;
+}
+
+async fn retry_survives_a_restart(backend: Backend) {
+    let Some(app) = webhook_app(backend).await else {
+        return;
+    };
+    let rx = Receiver::start(&[Reply::Status(500), Reply::Status(200)]).await;
+    register(&app, &rx.url(), &["core.event.tracked"]).await;
+    send(&app, "restart-1").await;
+    rx.wait_hits(1, Duration::from_secs(15)).await;
+    // Stop right after attempt 1; attempt 2 falls due while we are down.
+    let db = app.stop().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rx.hits().len(), 1);
+    let restarted_at = Instant::now();
+    let app = spawn_on(db, tweak).await;
+    let hits = rx.wait_hits(2, Duration::from_secs(10)).await;
+    let after = hits[1].at.duration_since(restarted_at);
+    assert!(
+        after < Duration::from_secs(3),
+        "attempt 2 came {after:?} after the restart"
+    );
+    assert_eq!(hits[0].header("webhook-id"), hits[1].header("webhook-id"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rx.hits().len(), 2, "attempt 2 happened exactly once");
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_retry_survives_a_restart() {
+    retry_survives_a_restart(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_retry_survives_a_restart() {
+    retry_survives_a_restart(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_receiver_does_not_delay_another_endpoint() {
+    let Some(app) = webhook_app(Backend::Postgres).await else {
+        return;
+    };
+    let slow = Receiver::start(&[Reply::Hang(Duration::from_secs(30)); 8]).await;
+    let fast = Receiver::start(&[]).await;
+    register(&app, &slow.url(), &["core.event.tracked"]).await;
+    register(&app, &fast.url(), &["core.event.tracked"]).await;
+    for i in 0..6 {
+        send(&app, &format!("hol-{i}")).await;
+    }
+    let started = Instant::now();
+    fast.wait_hits(6, Duration::from_secs(5)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "fast endpoint waited {:?}",
+        started.elapsed()
+    );
+    // The slow one holds at most its concurrency bound at a time.
+    assert!(slow.hits().len() <= 4, "{}", slow.hits().len());
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_secret_signs_alongside_the_new_one() {
+    let Some(app) = webhook_app(Backend::Sqlite).await else {
+        return;
+    };
+    let rx = Receiver::start(&[]).await;
+    let (endpoint, old_secret) = register(&app, &rx.url(), &["core.event.tracked"]).await;
+    let r = admin_post(
+        &app,
+        &format!("/admin/v1/webhooks/{endpoint}/rotate-secret"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let new_secret = r.body["secret"].as_str().unwrap().to_owned();
+    assert_ne!(new_secret, old_secret);
+    send(&app, "rot-1").await;
+    let hit = rx.wait_hits(1, Duration::from_secs(15)).await.remove(0);
+    let sigs = hit.header("webhook-signature");
+    assert_eq!(sigs.split(' ').count(), 2, "{sigs}");
+    verify_independently(&new_secret, &hit);
+    verify_independently(&old_secret, &hit);
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_admin_surface_manages_endpoints() {
+    let Some(app) = webhook_app(Backend::Sqlite).await else {
+        return;
+    };
+    // No tenant API route creates or changes an endpoint.
+    for path in [
+        "/v1/core/webhooks",
+        "/v1/core/endpoints",
+        "/admin/v1/tenants/acme/webhooks",
+    ] {
+        let a = app
+            .post(path, &app.t.key, &json!({"url": "http://example.com"}))
+            .await;
+        assert_eq!(a.status, 404, "{path}: {}", a.body);
+    }
+    // The admin listener refuses an API key, and no token at all.
+    let resp = app
+        .http
+        .post(admin_url(&app, "/admin/v1/tenants/acme/webhooks"))
+        .bearer_auth(&app.t.key)
+        .json(&json!({"url": "http://127.0.0.1:9/x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = app
+        .http
+        .get(admin_url(&app, "/admin/v1/tenants"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert!(
+        admin_get(&app, "/admin/v1/tenants/acme/webhooks")
+            .await
+            .body
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // Bad URLs are refused at registration.
+    let a = admin_post(
+        &app,
+        "/admin/v1/tenants/acme/webhooks",
+        json!({"url": "ftp://example.com/x"}),
+    )
+    .await;
+    assert_eq!(a.status, 422);
+    assert_eq!(a.body["code"], "invalid_endpoint");
+    app.cleanup().await;
+}
+
+/// Without FASTACK_WEBHOOK_ALLOW_PRIVATE, private targets are refused
+/// (the CLI path).
+#[tokio::test]
+async fn cli_refuses_private_endpoints_and_shows_the_secret_once() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let store = db.store().await;
+    crate::helpers::make_tenant(&store, "acme", fastack_entities::Plan::Free, None).await;
+    drop(store);
+    let run = |args: &[&str], allow: bool| {
+        let out = std::process::Command::new(bin_path())
+            .args(args)
+            .env_clear()
+            .envs(db.env())
+            .env("FASTACK_WEBHOOK_ALLOW_PRIVATE", allow.to_string())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for url in [
+        "http://127.0.0.1:8080/x",
+        "http://169.254.169.254/latest",
+        "http://localhost/x",
+        "http://10.0.0.8/x",
+    ] {
+        let (ok, _, err) = run(
+            &["admin", "webhook", "add", "--tenant", "acme", "--url", url],
+            false,
+        );
+        assert!(!ok, "{url} accepted");
+        assert!(err.contains("FASTACK_WEBHOOK_ALLOW_PRIVATE"), "{err}");
+    }
+    let (ok, out, err) = run(
+        &[
+            "admin",
+            "webhook",
+            "add",
+            "--tenant",
+            "acme",
+            "--url",
+            "http://127.0.0.1:8080/x",
+        ],
+        true,
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("whsec_") && out.contains("shown once"));
+    let (ok, out, _) = run(&["admin", "webhook", "list", "--tenant", "acme"], true);
+    assert!(ok);
+    assert!(
+        out.contains("http://127.0.0.1:8080/x") && !out.contains("whsec_"),
+        "{out}"
+    );
+}
