@@ -1,6 +1,8 @@
 //! `fastack`: the one binary. `serve` runs a node; the other subcommands
 //! administer the same storage the configuration points at.
 
+mod bench;
+
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -35,6 +37,15 @@ enum Command {
     /// Derived keys consumers need to verify what fastack sends.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Load tool: drives a real server and a bare poem baseline with the
+    /// same profile (see benches/README.md).
+    Bench(bench::BenchArgs),
+    /// The bare baseline endpoint of `fastack bench` (202, fixed body).
+    #[command(hide = true)]
+    BenchBaseline {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 #[derive(Subcommand)]
@@ -623,6 +634,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied");
             Ok(())
         }
+        Command::Bench(args) => bench::run(args).await,
+        Command::BenchBaseline { listen } => bench::baseline(listen).await,
         Command::Keys(KeysCommand::ExternalHmac { tenant }) => {
             let config = Config::from_env().context("reading configuration")?;
             init_logging(&format!("warn,{}", config.log.replace("info", "warn")));

@@ -126,12 +126,17 @@ impl Actor for IngestWriterActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        // SQLite has one writer. On PostgreSQL, commits in flight at once
+        // buy throughput only with cores to spare: on a small machine one
+        // commit at a time makes bigger groups for less work.
         let concurrency =
             args.ctx
                 .config
                 .ingest_concurrency
                 .unwrap_or(match args.ctx.store.backend() {
-                    fastack_core::store::Backend::Postgres => 4,
+                    fastack_core::store::Backend::Postgres => std::thread::available_parallelism()
+                        .map_or(1, |n| n.get() / 2)
+                        .clamp(1, 4),
                     fastack_core::store::Backend::Sqlite => 1,
                 });
         myself.send_message(IngestWriterMsg::Drain)?;

@@ -70,7 +70,8 @@ impl WebhookDispatcherActor {
         let mut endpoints: HashMap<TenantId, Vec<fastack_entities::Endpoint>> = HashMap::new();
         let mut deliveries = Vec::new();
         for row in &rows {
-            if let std::collections::hash_map::Entry::Vacant(slot) = endpoints.entry(row.tenant_id) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = endpoints.entry(row.tenant_id)
+            {
                 slot.insert(ctx.store.list_endpoints(Some(row.tenant_id)).await?);
             }
             for ep in &endpoints[&row.tenant_id] {

@@ -1,15 +1,19 @@
-//! Per-request hot pieces of the accept path, each alone.
+//! Per-request hot pieces of the accept path, each alone: validation, the
+//! idempotency fingerprint and cache check, the API-key lookup, the rate
+//! limit decision, and the signatures of outgoing events.
 
-use std::hint::black_box;
+use std::{hint::black_box, sync::Arc, time::Duration};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use fastack_benches::typical_track;
 use fastack_core::{
-    auth::hash_key,
+    amqp,
+    auth::{KeyCache, hash_key},
     ratelimit::{LocalCells, Quota},
     validate::{ValidationContext, fingerprint, validate_event},
+    webhooks,
 };
-use fastack_entities::{ApiKeyId, EventKind};
+use fastack_entities::{ApiKeyId, EventId, EventKind};
 
 fn ctx() -> ValidationContext {
     ValidationContext {
@@ -45,12 +49,63 @@ fn validation(c: &mut Criterion) {
     c.bench_function("idempotency_fingerprint", |b| {
         b.iter(|| black_box(fingerprint(black_box(&ev))))
     });
+
+    // The front door's duplicate check: the tenant's bounded key cache.
+    let cache: quick_cache::sync::Cache<String, (EventId, [u8; 32])> =
+        quick_cache::sync::Cache::new(10_000);
+    for i in 0..10_000 {
+        cache.insert(format!("key-{i}"), (EventId::new(), [0u8; 32]));
+    }
+    c.bench_function("idempotency_cache_check", |b| {
+        let mut i = 0u32;
+        b.iter(|| {
+            i = (i + 7919) % 20_000;
+            black_box(cache.get(format!("key-{i}").as_str()))
+        })
+    });
 }
 
 fn keys(c: &mut Criterion) {
     let secret = fastack_core::auth::generate_key().secret;
     c.bench_function("api_key_hash", |b| {
         b.iter(|| black_box(hash_key(black_box(&secret))))
+    });
+
+    // A cached lookup through the real KeyCache (SQLite behind it).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cache, secret) = rt.block_on(async {
+        let config = fastack_core::Config::from_vars([(
+            "FASTACK_DATA_DIR".to_owned(),
+            dir.path().display().to_string(),
+        )])
+        .expect("config");
+        let store = fastack_core::store::open(&config).await.expect("store");
+        let tenant = fastack_core::admin::create_tenant(
+            store.as_ref(),
+            "bench",
+            fastack_entities::Plan::Pro,
+            None,
+        )
+        .await
+        .expect("tenant");
+        let key = fastack_core::admin::create_key(store.as_ref(), tenant.id, None)
+            .await
+            .expect("key");
+        let cache = Arc::new(KeyCache::new(store, Duration::from_secs(3600)));
+        cache.authenticate(&key.secret).await.expect("lookup");
+        (cache, key.secret)
+    });
+    c.bench_function("api_key_lookup_cached", |b| {
+        b.iter(|| {
+            black_box(
+                rt.block_on(cache.authenticate(black_box(&secret)))
+                    .expect("lookup"),
+            )
+        })
     });
 }
 
@@ -72,5 +127,34 @@ fn rate_limit(c: &mut Criterion) {
     });
 }
 
-criterion_group!(hot_path, validation, keys, rate_limit);
+fn signatures(c: &mut Criterion) {
+    let body = serde_json::to_vec(&typical_track()).expect("json");
+    let secret = webhooks::Secret::generate();
+    c.bench_function("webhook_signature", |b| {
+        b.iter(|| {
+            black_box(webhooks::sign(
+                &secret,
+                "msg_01a22b60",
+                1_764_500_000,
+                black_box(&body),
+            ))
+        })
+    });
+    let key = [7u8; 32];
+    c.bench_function("amqp_message_signature", |b| {
+        b.iter(|| {
+            black_box(amqp::sign(
+                &key,
+                1_764_500_000,
+                "01a22b60-a992-7452-962f-edaff53b5f50",
+                "01a22b60-b188-73bd-8897-d8bc6e31c17a",
+                "fastack.job.events",
+                "job.completed",
+                black_box(&body),
+            ))
+        })
+    });
+}
+
+criterion_group!(hot_path, validation, keys, rate_limit, signatures);
 criterion_main!(hot_path);

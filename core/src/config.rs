@@ -160,7 +160,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "FASTACK_INGEST_CONCURRENCY",
-        "(PostgreSQL 4, SQLite 1)",
+        "(PostgreSQL cores/2 in 1..4, SQLite 1)",
         "group commits in flight at once",
     ),
     (

@@ -321,35 +321,33 @@ pub fn fingerprint(ev: &NewEvent) -> [u8; 32] {
             None => h.update([0u8]),
         }
     }
-    let mut buf = Vec::with_capacity(128);
-    write_canonical(&mut buf, &Value::Object(ev.properties.clone()));
+    let mut buf = Vec::with_capacity(256);
+    write_canonical_map(&mut buf, &ev.properties);
     h.update((buf.len() as u64).to_be_bytes());
     h.update(&buf);
     h.update(ev.occurred_at.timestamp_micros().to_be_bytes());
     h.finalize().into()
 }
 
+fn write_canonical_map(out: &mut Vec<u8>, map: &Map<String, Value>) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort_unstable();
+    out.push(b'{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, key).expect("writing to a Vec cannot fail");
+        out.push(b':');
+        write_canonical(out, &map[key]);
+    }
+    out.push(b'}');
+}
+
 /// JSON with object keys sorted, no whitespace: one byte string per value.
 pub fn write_canonical(out: &mut Vec<u8>, value: &Value) {
     match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push(b'{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(
-                    serde_json::to_string(key)
-                        .expect("string serialises")
-                        .as_bytes(),
-                );
-                out.push(b':');
-                write_canonical(out, &map[key]);
-            }
-            out.push(b'}');
-        }
+        Value::Object(map) => write_canonical_map(out, map),
         Value::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
@@ -360,11 +358,7 @@ pub fn write_canonical(out: &mut Vec<u8>, value: &Value) {
             }
             out.push(b']');
         }
-        scalar => out.extend_from_slice(
-            serde_json::to_string(scalar)
-                .expect("scalar serialises")
-                .as_bytes(),
-        ),
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("writing to a Vec cannot fail"),
     }
 }
 

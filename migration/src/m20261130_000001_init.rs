@@ -38,7 +38,7 @@ CREATE TABLE idempotency_keys (
 CREATE TABLE inbox (
     seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tenant_id uuid NOT NULL,
-    event_id uuid NOT NULL UNIQUE,
+    event_id uuid NOT NULL,
     payload text NOT NULL,
     received_at timestamptz NOT NULL
 );
@@ -123,7 +123,7 @@ CREATE TABLE idempotency_keys (
 CREATE TABLE inbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id BLOB NOT NULL,
-    event_id BLOB NOT NULL UNIQUE,
+    event_id BLOB NOT NULL,
     payload TEXT NOT NULL,
     received_at INTEGER NOT NULL
 );

@@ -6,7 +6,7 @@
 //! SQLite has no DEFAULT partition.
 //!
 //! Also the indexes retention needs to forget idempotency keys with their
-//! events and to prune the processing fence, and at most one active
+//! events, and at most one active
 //! retention job per partition (several nodes may schedule them).
 
 use sea_orm_migration::prelude::*;
@@ -27,7 +27,6 @@ impl MigrationTrait for Migration {
                     "ALTER TABLE tracked_events_default \
                      ADD CONSTRAINT tracked_events_default_stays_empty CHECK (false);\n\
                      CREATE INDEX idempotency_keys_expiry ON idempotency_keys (tenant_id, occurred_at);\n\
-                     CREATE INDEX processed_jobs_age ON processed_jobs (processed_at);\n\
                      CREATE UNIQUE INDEX jobs_one_active_retention ON jobs ((params->>'partition')) \
                      WHERE kind = 'retention' AND status IN ('queued', 'processing')",
                 )
@@ -37,7 +36,6 @@ impl MigrationTrait for Migration {
                 crate::run_all(
                     manager,
                     "CREATE INDEX idempotency_keys_expiry ON idempotency_keys (tenant_id, occurred_at);\n\
-                     CREATE INDEX processed_jobs_age ON processed_jobs (processed_at);\n\
                      CREATE UNIQUE INDEX jobs_one_active_retention ON jobs (json_extract(params, '$.partition')) \
                      WHERE kind = 'retention' AND status IN ('queued', 'processing')",
                 )

@@ -539,6 +539,179 @@ fn parse_table_name(name: &str) -> Option<PartitionKey> {
     PartitionKey::parse_table(name)
 }
 
+impl SqliteStore {
+    async fn process_batch_on(
+        &self,
+        conn: &mut SqliteConnection,
+        req: &ProcessRequest,
+    ) -> Result<ProcessOutcome> {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let held = sqlx::query(
+            "UPDATE tenant_leases SET expires_at = $3 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.node_id.0)
+        .bind(us(req.now + req.lease_ttl))
+        .bind(us(req.now))
+        .execute(&mut *tx)
+        .await?;
+        if held.rows_affected() != 1 {
+            return Err(Error::LeaseLost);
+        }
+        let rows = sqlx::query(
+            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(ProcessOutcome::default());
+        }
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut items: Vec<(EventId, NewEvent, DateTime<Utc>)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            seqs.push(row.try_get::<i64, _>("seq")?);
+            let payload: String = row.try_get("payload")?;
+            items.push((
+                EventId(row.try_get("event_id")?),
+                decode_payload(&payload)?,
+                from_us(row.try_get("received_at")?)?,
+            ));
+        }
+        let mut fresh: HashSet<Uuid> = HashSet::with_capacity(items.len());
+        for chunk in items.chunks(MAX_PARAMS / 3) {
+            let sql = format!(
+                "INSERT INTO processed_jobs (event_id, tenant_id, processed_at) VALUES {} \
+                 ON CONFLICT DO NOTHING RETURNING event_id",
+                tuples(1, chunk.len(), 3)
+            );
+            let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
+            for (id, _, _) in chunk {
+                q = q.bind(id.0).bind(req.tenant_id.0).bind(us(req.now));
+            }
+            fresh.extend(q.fetch_all(&mut *tx).await?);
+        }
+        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> = items
+            .iter()
+            .filter(|(id, _, _)| fresh.contains(&id.0))
+            .collect();
+        let mut outcome = ProcessOutcome {
+            consumed: items.len(),
+            already_processed: items.len() - todo.len(),
+            received: items.iter().map(|(_, _, r)| *r).collect(),
+            ..Default::default()
+        };
+        let mut created: Vec<PartitionKey> = Vec::new();
+        if !todo.is_empty() {
+            let events: Vec<&NewEvent> = todo.iter().map(|(_, e, _)| e).collect();
+            let mut by_table: HashMap<PartitionKey, Vec<usize>> = HashMap::new();
+            for (i, ev) in events.iter().enumerate() {
+                let key = PartitionKey {
+                    month: Month::of(ev.occurred_at.with_timezone(&Utc)),
+                    retention_class: req.retention_class,
+                };
+                by_table.entry(key).or_default().push(i);
+            }
+            // SQLite DDL is transactional: new month tables commit with the
+            // rows they receive, or not at all.
+            for key in by_table.keys() {
+                if !self.partitions.lock().contains(key) {
+                    create_partition(&mut tx, key).await?;
+                    created.push(*key);
+                }
+            }
+            let snapshot = Self::snapshot(&mut tx, req.tenant_id, &events).await?;
+            let plan = identity::resolve(&events, &snapshot);
+            Self::apply_plan(&mut tx, req.tenant_id, &plan, req.now).await?;
+
+            for (key, idxs) in &by_table {
+                for chunk in idxs.chunks(MAX_PARAMS / 13) {
+                    let sql = format!(
+                        "INSERT INTO {} (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
+                            user_id, anonymous_id, properties, occurred_offset_s, received_at, idempotency_key) VALUES {}",
+                        key.table_name(),
+                        tuples(1, chunk.len(), 13)
+                    );
+                    let mut q = sqlx::query(AssertSqlSafe(sql));
+                    for &i in chunk {
+                        let (id, ev, rec) = todo[i];
+                        q = q
+                            .bind(req.tenant_id.0)
+                            .bind(ev.occurred_at.timestamp_micros())
+                            .bind(id.0)
+                            .bind(req.retention_class)
+                            .bind(ev.kind.as_str())
+                            .bind(ev.event.as_deref())
+                            .bind(plan.contact_of[i].0)
+                            .bind(ev.user_id.as_deref())
+                            .bind(ev.anonymous_id.as_deref())
+                            .bind(
+                                serde_json::to_string(&ev.properties).expect("json map serialises"),
+                            )
+                            .bind(ev.occurred_at.offset().local_minus_utc())
+                            .bind(us(*rec))
+                            .bind(ev.idempotency_key.as_str());
+                        outcome
+                            .appended
+                            .push((*id, ev.occurred_at.with_timezone(&Utc)));
+                    }
+                    q.execute(&mut *tx).await?;
+                }
+            }
+            if req.emit_tracked.any() {
+                const COLS: usize = 10;
+                for (chunk_no, chunk) in todo.chunks(MAX_PARAMS / COLS).enumerate() {
+                    let base = chunk_no * (MAX_PARAMS / COLS);
+                    let sql = format!(
+                        "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
+                            publish_pending, fanout_pending) VALUES {}",
+                        tuples(1, chunk.len(), COLS)
+                    );
+                    let mut q = sqlx::query(AssertSqlSafe(sql));
+                    for (j, (id, ev, rec)) in chunk.iter().enumerate() {
+                        let body = tracked_body(&StoredEvent {
+                            id: *id,
+                            kind: ev.kind,
+                            event: ev.event.clone(),
+                            contact_id: plan.contact_of[base + j],
+                            user_id: ev.user_id.clone(),
+                            anonymous_id: ev.anonymous_id.clone(),
+                            properties: ev.properties.clone(),
+                            occurred_at: ev.occurred_at,
+                            received_at: *rec,
+                        });
+                        q = q
+                            .bind(req.tenant_id.0)
+                            .bind("core")
+                            .bind("core.event.tracked")
+                            .bind(format!("fastack.event.tracked.{id}"))
+                            .bind(id.to_string())
+                            .bind(body)
+                            .bind(None::<Uuid>)
+                            .bind(us(req.now))
+                            .bind(req.emit_tracked.publish)
+                            .bind(req.emit_tracked.fanout);
+                    }
+                    q.execute(&mut *tx).await?;
+                }
+            }
+        }
+        for chunk in seqs.chunks(MAX_PARAMS) {
+            let sql = format!("DELETE FROM inbox WHERE seq IN ({})", ph(1, chunk.len()));
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for s in chunk {
+                q = q.bind(*s);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        self.partitions.lock().extend(created);
+        Ok(outcome)
+    }
+}
+
 #[async_trait]
 impl Storage for SqliteStore {
     fn backend(&self) -> Backend {
@@ -838,170 +1011,28 @@ impl Storage for SqliteStore {
     }
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
-        let mut tx = self.writer.begin().await?;
-        let held = sqlx::query(
-            "UPDATE tenant_leases SET expires_at = $3 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
-        )
-        .bind(req.tenant_id.0)
-        .bind(req.node_id.0)
-        .bind(us(req.now + req.lease_ttl))
-        .bind(us(req.now))
-        .execute(&mut *tx)
-        .await?;
-        if held.rows_affected() != 1 {
-            return Err(Error::LeaseLost);
+        let mut conn = self.writer.acquire().await?;
+        // Processing may skip the fsync at commit: the inbox rows it consumes
+        // are durable, and WAL with synchronous=NORMAL loses nothing on a
+        // process crash (only the last transactions on power loss, which
+        // are then processed again). With outbox rows the commit stays full.
+        let relaxed = !req.emit_tracked.any();
+        if relaxed {
+            sqlx::query("PRAGMA synchronous = NORMAL")
+                .execute(&mut *conn)
+                .await?;
         }
-        let rows = sqlx::query(
-            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 ORDER BY seq LIMIT $2",
-        )
-        .bind(req.tenant_id.0)
-        .bind(req.limit as i64)
-        .fetch_all(&mut *tx)
-        .await?;
-        if rows.is_empty() {
-            tx.commit().await?;
-            return Ok(ProcessOutcome::default());
+        let result = self.process_batch_on(&mut conn, req).await;
+        if relaxed
+            && let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
+                .execute(&mut *conn)
+                .await
+        {
+            // Never hand a relaxed connection back to the pool.
+            let _ = conn.detach();
+            return Err(e.into());
         }
-        let mut seqs = Vec::with_capacity(rows.len());
-        let mut items: Vec<(EventId, NewEvent, DateTime<Utc>)> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            seqs.push(row.try_get::<i64, _>("seq")?);
-            let payload: String = row.try_get("payload")?;
-            items.push((
-                EventId(row.try_get("event_id")?),
-                decode_payload(&payload)?,
-                from_us(row.try_get("received_at")?)?,
-            ));
-        }
-        let mut fresh: HashSet<Uuid> = HashSet::with_capacity(items.len());
-        for chunk in items.chunks(MAX_PARAMS / 3) {
-            let sql = format!(
-                "INSERT INTO processed_jobs (event_id, tenant_id, processed_at) VALUES {} \
-                 ON CONFLICT DO NOTHING RETURNING event_id",
-                tuples(1, chunk.len(), 3)
-            );
-            let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
-            for (id, _, _) in chunk {
-                q = q.bind(id.0).bind(req.tenant_id.0).bind(us(req.now));
-            }
-            fresh.extend(q.fetch_all(&mut *tx).await?);
-        }
-        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> = items
-            .iter()
-            .filter(|(id, _, _)| fresh.contains(&id.0))
-            .collect();
-        let mut outcome = ProcessOutcome {
-            consumed: items.len(),
-            already_processed: items.len() - todo.len(),
-            received: items.iter().map(|(_, _, r)| *r).collect(),
-            ..Default::default()
-        };
-        let mut created: Vec<PartitionKey> = Vec::new();
-        if !todo.is_empty() {
-            let events: Vec<&NewEvent> = todo.iter().map(|(_, e, _)| e).collect();
-            let mut by_table: HashMap<PartitionKey, Vec<usize>> = HashMap::new();
-            for (i, ev) in events.iter().enumerate() {
-                let key = PartitionKey {
-                    month: Month::of(ev.occurred_at.with_timezone(&Utc)),
-                    retention_class: req.retention_class,
-                };
-                by_table.entry(key).or_default().push(i);
-            }
-            // SQLite DDL is transactional: new month tables commit with the
-            // rows they receive, or not at all.
-            for key in by_table.keys() {
-                if !self.partitions.lock().contains(key) {
-                    create_partition(&mut tx, key).await?;
-                    created.push(*key);
-                }
-            }
-            let snapshot = Self::snapshot(&mut tx, req.tenant_id, &events).await?;
-            let plan = identity::resolve(&events, &snapshot);
-            Self::apply_plan(&mut tx, req.tenant_id, &plan, req.now).await?;
-
-            for (key, idxs) in &by_table {
-                for chunk in idxs.chunks(MAX_PARAMS / 13) {
-                    let sql = format!(
-                        "INSERT INTO {} (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
-                            user_id, anonymous_id, properties, occurred_offset_s, received_at, idempotency_key) VALUES {}",
-                        key.table_name(),
-                        tuples(1, chunk.len(), 13)
-                    );
-                    let mut q = sqlx::query(AssertSqlSafe(sql));
-                    for &i in chunk {
-                        let (id, ev, rec) = todo[i];
-                        q = q
-                            .bind(req.tenant_id.0)
-                            .bind(ev.occurred_at.timestamp_micros())
-                            .bind(id.0)
-                            .bind(req.retention_class)
-                            .bind(ev.kind.as_str())
-                            .bind(ev.event.as_deref())
-                            .bind(plan.contact_of[i].0)
-                            .bind(ev.user_id.as_deref())
-                            .bind(ev.anonymous_id.as_deref())
-                            .bind(
-                                serde_json::to_string(&ev.properties).expect("json map serialises"),
-                            )
-                            .bind(ev.occurred_at.offset().local_minus_utc())
-                            .bind(us(*rec))
-                            .bind(ev.idempotency_key.as_str());
-                        outcome
-                            .appended
-                            .push((*id, ev.occurred_at.with_timezone(&Utc)));
-                    }
-                    q.execute(&mut *tx).await?;
-                }
-            }
-            if req.emit_tracked.any() {
-                const COLS: usize = 10;
-                for (chunk_no, chunk) in todo.chunks(MAX_PARAMS / COLS).enumerate() {
-                    let base = chunk_no * (MAX_PARAMS / COLS);
-                    let sql = format!(
-                        "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
-                            publish_pending, fanout_pending) VALUES {}",
-                        tuples(1, chunk.len(), COLS)
-                    );
-                    let mut q = sqlx::query(AssertSqlSafe(sql));
-                    for (j, (id, ev, rec)) in chunk.iter().enumerate() {
-                        let body = tracked_body(&StoredEvent {
-                            id: *id,
-                            kind: ev.kind,
-                            event: ev.event.clone(),
-                            contact_id: plan.contact_of[base + j],
-                            user_id: ev.user_id.clone(),
-                            anonymous_id: ev.anonymous_id.clone(),
-                            properties: ev.properties.clone(),
-                            occurred_at: ev.occurred_at,
-                            received_at: *rec,
-                        });
-                        q = q
-                            .bind(req.tenant_id.0)
-                            .bind("core")
-                            .bind("core.event.tracked")
-                            .bind(format!("fastack.event.tracked.{id}"))
-                            .bind(id.to_string())
-                            .bind(body)
-                            .bind(None::<Uuid>)
-                            .bind(us(req.now))
-                            .bind(req.emit_tracked.publish)
-                            .bind(req.emit_tracked.fanout);
-                    }
-                    q.execute(&mut *tx).await?;
-                }
-            }
-        }
-        for chunk in seqs.chunks(MAX_PARAMS) {
-            let sql = format!("DELETE FROM inbox WHERE seq IN ({})", ph(1, chunk.len()));
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for s in chunk {
-                q = q.bind(*s);
-            }
-            q.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        self.partitions.lock().extend(created);
-        Ok(outcome)
+        result
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
@@ -1539,8 +1570,8 @@ impl Storage for SqliteStore {
     }
 
     async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64> {
-        let done = sqlx::query("DELETE FROM processed_jobs WHERE processed_at < $1")
-            .bind(us(before))
+        let done = sqlx::query("DELETE FROM processed_jobs WHERE event_id < $1")
+            .bind(super::v7_floor(before))
             .execute(&self.writer)
             .await?;
         Ok(done.rows_affected())

@@ -1,0 +1,845 @@
+//! `fastack bench`: the load tool.
+//!
+//! It starts the real server (`fastack serve`, a child process, on embedded
+//! SQLite in a temporary directory or on a fresh PostgreSQL database with a
+//! Redis prefix of its own) and a bare poem endpoint that answers 202 with a
+//! fixed body (`fastack bench-baseline`, also a child process: no auth, no
+//! validation, no storage), then drives both with the same profile over
+//! HTTP on loopback and reports every figure as fastack / baseline.
+//!
+//! Open loop (`--rate`): requests are scheduled at a fixed rate and latency
+//! is counted from the *scheduled* send time, so a stalled server cannot
+//! hide its queueing (no coordinated omission). Closed loop (no `--rate`):
+//! `--connections` workers send back to back; throughput is the figure.
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    process::Stdio,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use chrono::Utc;
+use clap::{Args, ValueEnum};
+use fastack_core::{Config, admin, store};
+use fastack_entities::Plan;
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// Single `track` events, one tenant, unique keys.
+    Track,
+    /// `batch` requests of 100 events.
+    Batch,
+    /// 10 tenants; one hot tenant sends half of the traffic.
+    Mixed,
+    /// `track` where 20 % of requests repeat an earlier key (same content).
+    Duplicates,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[arg(long, value_enum, default_value = "track")]
+    pub profile: Profile,
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: Backend,
+    /// Requests per second (open loop); omit for closed loop.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Seconds of measurement (after a short warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub duration: u64,
+    /// Concurrent requests in closed loop; connection pool size.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Seconds of warm-up load before measuring.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u64,
+    /// PostgreSQL server for `--backend postgres` (a fresh database is
+    /// created on it and dropped afterwards).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub postgres: String,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    pub redis: String,
+    /// Measure time from send to readable via GET /v1/core/events on a
+    /// sample of events.
+    #[arg(long)]
+    pub visibility: bool,
+    /// Tenants to spread the load over (the memory profile uses 1000).
+    #[arg(long)]
+    pub tenants: Option<usize>,
+    /// Stop after this many accepted events instead of after `--duration`.
+    #[arg(long)]
+    pub events: Option<u64>,
+    /// Skip the baseline run.
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Write the JSON report here (it is also printed with `--json`).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// Extra `FASTACK_*=value` settings for the server under test.
+    #[arg(long = "server-env", value_name = "KEY=VALUE")]
+    pub server_env: Vec<String>,
+}
+
+/// The numbers of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub target: String,
+    pub mode: String,
+    pub requests: u64,
+    pub events: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub seconds: f64,
+    pub requests_per_sec: f64,
+    pub events_per_sec: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Visibility {
+    pub samples: u64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub not_seen: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub profile: Profile,
+    pub backend: Backend,
+    pub rate: Option<u64>,
+    pub connections: usize,
+    pub fastack: RunReport,
+    pub baseline: Option<RunReport>,
+    pub ratio_throughput: Option<f64>,
+    pub visibility: Option<Visibility>,
+    pub server_rss_mib_before: Option<f64>,
+    pub server_rss_mib_after: Option<f64>,
+    pub machine: String,
+}
+
+/// A child process serving HTTP on a port it prints.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Served {
+    fn rss_mib(&self) -> Option<f64> {
+        let pid = self.child.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kb: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kb / 1024.0)
+    }
+
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            // SIGTERM for a graceful stop; the child is killed if it lingers.
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+        }
+        if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+async fn spawn_served(
+    args: &[&str],
+    env: &[(String, String)],
+    marker: &str,
+) -> anyhow::Result<Served> {
+    let exe = std::env::current_exe().context("locating the fastack binary")?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().cloned())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting a child process")?;
+    let stderr = child.stderr.take().context("child stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await? {
+            if line.contains(marker)
+                && let Some(rest) = line.split("addr=").nth(1)
+            {
+                let a = rest.split_whitespace().next().unwrap_or_default();
+                return Ok::<_, anyhow::Error>(a.parse::<SocketAddr>()?);
+            }
+        }
+        bail!("child exited before listening")
+    })
+    .await
+    .context("child did not start within 60 s")??;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Served { child, addr })
+}
+
+/// One request of a profile: path, key, body, events in it.
+struct Req {
+    path: &'static str,
+    key: usize,
+    body: Vec<u8>,
+    events: u64,
+    sample: Option<(String, chrono::DateTime<Utc>)>,
+}
+
+struct Generator {
+    profile: Profile,
+    tenants: usize,
+    seq: AtomicU64,
+    sent_keys: Mutex<Vec<(usize, Vec<u8>)>>,
+    run: String,
+    visibility: bool,
+}
+
+impl Generator {
+    fn next(&self) -> Req {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let pick_tenant = |n: u64| -> usize {
+            match self.profile {
+                Profile::Mixed => {
+                    if n.is_multiple_of(2) {
+                        0
+                    } else {
+                        1 + (n as usize / 2) % (self.tenants.max(2) - 1)
+                    }
+                }
+                _ => (n as usize) % self.tenants.max(1),
+            }
+        };
+        let tenant = pick_tenant(n);
+        if self.profile == Profile::Duplicates && n % 5 == 4 {
+            let sent = self.sent_keys.lock();
+            if !sent.is_empty() {
+                let (t, body) = sent[(n as usize * 7919) % sent.len()].clone();
+                return Req {
+                    path: "/v1/core/track",
+                    key: t,
+                    body,
+                    events: 1,
+                    sample: None,
+                };
+            }
+        }
+        let now = Utc::now();
+        let event = |i: u64, at: chrono::DateTime<Utc>| {
+            json!({
+                "event": "Order Completed",
+                "user_id": format!("user-{}", (n * 131 + i) % 5000),
+                "properties": {"order_id": format!("o-{n}-{i}"), "total": 129.9, "currency": "EUR", "items": 3},
+                "occurred_at": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                "idempotency_key": format!("{}-{n}-{i}", self.run),
+            })
+        };
+        if self.profile == Profile::Batch {
+            let items: Vec<Value> = (0..100)
+                .map(|i| {
+                    let mut e = event(i, now);
+                    e["type"] = json!("track");
+                    e
+                })
+                .collect();
+            return Req {
+                path: "/v1/core/batch",
+                key: tenant,
+                body: serde_json::to_vec(&json!({ "batch": items })).expect("json"),
+                events: 100,
+                sample: None,
+            };
+        }
+        // Sampled events get a unique instant so one narrow read finds them.
+        let sampled = self.visibility && n.is_multiple_of(100);
+        let at = if sampled {
+            now - chrono::Duration::microseconds((n % 1_000_000) as i64)
+        } else {
+            now
+        };
+        let body = serde_json::to_vec(&event(0, at)).expect("json");
+        if self.profile == Profile::Duplicates {
+            let mut sent = self.sent_keys.lock();
+            if sent.len() < 100_000 {
+                sent.push((tenant, body.clone()));
+            }
+        }
+        Req {
+            path: "/v1/core/track",
+            key: tenant,
+            body,
+            events: 1,
+            sample: sampled.then(|| (format!("{}-{n}-0", self.run), at)),
+        }
+    }
+}
+
+struct Recorder {
+    hist: Mutex<Histogram<u64>>,
+    requests: AtomicU64,
+    events: AtomicU64,
+    errors: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        Recorder {
+            hist: Mutex::new(
+                Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds"),
+            ),
+            requests: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+            errors: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn record(&self, latency: Duration, outcome: Result<u16, String>, events: u64) {
+        let us = latency.as_micros().clamp(1, 120_000_000) as u64;
+        self.hist.lock().saturating_record(us);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(202) => {
+                self.events.fetch_add(events, Ordering::Relaxed);
+            }
+            Ok(code) => *self.errors.lock().entry(code.to_string()).or_default() += 1,
+            Err(kind) => *self.errors.lock().entry(kind).or_default() += 1,
+        }
+    }
+
+    fn report(&self, target: &str, mode: &str, seconds: f64) -> RunReport {
+        let h = self.hist.lock();
+        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+        let requests = self.requests.load(Ordering::Relaxed);
+        let events = self.events.load(Ordering::Relaxed);
+        RunReport {
+            target: target.to_owned(),
+            mode: mode.to_owned(),
+            requests,
+            events,
+            errors: self.errors.lock().clone(),
+            seconds,
+            requests_per_sec: requests as f64 / seconds,
+            events_per_sec: events as f64 / seconds,
+            p50_ms: q(0.50),
+            p95_ms: q(0.95),
+            p99_ms: q(0.99),
+            p999_ms: q(0.999),
+            max_ms: h.max() as f64 / 1000.0,
+        }
+    }
+}
+
+async fn send(
+    client: &reqwest::Client,
+    base: &str,
+    keys: &[String],
+    req: &Req,
+) -> Result<u16, String> {
+    client
+        .post(format!("{base}{}", req.path))
+        .bearer_auth(&keys[req.key])
+        .header("content-type", "application/json")
+        .body(req.body.clone())
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| {
+            if e.is_timeout() {
+                "timeout".to_owned()
+            } else {
+                "connection".to_owned()
+            }
+        })
+}
+
+/// Runs the load against `base` and returns the measured part.
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    label: &str,
+    base: &str,
+    keys: Arc<Vec<String>>,
+    generator: Arc<Generator>,
+    args: &BenchArgs,
+    samples: Option<Arc<Mutex<Vec<(String, chrono::DateTime<Utc>, Instant, usize)>>>>,
+    progress: bool,
+) -> RunReport {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.connections.max(1) * 2)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client");
+    let warm = Recorder::new();
+    let measured = Arc::new(Recorder::new());
+    let total = Duration::from_secs(args.warmup + args.duration);
+    let measure_from = Duration::from_secs(args.warmup);
+    let started = Instant::now();
+    let stop_events = args.events;
+    let ticker = {
+        let m = measured.clone();
+        let label = label.to_owned();
+        tokio::spawn(async move {
+            if !progress {
+                return;
+            }
+            let mut last = 0;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let n = m.requests.load(Ordering::Relaxed);
+                let p99 = m.hist.lock().value_at_quantile(0.99) as f64 / 1000.0;
+                let errs: u64 = m.errors.lock().values().sum();
+                eprint!(
+                    "\r{label:<9} t={:>4}s  req/s={:>7}  events={:>9}  p99={:>8.2}ms  errors={:<6}",
+                    started.elapsed().as_secs(),
+                    n - last,
+                    m.events.load(Ordering::Relaxed),
+                    p99,
+                    errs
+                );
+                last = n;
+            }
+        })
+    };
+    let done = |m: &Recorder| stop_events.is_some_and(|n| m.events.load(Ordering::Relaxed) >= n);
+    match args.rate {
+        Some(rate) => {
+            // Open loop: request i is due at started + i / rate.
+            let interval = Duration::from_secs_f64(1.0 / rate as f64);
+            let mut i: u64 = 0;
+            let limit = Arc::new(tokio::sync::Semaphore::new(args.connections.max(1) * 64));
+            loop {
+                let due = started + interval.mul_f64(i as f64);
+                let now = Instant::now();
+                if due.duration_since(started) >= total || done(&measured) {
+                    break;
+                }
+                if due > now {
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                i += 1;
+                let Ok(permit) = limit.clone().acquire_owned().await else {
+                    break;
+                };
+                let req = generator.next();
+                let (client, base, keys) = (client.clone(), base.to_owned(), keys.clone());
+                let measured = measured.clone();
+                let in_measure = due.duration_since(started) >= measure_from;
+                let samples = samples.clone();
+                tokio::spawn(async move {
+                    let outcome = send(&client, &base, &keys, &req).await;
+                    let latency = Instant::now().duration_since(due);
+                    if in_measure {
+                        measured.record(latency, outcome.clone(), req.events);
+                        if let (Some(s), Some((key, at)), Ok(202)) =
+                            (&samples, req.sample, &outcome)
+                        {
+                            s.lock().push((key, at, due, req.key));
+                        }
+                    }
+                    drop(permit);
+                });
+            }
+        }
+        None => {
+            let mut workers = Vec::new();
+            for _ in 0..args.connections.max(1) {
+                let (client, base, keys) = (client.clone(), base.to_owned(), keys.clone());
+                let generator = generator.clone();
+                let measured = measured.clone();
+                workers.push(tokio::spawn(async move {
+                    let warm = Recorder::new();
+                    loop {
+                        let elapsed = started.elapsed();
+                        if elapsed >= total
+                            || stop_events
+                                .is_some_and(|n| measured.events.load(Ordering::Relaxed) >= n)
+                        {
+                            break;
+                        }
+                        let req = generator.next();
+                        let t = Instant::now();
+                        let outcome = send(&client, &base, &keys, &req).await;
+                        let rec = if elapsed >= measure_from {
+                            &*measured
+                        } else {
+                            &warm
+                        };
+                        rec.record(t.elapsed(), outcome, req.events);
+                    }
+                }));
+            }
+            for w in workers {
+                let _ = w.await;
+            }
+        }
+    }
+    // Let in-flight open-loop requests land.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ticker.abort();
+    if progress {
+        eprintln!();
+    }
+    let _ = warm;
+    let seconds = (started.elapsed().saturating_sub(measure_from))
+        .as_secs_f64()
+        .max(0.001);
+    let mode = match args.rate {
+        Some(r) => format!("open loop {r} req/s"),
+        None => format!("closed loop, {} connections", args.connections),
+    };
+    measured.report(label, &mode, seconds)
+}
+
+/// Polls for sampled events until each is readable; latency from send.
+async fn visibility(
+    base: &str,
+    keys: &[String],
+    samples: Vec<(String, chrono::DateTime<Utc>, Instant, usize)>,
+) -> Visibility {
+    let client = reqwest::Client::new();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds");
+    let mut not_seen = 0;
+    let n = samples.len() as u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut pending = samples;
+    while !pending.is_empty() && Instant::now() < deadline {
+        let mut still = Vec::new();
+        for (key, at, sent, tenant) in pending {
+            let from = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            let to = (at + chrono::Duration::microseconds(1))
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            let url = format!(
+                "{base}/v1/core/events?from={}&to={}&limit=10",
+                from.replace('+', "%2B"),
+                to.replace('+', "%2B")
+            );
+            let seen = match client.get(url).bearer_auth(&keys[tenant]).send().await {
+                Ok(r) => r
+                    .json::<Value>()
+                    .await
+                    .ok()
+                    .is_some_and(|b| b["events"].as_array().is_some_and(|a| !a.is_empty())),
+                Err(_) => false,
+            };
+            if seen {
+                hist.saturating_record(sent.elapsed().as_micros().max(1) as u64);
+            } else {
+                still.push((key, at, sent, tenant));
+            }
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    not_seen += pending.len() as u64;
+    let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
+    Visibility {
+        samples: n,
+        p50_ms: q(0.5),
+        p95_ms: q(0.95),
+        p99_ms: q(0.99),
+        not_seen,
+    }
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_default();
+    format!("{cpus} cpus, {model}")
+}
+
+/// The bare baseline: poem answering 202 with a fixed body.
+pub async fn baseline(listen: SocketAddr) -> anyhow::Result<()> {
+    use poem::{
+        EndpointExt, Response, Route, handler,
+        listener::{Acceptor, Listener, TcpListener},
+    };
+    #[handler]
+    fn accept() -> Response {
+        Response::builder()
+            .status(poem::http::StatusCode::ACCEPTED)
+            .content_type("application/json")
+            .body(r#"{"duplicate":false,"id":"01a22b60-b188-73bd-8897-d8bc6e31c17a"}"#)
+    }
+    let app = Route::new()
+        .at("/*path", poem::post(accept))
+        .map_to_response();
+    let acceptor = TcpListener::bind(listen).into_acceptor().await?;
+    let addr = acceptor.local_addr()[0]
+        .as_socket_addr()
+        .copied()
+        .context("address")?;
+    eprintln!("baseline listening addr={addr}");
+    poem::Server::new_with_acceptor(acceptor).run(app).await?;
+    Ok(())
+}
+
+fn table(report: &Report) -> String {
+    let mut out = String::new();
+    let row = |r: &RunReport| {
+        format!(
+            "| {:<8} | {:>9.0} | {:>10.0} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>6} |\n",
+            r.target,
+            r.requests_per_sec,
+            r.events_per_sec,
+            r.p50_ms,
+            r.p95_ms,
+            r.p99_ms,
+            r.p999_ms,
+            r.errors.values().sum::<u64>()
+        )
+    };
+    out.push_str(&format!(
+        "profile {:?}, backend {:?}, {}, machine: {}\n\n",
+        report.profile, report.backend, report.fastack.mode, report.machine
+    ));
+    out.push_str(
+        "| target   |     req/s |   events/s | p50 ms  | p95 ms  | p99 ms  | p99.9ms | errors |\n",
+    );
+    out.push_str(
+        "|----------|-----------|------------|---------|---------|---------|---------|--------|\n",
+    );
+    out.push_str(&row(&report.fastack));
+    if let Some(b) = &report.baseline {
+        out.push_str(&row(b));
+        let f = &report.fastack;
+        out.push_str(&format!(
+            "| ratio    | {:>9.2} | {:>10} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} |        |\n",
+            f.requests_per_sec / b.requests_per_sec.max(1e-9),
+            "",
+            f.p50_ms / b.p50_ms.max(1e-9),
+            f.p95_ms / b.p95_ms.max(1e-9),
+            f.p99_ms / b.p99_ms.max(1e-9),
+            f.p999_ms / b.p999_ms.max(1e-9),
+        ));
+    }
+    if let Some(v) = &report.visibility {
+        out.push_str(&format!(
+            "\nsend -> readable via GET /v1/core/events: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms ({} samples, {} not seen)\n",
+            v.p50_ms, v.p95_ms, v.p99_ms, v.samples, v.not_seen
+        ));
+    }
+    if let (Some(a), Some(b)) = (report.server_rss_mib_before, report.server_rss_mib_after) {
+        out.push_str(&format!(
+            "server RSS: {a:.1} MiB before, {b:.1} MiB after\n"
+        ));
+    }
+    if !report.fastack.errors.is_empty() {
+        out.push_str(&format!("fastack errors: {:?}\n", report.fastack.errors));
+    }
+    out
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let run_id = format!("b{}", uuid::Uuid::new_v4().simple());
+    let dir = tempfile_dir()?;
+    let mut env: Vec<(String, String)> = vec![
+        ("FASTACK_LISTEN".into(), "127.0.0.1:0".into()),
+        ("FASTACK_DATA_DIR".into(), dir.display().to_string()),
+        ("FASTACK_BOOTSTRAP".into(), "false".into()),
+        ("FASTACK_LOG".into(), "info".into()),
+        (
+            "FASTACK_ENC_KEY".into(),
+            "ZmFzdGFjay1iZW5jaC1tYXN0ZXIta2V5LTMyLWJ5dGVzIQ==".into(),
+        ),
+    ];
+    for kv in &args.server_env {
+        let (k, v) = kv.split_once('=').context("--server-env takes KEY=VALUE")?;
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    let mut pg_db = None;
+    if args.backend == Backend::Postgres {
+        use sqlx::{Connection, Executor};
+        let mut conn = sqlx::PgConnection::connect(&args.postgres)
+            .await
+            .context("connecting to PostgreSQL")?;
+        let name = format!("fastack_bench_{}", &run_id[1..13]);
+        conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await?;
+        // Swap the database name, keeping any query (e.g. a socket `host=`).
+        let (url, query) = args
+            .postgres
+            .split_once('?')
+            .map_or((args.postgres.as_str(), ""), |(u, q)| (u, q));
+        let base = url.rsplit_once('/').map_or(url, |(b, _)| b);
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        env.push((
+            "FASTACK_DATABASE_URL".into(),
+            format!("{base}/{name}{query}"),
+        ));
+        env.push(("FASTACK_REDIS_URL".into(), args.redis.clone()));
+        env.push(("FASTACK_REDIS_PREFIX".into(), run_id.clone()));
+        pg_db = Some(name);
+    }
+    let config = Config::from_vars(env.clone())?;
+    let tenants = args.tenants.unwrap_or(match args.profile {
+        Profile::Mixed => 10,
+        _ => 1,
+    });
+    let keys: Vec<String> = {
+        let store = store::open(&config).await?;
+        let mut keys = Vec::with_capacity(tenants);
+        for i in 0..tenants {
+            let t = admin::create_tenant(
+                store.as_ref(),
+                &format!("bench-{i}"),
+                Plan::Enterprise,
+                None,
+            )
+            .await?;
+            keys.push(admin::create_key(store.as_ref(), t.id, None).await?.secret);
+        }
+        keys
+    };
+    let keys = Arc::new(keys);
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+
+    let baseline_report = if args.no_baseline {
+        None
+    } else {
+        let b = spawn_served(&["bench-baseline"], &[], "baseline listening").await?;
+        let gen_b = Arc::new(Generator {
+            profile: args.profile,
+            tenants,
+            seq: AtomicU64::new(0),
+            sent_keys: Mutex::new(Vec::new()),
+            run: format!("{run_id}-base"),
+            visibility: false,
+        });
+        let r = drive(
+            "baseline",
+            &format!("http://{}", b.addr),
+            keys.clone(),
+            gen_b,
+            &args,
+            None,
+            progress,
+        )
+        .await;
+        b.stop().await;
+        Some(r)
+    };
+
+    let server = spawn_served(&["serve"], &env, "fastack listening").await?;
+    let rss_before = server.rss_mib();
+    let samples = args.visibility.then(|| Arc::new(Mutex::new(Vec::new())));
+    let gen_f = Arc::new(Generator {
+        profile: args.profile,
+        tenants,
+        seq: AtomicU64::new(0),
+        sent_keys: Mutex::new(Vec::new()),
+        run: run_id.clone(),
+        visibility: args.visibility,
+    });
+    let base = format!("http://{}", server.addr);
+    let fastack = drive(
+        "fastack",
+        &base,
+        keys.clone(),
+        gen_f,
+        &args,
+        samples.clone(),
+        progress,
+    )
+    .await;
+    let vis = match samples {
+        Some(s) => {
+            let taken = std::mem::take(&mut *s.lock());
+            Some(visibility(&base, &keys, taken).await)
+        }
+        None => None,
+    };
+    let rss_after = server.rss_mib();
+    server.stop().await;
+    if let Some(name) = pg_db {
+        use sqlx::{Connection, Executor};
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&args.postgres).await {
+            let _ = conn
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .await;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = Report {
+        profile: args.profile,
+        backend: args.backend,
+        rate: args.rate,
+        connections: args.connections,
+        ratio_throughput: baseline_report
+            .as_ref()
+            .map(|b| fastack.requests_per_sec / b.requests_per_sec.max(1e-9)),
+        fastack,
+        baseline: baseline_report,
+        visibility: vis,
+        server_rss_mib_before: rss_before,
+        server_rss_mib_after: rss_after,
+        machine: machine(),
+    };
+    let json_text = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, &json_text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{json_text}");
+    } else {
+        println!("{}", table(&report));
+    }
+    Ok(())
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("fastack-bench-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
