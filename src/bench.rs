@@ -400,7 +400,7 @@ async fn drive(
     keys: Arc<Vec<String>>,
     generator: Arc<Generator>,
     args: &BenchArgs,
-    samples: Option<Arc<Mutex<Vec<(String, chrono::DateTime<Utc>, Instant, usize)>>>>,
+    samples: Option<tokio::sync::mpsc::UnboundedSender<Sample>>,
     progress: bool,
 ) -> RunReport {
     let client = reqwest::Client::builder()
@@ -472,7 +472,7 @@ async fn drive(
                         if let (Some(s), Some((key, at)), Ok(202)) =
                             (&samples, req.sample, &outcome)
                         {
-                            s.lock().push((key, at, due, req.key));
+                            let _ = s.send((key, at, due, req.key));
                         }
                     }
                     drop(permit);
@@ -529,20 +529,36 @@ async fn drive(
     measured.report(label, &mode, seconds)
 }
 
-/// Polls for sampled events until each is readable; latency from send.
+/// A sampled event: idempotency key, its unique `occurred_at`, when it was
+/// (scheduled to be) sent, and its tenant.
+pub type Sample = (String, chrono::DateTime<Utc>, Instant, usize);
+
+/// Polls, while the load runs, for sampled events until each is readable
+/// through `GET /v1/core/events`; latency is from the scheduled send.
 async fn visibility(
-    base: &str,
-    keys: &[String],
-    samples: Vec<(String, chrono::DateTime<Utc>, Instant, usize)>,
+    base: String,
+    keys: Arc<Vec<String>>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Sample>,
 ) -> Visibility {
     let client = reqwest::Client::new();
     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds");
-    let mut not_seen = 0;
-    let n = samples.len() as u64;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut pending = samples;
-    while !pending.is_empty() && Instant::now() < deadline {
-        let mut still = Vec::new();
+    let mut pending: Vec<Sample> = Vec::new();
+    let mut samples = 0u64;
+    let mut closed = false;
+    let mut drain_deadline: Option<Instant> = None;
+    loop {
+        while let Ok(s) = rx.try_recv() {
+            samples += 1;
+            pending.push(s);
+        }
+        if !closed && rx.is_closed() && rx.is_empty() {
+            closed = true;
+            drain_deadline = Some(Instant::now() + Duration::from_secs(60));
+        }
+        if closed && (pending.is_empty() || drain_deadline.is_some_and(|d| Instant::now() > d)) {
+            break;
+        }
+        let mut still = Vec::with_capacity(pending.len());
         for (key, at, sent, tenant) in pending {
             let from = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
             let to = (at + chrono::Duration::microseconds(1))
@@ -567,17 +583,20 @@ async fn visibility(
             }
         }
         pending = still;
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    not_seen += pending.len() as u64;
     let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
     Visibility {
-        samples: n,
+        samples,
         p50_ms: q(0.5),
         p95_ms: q(0.95),
         p99_ms: q(0.99),
-        not_seen,
+        not_seen: pending_len(samples, hist.len()),
     }
+}
+
+fn pending_len(samples: u64, seen: u64) -> u64 {
+    samples.saturating_sub(seen)
 }
 
 fn machine() -> String {
@@ -771,7 +790,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
     let server = spawn_served(&["serve"], &env, "fastack listening").await?;
     let rss_before = server.rss_mib();
-    let samples = args.visibility.then(|| Arc::new(Mutex::new(Vec::new())));
+    let base = format!("http://{}", server.addr);
+    let (samples, poller) = if args.visibility {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (
+            Some(tx),
+            Some(tokio::spawn(visibility(base.clone(), keys.clone(), rx))),
+        )
+    } else {
+        (None, None)
+    };
     let gen_f = Arc::new(Generator {
         profile: args.profile,
         tenants,
@@ -780,22 +808,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         run: run_id.clone(),
         visibility: args.visibility,
     });
-    let base = format!("http://{}", server.addr);
     let fastack = drive(
         "fastack",
         &base,
         keys.clone(),
         gen_f,
         &args,
-        samples.clone(),
+        samples,
         progress,
     )
     .await;
-    let vis = match samples {
-        Some(s) => {
-            let taken = std::mem::take(&mut *s.lock());
-            Some(visibility(&base, &keys, taken).await)
-        }
+    let vis = match poller {
+        Some(p) => p.await.ok(),
         None => None,
     };
     let rss_after = server.rss_mib();

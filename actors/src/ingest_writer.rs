@@ -384,12 +384,12 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
     retry
 }
 
-/// Feeds the tenant's idempotency cache so the next duplicate is answered
-/// without a database round trip.
+/// Feeds the idempotency cache so the next duplicate is answered without a
+/// database round trip.
 fn remember(ctx: &Ctx, row: &IngestRow, id: EventId, fingerprint: [u8; 32]) {
-    if let Some(shared) = ctx.tenants.get(&row.tenant_id) {
-        shared
-            .idempotency
-            .insert(row.idempotency_key.clone(), (id, fingerprint));
-    }
+    ctx.idempotency.insert(
+        row.tenant_id,
+        row.idempotency_key.clone(),
+        (id, fingerprint),
+    );
 }

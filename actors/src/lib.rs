@@ -99,6 +99,7 @@ impl Runtime {
             partition_manager: RwLock::new(None),
             webhooks: RwLock::new(None),
             tracked_subscribers: DashMap::new(),
+            idempotency: context::IdempotencyCache::default(),
         });
         let (root, root_task) = Actor::spawn(None, RootActor, RootArgs { ctx: ctx.clone() })
             .await

@@ -32,6 +32,9 @@ pub struct ProcessorState {
     /// Whether this node believes it holds the tenant's lease.
     holding: bool,
     ticker: Option<JoinHandle<()>>,
+    /// When the last round ended, and whether a gathered round is scheduled.
+    last_round: Option<std::time::Instant>,
+    gathering: bool,
 }
 
 /// Messages of a tenant's processor.
@@ -60,6 +63,8 @@ impl Actor for ProcessorActor {
             tenant_id,
             holding: false,
             ticker: None,
+            last_round: None,
+            gathering: false,
         })
     }
 
@@ -96,11 +101,25 @@ impl Actor for ProcessorActor {
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let tick = matches!(message, ProcessorMsg::Tick);
+        // Gather: right after a round, wait a little for more rows instead of
+        // running a transaction per wake-up (many tenants, small commits).
+        if !tick && let Some(last) = state.last_round {
+            let since = last.elapsed();
+            let gather = state.ctx.config.process_gather;
+            if since < gather {
+                if !state.gathering {
+                    state.gathering = true;
+                    myself.send_after(gather - since, || ProcessorMsg::Work);
+                }
+                return Ok(());
+            }
+        }
+        state.gathering = false;
         state.shared.take_pending();
         let ctx = &state.ctx;
         let ttl = Duration::from_std(ctx.config.lease_ttl).unwrap_or(Duration::seconds(10));
@@ -165,6 +184,7 @@ impl Actor for ProcessorActor {
                 Err(e) => return Err(e.into()),
             }
         }
+        state.last_round = Some(std::time::Instant::now());
         Ok(())
     }
 }

@@ -170,7 +170,12 @@ pub async fn accept(
         if alias[i].is_some() {
             continue;
         }
-        if let Some((id, fp)) = auth.shared.idempotency.get(ev.idempotency_key.as_str()) {
+        if let Some((id, fp)) = state
+            .runtime
+            .ctx()
+            .idempotency
+            .get(tenant_id, &ev.idempotency_key)
+        {
             if fp != fps[i] {
                 return Err(conflict(index_of(i), &ev.idempotency_key));
             }

@@ -139,6 +139,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "how often a processor checks its tenant's inbox besides being woken",
     ),
     (
+        "FASTACK_PROCESS_GATHER_MS",
+        "25",
+        "a woken processor waits at most this long after its previous round, so many small rounds become fewer bigger ones",
+    ),
+    (
         "FASTACK_LEASE_TTL_MS",
         "10000",
         "processing lease lifetime; a dead node's tenants move after this",
@@ -203,6 +208,7 @@ pub struct Config {
     pub log: String,
     pub key_cache_ttl: Duration,
     pub poll_interval: Duration,
+    pub process_gather: Duration,
     pub lease_ttl: Duration,
     pub process_batch: u32,
     pub tenant_idle: Duration,
@@ -291,6 +297,7 @@ impl Default for Config {
             log: "info".to_owned(),
             key_cache_ttl: Duration::from_millis(2_000),
             poll_interval: Duration::from_millis(1_000),
+            process_gather: Duration::from_millis(25),
             lease_ttl: Duration::from_millis(10_000),
             process_batch: 500,
             tenant_idle: Duration::from_secs(300),
@@ -372,6 +379,7 @@ impl Config {
             "FASTACK_LOG" => self.log = value,
             "FASTACK_KEY_CACHE_TTL_MS" => self.key_cache_ttl = millis(key, &value)?,
             "FASTACK_POLL_INTERVAL_MS" => self.poll_interval = millis(key, &value)?,
+            "FASTACK_PROCESS_GATHER_MS" => self.process_gather = millis(key, &value)?,
             "FASTACK_LEASE_TTL_MS" => self.lease_ttl = millis(key, &value)?,
             "FASTACK_PROCESS_BATCH" => self.process_batch = parse(key, &value)?,
             "FASTACK_TENANT_IDLE_SECS" => {

@@ -36,13 +36,13 @@ CREATE TABLE idempotency_keys (
     PRIMARY KEY (tenant_id, idempotency_key)
 );
 CREATE TABLE inbox (
-    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    seq bigint GENERATED ALWAYS AS IDENTITY,
     tenant_id uuid NOT NULL,
     event_id uuid NOT NULL,
     payload text NOT NULL,
-    received_at timestamptz NOT NULL
+    received_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, seq)
 );
-CREATE INDEX inbox_tenant_seq ON inbox (tenant_id, seq);
 CREATE TABLE processed_jobs (
     event_id uuid PRIMARY KEY,
     tenant_id uuid NOT NULL,

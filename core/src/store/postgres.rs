@@ -956,7 +956,8 @@ impl Storage for PgStore {
                 .await?;
             }
         }
-        sqlx::query("DELETE FROM inbox WHERE seq = ANY($1)")
+        sqlx::query("DELETE FROM inbox WHERE tenant_id = $1 AND seq = ANY($2)")
+            .bind(req.tenant_id.0)
             .bind(&seqs)
             .execute(&mut *tx)
             .await?;

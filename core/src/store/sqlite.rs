@@ -63,31 +63,39 @@ fn from_us(v: i64) -> Result<DateTime<Utc>> {
         .ok_or_else(|| Error::Corrupt(format!("timestamp {v}")))
 }
 
-/// `$start, $start+1, …` (n placeholders).
-fn ph(start: usize, n: usize) -> String {
-    let mut s = String::with_capacity(n * 5);
+/// `?, ?, …` (n anonymous placeholders). Large statements use anonymous
+/// placeholders only: SQLite looks a numbered one up by name, which makes
+/// binding thousands of `$N` quadratic (measured: 73 % of a batch's time).
+fn ph(n: usize) -> String {
+    let mut s = String::with_capacity(n * 3);
     for i in 0..n {
         if i > 0 {
             s.push_str(", ");
         }
-        s.push('$');
-        s.push_str(&(start + i).to_string());
+        s.push('?');
     }
     s
 }
 
-/// `($s, $s+1, …), (…)`: `rows` tuples of `cols` placeholders from `start`.
-fn tuples(start: usize, rows: usize, cols: usize) -> String {
-    let mut s = String::with_capacity(rows * cols * 5);
+/// `(?, ?, …), (…)`: `rows` tuples of `cols` placeholders.
+fn tuples(rows: usize, cols: usize) -> String {
+    let one = format!("({})", ph(cols));
+    let mut s = String::with_capacity(rows * (one.len() + 2));
     for r in 0..rows {
         if r > 0 {
             s.push_str(", ");
         }
-        s.push('(');
-        s.push_str(&ph(start + r * cols, cols));
-        s.push(')');
+        s.push_str(&one);
     }
     s
+}
+
+/// `$start, $start+1, …`: for the few statements that reuse a parameter.
+fn numbered(start: usize, n: usize) -> String {
+    (start..start + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn tenant_from_row(row: &SqliteRow) -> Result<Tenant> {
@@ -394,8 +402,8 @@ impl SqliteStore {
             for chunk in values.chunks(MAX_PARAMS) {
                 let sql = format!(
                     "SELECT value, contact_id FROM contact_identities \
-                     WHERE tenant_id = $1 AND kind = $2 AND value IN ({})",
-                    ph(3, chunk.len())
+                     WHERE tenant_id = ? AND kind = ? AND value IN ({})",
+                    ph(chunk.len())
                 );
                 let mut q = sqlx::query(AssertSqlSafe(sql))
                     .bind(tenant.0)
@@ -421,8 +429,8 @@ impl SqliteStore {
             for chunk in contacts.chunks(MAX_PARAMS) {
                 let sql = format!(
                     "SELECT DISTINCT contact_id FROM contact_identities \
-                     WHERE tenant_id = $1 AND kind = 1 AND contact_id IN ({})",
-                    ph(2, chunk.len())
+                     WHERE tenant_id = ? AND kind = 1 AND contact_id IN ({})",
+                    ph(chunk.len())
                 );
                 let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql)).bind(tenant.0);
                 for c in chunk {
@@ -443,8 +451,8 @@ impl SqliteStore {
         };
         for chunk in need.chunks(MAX_PARAMS) {
             let sql = format!(
-                "SELECT id, traits FROM contacts WHERE tenant_id = $1 AND id IN ({})",
-                ph(2, chunk.len())
+                "SELECT id, traits FROM contacts WHERE tenant_id = ? AND id IN ({})",
+                ph(chunk.len())
             );
             let mut q = sqlx::query(AssertSqlSafe(sql)).bind(tenant.0);
             for c in chunk {
@@ -470,7 +478,7 @@ impl SqliteStore {
         for chunk in plan.new_contacts.chunks(MAX_PARAMS / 6) {
             let sql = format!(
                 "INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) VALUES {}",
-                tuples(1, chunk.len(), 6)
+                tuples(chunk.len(), 6)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for (c, traits) in chunk {
@@ -488,7 +496,7 @@ impl SqliteStore {
             let sql = format!(
                 "INSERT INTO contact_identities (tenant_id, kind, value, contact_id) VALUES {} \
                  ON CONFLICT (tenant_id, kind, value) DO UPDATE SET contact_id = excluded.contact_id",
-                tuples(1, chunk.len(), 4)
+                tuples(chunk.len(), 4)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for (kind, value, c) in chunk {
@@ -585,7 +593,7 @@ impl SqliteStore {
             let sql = format!(
                 "INSERT INTO processed_jobs (event_id, tenant_id, processed_at) VALUES {} \
                  ON CONFLICT DO NOTHING RETURNING event_id",
-                tuples(1, chunk.len(), 3)
+                tuples(chunk.len(), 3)
             );
             let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
             for (id, _, _) in chunk {
@@ -632,7 +640,7 @@ impl SqliteStore {
                         "INSERT INTO {} (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
                             user_id, anonymous_id, properties, occurred_offset_s, received_at, idempotency_key) VALUES {}",
                         key.table_name(),
-                        tuples(1, chunk.len(), 13)
+                        tuples(chunk.len(), 13)
                     );
                     let mut q = sqlx::query(AssertSqlSafe(sql));
                     for &i in chunk {
@@ -667,7 +675,7 @@ impl SqliteStore {
                     let sql = format!(
                         "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
                             publish_pending, fanout_pending) VALUES {}",
-                        tuples(1, chunk.len(), COLS)
+                        tuples(chunk.len(), COLS)
                     );
                     let mut q = sqlx::query(AssertSqlSafe(sql));
                     for (j, (id, ev, rec)) in chunk.iter().enumerate() {
@@ -699,7 +707,7 @@ impl SqliteStore {
             }
         }
         for chunk in seqs.chunks(MAX_PARAMS) {
-            let sql = format!("DELETE FROM inbox WHERE seq IN ({})", ph(1, chunk.len()));
+            let sql = format!("DELETE FROM inbox WHERE seq IN ({})", ph(chunk.len()));
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for s in chunk {
                 q = q.bind(*s);
@@ -862,7 +870,7 @@ impl Storage for SqliteStore {
             let sql = format!(
                 "INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, occurred_at, created_at) \
                  VALUES {} ON CONFLICT DO NOTHING RETURNING event_id",
-                tuples(1, chunk.len(), 6)
+                tuples(chunk.len(), 6)
             );
             let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
             for r in chunk {
@@ -947,7 +955,7 @@ impl Storage for SqliteStore {
         for chunk in accepted.chunks(MAX_PARAMS / 4) {
             let sql = format!(
                 "INSERT INTO inbox (tenant_id, event_id, payload, received_at) VALUES {}",
-                tuples(1, chunk.len(), 4)
+                tuples(chunk.len(), 4)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for r in chunk {
@@ -1078,7 +1086,7 @@ impl Storage for SqliteStore {
         if let Some(ids) = &q.contact_ids {
             filter.push_str(&format!(
                 " AND contact_id IN ({})",
-                ph(next, ids.len().max(1))
+                numbered(next, ids.len().max(1))
             ));
         }
         let parts: Vec<String> = tables
@@ -1343,7 +1351,7 @@ impl Storage for SqliteStore {
         }
         let mut tx = self.writer.begin().await?;
         for chunk in ids.chunks(MAX_PARAMS) {
-            let list = ph(1, chunk.len());
+            let list = ph(chunk.len());
             let mut q = sqlx::query_scalar::<_, Option<Uuid>>(AssertSqlSafe(format!(
                 "UPDATE outbox SET publish_pending = 0, claimed_until = NULL WHERE id IN ({list}) RETURNING job_id"
             )));
@@ -1376,7 +1384,7 @@ impl Storage for SqliteStore {
         for chunk in ids.chunks(MAX_PARAMS) {
             let mut q = sqlx::query(AssertSqlSafe(format!(
                 "UPDATE outbox SET claimed_until = NULL WHERE id IN ({})",
-                ph(1, chunk.len())
+                ph(chunk.len())
             )));
             for id in chunk {
                 q = q.bind(*id);
@@ -1718,7 +1726,7 @@ impl Storage for SqliteStore {
                 "INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_type, ce_id, body, status, \
                     attempts, next_attempt_at, created_at, emitted_at) VALUES {} \
                  ON CONFLICT (endpoint_id, ce_id) DO NOTHING",
-                tuples(1, chunk.len(), 11)
+                tuples(chunk.len(), 11)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for d in chunk {
@@ -1738,7 +1746,7 @@ impl Storage for SqliteStore {
             q.execute(&mut *tx).await?;
         }
         for chunk in done.chunks(MAX_PARAMS) {
-            let list = ph(1, chunk.len());
+            let list = ph(chunk.len());
             let mut q = sqlx::query_scalar::<_, Option<Uuid>>(AssertSqlSafe(format!(
                 "UPDATE outbox SET fanout_pending = 0, fanout_claimed_until = NULL WHERE id IN ({list}) RETURNING job_id"
             )));
@@ -1788,9 +1796,9 @@ impl Storage for SqliteStore {
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        let list = ph(2, ids.len());
+        let list = ph(ids.len());
         let mut q = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE webhook_deliveries SET claimed_until = $1 WHERE id IN ({list})"
+            "UPDATE webhook_deliveries SET claimed_until = ? WHERE id IN ({list})"
         )))
         .bind(us(now + claim_for));
         for id in &ids {
@@ -1803,7 +1811,7 @@ impl Storage for SqliteStore {
                     e.secret_enc, e.previous_secret_enc \
              FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
              WHERE d.id IN ({}) ORDER BY d.next_attempt_at",
-            ph(1, ids.len())
+            ph(ids.len())
         )));
         for id in &ids {
             q = q.bind(*id);
@@ -1834,7 +1842,7 @@ impl Storage for SqliteStore {
         for chunk in ids.chunks(MAX_PARAMS) {
             let mut q = sqlx::query(AssertSqlSafe(format!(
                 "UPDATE webhook_deliveries SET claimed_until = NULL WHERE id IN ({})",
-                ph(1, chunk.len())
+                ph(chunk.len())
             )));
             for id in chunk {
                 q = q.bind(id.0);
@@ -1968,8 +1976,9 @@ mod tests {
 
     #[test]
     fn placeholders() {
-        assert_eq!(ph(3, 2), "$3, $4");
-        assert_eq!(tuples(1, 2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(ph(2), "?, ?");
+        assert_eq!(tuples(2, 2), "(?, ?), (?, ?)");
+        assert_eq!(numbered(3, 2), "$3, $4");
         assert_eq!(
             parse_table_name("tracked_events_y2026m11_r13"),
             Some(PartitionKey {

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the load profiles of benches/README.md against both backends and
+# writes one JSON report per run to benches/results/. Needs a release build
+# (`cargo build --release`), and PostgreSQL + Redis for the postgres runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=target/release/fastack
+out=benches/results
+mkdir -p "$out"
+d=${DURATION:-15}
+run() { name=$1; shift; echo "== $name"; "$bin" bench --duration "$d" --warmup 3 --out "$out/$name.json" "$@" | grep -E '^\||readable|RSS' ; }
+for backend in sqlite postgres; do
+  run "$backend-track-open5000" --backend "$backend" --profile track --rate 5000 --visibility
+  run "$backend-track-closed" --backend "$backend" --profile track --connections 32
+  run "$backend-batch-closed" --backend "$backend" --profile batch --connections 8
+  run "$backend-mixed-closed" --backend "$backend" --profile mixed --connections 32
+  run "$backend-duplicates-closed" --backend "$backend" --profile duplicates --connections 32
+done
+# Memory: one million accepted events over 1,000 tenants.
+echo "== postgres-memory-1m-1000tenants"
+"$bin" bench --backend postgres --profile batch --tenants 1000 --events 1000000 --connections 8 \
+  --no-baseline --duration 600 --warmup 0 --out "$out/postgres-memory-1m-1000tenants.json" | grep -E '^\||RSS'
