@@ -273,7 +273,7 @@ pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery) {
 
 /// Deliveries a dispatcher keeps in flight per endpoint before it leaves
 /// the rest for later (bounds memory and claim age).
-pub const ENDPOINT_BACKLOG: usize = 16;
+pub const ENDPOINT_BACKLOG: usize = 64;
 
 #[cfg(test)]
 mod tests {

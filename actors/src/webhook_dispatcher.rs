@@ -42,6 +42,9 @@ pub struct WebhookDispatcherState {
     workers: HashMap<EndpointId, ActorRef<EndpointWorkerMsg>>,
     worker_ids: HashMap<ActorId, EndpointId>,
     in_flight: HashMap<EndpointId, HashSet<DeliveryId>>,
+    /// Due deliveries were left in the table because an endpoint's backlog
+    /// was full: dispatch again as soon as a slot frees, not at the next tick.
+    throttled: bool,
     ticker: Option<JoinHandle<()>>,
 }
 
@@ -108,6 +111,7 @@ impl WebhookDispatcherActor {
             let busy = state.in_flight.entry(endpoint).or_default();
             if busy.len() >= ENDPOINT_BACKLOG || busy.contains(&d.id) {
                 later.push(d.id);
+                state.throttled = true;
                 continue;
             }
             busy.insert(d.id);
@@ -168,6 +172,7 @@ impl Actor for WebhookDispatcherActor {
             workers: HashMap::new(),
             worker_ids: HashMap::new(),
             in_flight: HashMap::new(),
+            throttled: false,
             ticker: None,
         })
     }
@@ -215,6 +220,14 @@ impl Actor for WebhookDispatcherActor {
                     if b.is_empty() {
                         state.in_flight.remove(&endpoint);
                     }
+                }
+                let refill = state
+                    .in_flight
+                    .get(&endpoint)
+                    .is_none_or(|b| b.len() <= ENDPOINT_BACKLOG / 2);
+                if state.throttled && refill {
+                    state.throttled = false;
+                    Self::dispatch(&myself, state).await?;
                 }
             }
         }

@@ -9,12 +9,15 @@ reads the server's own /metrics:
   - fastack_webhook_first_attempt_lag_seconds -> p95 of outbox row written ->
     first attempt sent.
 
-Usage: benches/scripts/outbound.py [EVENTS]   (release build required)
+Usage: benches/scripts/outbound.py [EVENTS] [EVENTS_PER_SEC]
+(release build required; without a rate, events are sent as fast as accepted,
+which measures throughput; with one, the latency at that load)
 """
 import json, os, re, subprocess, sys, time, urllib.request, uuid
 
 BIN = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "fastack")
 EVENTS = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+RATE = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 run = "o" + uuid.uuid4().hex[:10]
 db = f"fastack_out_{run}"
 subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc", f"CREATE DATABASE {db}"], check=True)
@@ -70,6 +73,10 @@ def post(body):
 now = time.time()
 t0 = time.time()
 for b in range(EVENTS // 100):
+    if RATE:
+        due = t0 + b * 100 / RATE
+        if due > time.time():
+            time.sleep(due - time.time())
     ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + "Z"
     post({"batch": [{"type": "track", "event": "E", "user_id": f"u{i % 500}", "properties": {"n": i},
                      "occurred_at": ts, "idempotency_key": f"{run}-{b}-{i}"} for i in range(100)]})
@@ -96,6 +103,7 @@ p95 = next((le for le, v in buckets if total and v >= 0.95 * total), float("nan"
 p50 = next((le for le, v in buckets if total and v >= 0.50 * total), float("nan"))
 print(json.dumps({
     "events": EVENTS,
+    "offered_events_per_sec": RATE or "max",
     "accept_seconds": round(sent, 2),
     "amqp_published": samples[-1][1],
     "amqp_messages_per_sec": round(rate(1)),

@@ -130,6 +130,21 @@ impl Objects {
         got.bytes().await.map_err(storage_err)
     }
 
+    /// The object as a stream of chunks (large archives are verified
+    /// without holding them in memory).
+    pub async fn get_stream(
+        &self,
+        path: &str,
+    ) -> Result<impl futures::Stream<Item = Result<Bytes>> + Send + use<>> {
+        use futures::StreamExt;
+        let got = self
+            .store
+            .get(&ObjectPath::from(path))
+            .await
+            .map_err(storage_err)?;
+        Ok(got.into_stream().map(|c| c.map_err(storage_err)))
+    }
+
     pub async fn delete(&self, path: &str) -> Result<()> {
         self.store
             .delete(&ObjectPath::from(path))

@@ -14,11 +14,11 @@
 //! next run tries again. A crash at any point leaves every row in the table,
 //! in a verified archive, or both.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use chrono::{DateTime, Months, Utc};
 use fastack_entities::{Job, JobId, JobKind, JobStatus, TenantId};
-use flate2::{Compression, read::GzDecoder, write::GzEncoder};
+use flate2::{Compression, write::GzEncoder};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -324,6 +324,27 @@ pub async fn archive_and_drop(
     })
 }
 
+/// Hashes, counts bytes and counts lines of what is written to it.
+#[derive(Default)]
+struct Counter {
+    hash: Sha256,
+    bytes: u64,
+    lines: u64,
+}
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.hash.update(buf);
+        self.bytes += buf.len() as u64;
+        self.lines += buf.iter().filter(|b| **b == b'\n').count() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Reads archive and manifest back from storage and checks them.
 pub async fn verify(
     objects: &Objects,
@@ -338,33 +359,42 @@ pub async fn verify(
             "manifest {manifest_path} differs from what was written"
         )));
     }
-    let gz = objects.get(path).await?;
+    // Streamed: the compressed bytes are hashed and decompressed chunk by
+    // chunk, so verifying a large archive needs no memory of its size.
     let mismatch = |what: &str| {
         Error::Corrupt(format!(
             "archive {path}: {what} does not match the manifest"
         ))
     };
-    if gz.len() as u64 != stored.compressed_bytes {
+    let mut stream = std::pin::pin!(objects.get_stream(path).await?);
+    let mut gz_hash = Sha256::new();
+    let mut gz_len = 0u64;
+    let mut decoder = flate2::write::GzDecoder::new(Counter::default());
+    let not_gzip =
+        |e: std::io::Error| Error::Corrupt(format!("archive {path} is not valid gzip: {e}"));
+    let mut gz_error = None;
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        let chunk = chunk?;
+        gz_hash.update(&chunk);
+        gz_len += chunk.len() as u64;
+        if gz_error.is_none()
+            && let Err(e) = decoder.write_all(&chunk)
+        {
+            gz_error = Some(e);
+        }
+    }
+    // The plainest mismatch first: the bytes are not the ones written.
+    if gz_len != stored.compressed_bytes {
         return Err(mismatch("compressed size"));
     }
-    if hex::encode(Sha256::digest(&gz)) != stored.compressed_sha256 {
+    if hex::encode(gz_hash.finalize()) != stored.compressed_sha256 {
         return Err(mismatch("compressed SHA-256"));
     }
-    let mut decoder = GzDecoder::new(&gz[..]);
-    let mut buf = vec![0u8; 1 << 16];
-    let mut hash = Sha256::new();
-    let (mut bytes, mut lines) = (0u64, 0u64);
-    loop {
-        let n = decoder
-            .read(&mut buf)
-            .map_err(|e| Error::Corrupt(format!("archive {path} is not valid gzip: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&buf[..n]);
-        bytes += n as u64;
-        lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+    if let Some(e) = gz_error {
+        return Err(not_gzip(e));
     }
+    let counted = decoder.finish().map_err(not_gzip)?;
+    let (hash, bytes, lines) = (counted.hash, counted.bytes, counted.lines);
     if bytes != stored.uncompressed_bytes {
         return Err(mismatch("uncompressed size"));
     }
