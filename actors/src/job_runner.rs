@@ -102,7 +102,7 @@ impl Actor for JobRunnerActor {
                     let ctx = &state.ctx;
                     let Some(job) = ctx
                         .store
-                        .claim_job(ctx.node_id, ctx.now(), claim_ttl())
+                        .claim_job(ctx.node_id, ctx.now(), claim_ttl(), None)
                         .await?
                     else {
                         break;

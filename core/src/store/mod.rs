@@ -302,6 +302,32 @@ impl Emit {
     }
 }
 
+/// The two consumers of outbox rows, and their columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OutboxSide {
+    /// The AMQP relay.
+    Publish,
+    /// The webhook fan-out.
+    Fanout,
+}
+
+impl OutboxSide {
+    /// Clears this side's flag (returning the job ids of the rows), then
+    /// deletes rows no side still wants.
+    pub(crate) fn release_sql(&self) -> (&'static str, &'static str) {
+        match self {
+            OutboxSide::Publish => (
+                "UPDATE outbox SET publish_pending = false, claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
+                "DELETE FROM outbox WHERE id = ANY($1) AND NOT fanout_pending",
+            ),
+            OutboxSide::Fanout => (
+                "UPDATE outbox SET fanout_pending = false, fanout_claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
+                "DELETE FROM outbox WHERE id = ANY($1) AND NOT publish_pending",
+            ),
+        }
+    }
+}
+
 /// The stream an outbox row goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Topic {
@@ -474,20 +500,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         limit: u32,
     ) -> Result<Vec<Job>>;
     /// Claims the oldest runnable job (queued, or processing with an expired
-    /// claim: its runner died) for this node.
+    /// claim: its runner died) for this node, of one kind if given.
     async fn claim_job(
         &self,
         node: NodeId,
         now: DateTime<Utc>,
         claim_for: Duration,
-    ) -> Result<Option<Job>>;
-    /// Like [`Storage::claim_job`], only jobs of one kind.
-    async fn claim_job_of_kind(
-        &self,
-        node: NodeId,
-        now: DateTime<Utc>,
-        claim_for: Duration,
-        kind: fastack_entities::JobKind,
+        kind: Option<fastack_entities::JobKind>,
     ) -> Result<Option<Job>>;
     async fn renew_job_claim(&self, id: JobId, node: NodeId, until: DateTime<Utc>) -> Result<bool>;
     /// Writes the terminal state, the pending-event marker and the outbox row

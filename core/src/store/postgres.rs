@@ -29,9 +29,9 @@ use uuid::Uuid;
 
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
-    Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo, PartitionKey,
-    ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic, archive_row,
-    decode_payload, job_event, map_unique, tracked_body,
+    Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, OutboxSide, PartitionInfo,
+    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic,
+    archive_row, decode_payload, job_event, map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -197,6 +197,32 @@ fn outbox_from_row(row: &PgRow) -> Result<OutboxRow> {
 }
 
 impl PgStore {
+    /// A consumer is done with these outbox rows; jobs with nothing left to
+    /// send lose their pending-event marker (same transaction).
+    async fn release_rows(
+        tx: &mut Transaction<'static, Postgres>,
+        ids: &[i64],
+        side: OutboxSide,
+    ) -> Result<()> {
+        let (clear, delete) = side.release_sql();
+        let jobs: Vec<Option<Uuid>> = sqlx::query_scalar(clear)
+            .bind(ids)
+            .fetch_all(&mut **tx)
+            .await?;
+        sqlx::query(delete).bind(ids).execute(&mut **tx).await?;
+        let jobs: Vec<Uuid> = jobs.into_iter().flatten().collect();
+        if !jobs.is_empty() {
+            sqlx::query(
+                "UPDATE jobs SET event_pending = false WHERE id = ANY($1) AND NOT EXISTS \
+                 (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND (o.publish_pending OR o.fanout_pending))",
+            )
+            .bind(&jobs)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
     async fn load_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
         // Follow merges to the survivor (chains are kept flat on merge, but a
         // loop bound protects against a corrupt cycle).
@@ -603,12 +629,23 @@ impl Storage for PgStore {
         let fingerprints: Vec<&[u8]> = order.iter().map(|&i| &rows[i].fingerprint[..]).collect();
         let occurred: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].occurred_at).collect();
         let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
+        let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
 
         let mut tx = self.pool.begin().await?;
-        let inserted: Vec<Uuid> = sqlx::query_scalar(
-            "INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, occurred_at, created_at) \
-             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], $5::timestamptz[], $6::timestamptz[]) \
-             ON CONFLICT DO NOTHING RETURNING event_id",
+        // One statement for the common case: keys that are new get their
+        // inbox row in the same statement. Conflicting keys are looked at
+        // below, and a rejected request's rows removed again before commit.
+        let fresh = sqlx::query(
+            "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
+                                                 $5::timestamptz[], $6::timestamptz[], $7::text[]) \
+                            AS x(t, k, e, f, o, r, p)), \
+                  ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
+                                                        occurred_at, created_at) \
+                          SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
+                  inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+                          SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
+                          RETURNING event_id, seq) \
+             SELECT event_id, seq FROM inb",
         )
         .bind(&tenants)
         .bind(&keys)
@@ -616,14 +653,18 @@ impl Storage for PgStore {
         .bind(&fingerprints)
         .bind(&occurred)
         .bind(&received)
+        .bind(&payloads)
         .fetch_all(&mut *tx)
         .await?;
-        let inserted: HashSet<Uuid> = inserted.into_iter().collect();
+        let mut inserted: HashMap<Uuid, i64> = HashMap::with_capacity(fresh.len());
+        for row in &fresh {
+            inserted.insert(row.try_get("event_id")?, row.try_get("seq")?);
+        }
 
         let mut fences: Vec<Fence> = rows
             .iter()
             .map(|r| {
-                if inserted.contains(&r.event_id.0) {
+                if inserted.contains_key(&r.event_id.0) {
                     Fence::Fresh
                 } else {
                     Fence::Taken {
@@ -636,7 +677,7 @@ impl Storage for PgStore {
         if inserted.len() < rows.len() {
             let (ct, ck): (Vec<Uuid>, Vec<&str>) = rows
                 .iter()
-                .filter(|r| !inserted.contains(&r.event_id.0))
+                .filter(|r| !inserted.contains_key(&r.event_id.0))
                 .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
                 .unzip();
             let existing = sqlx::query(
@@ -674,44 +715,33 @@ impl Storage for PgStore {
         }
 
         let kept = keep(&fences);
-        let (drop_t, drop_k): (Vec<Uuid>, Vec<&str>) = rows
+        let dropped: Vec<&IngestRow> = rows
             .iter()
             .zip(&fences)
             .zip(&kept)
             .filter(|((_, f), k)| matches!(f, Fence::Fresh) && !**k)
-            .map(|((r, _), _)| (r.tenant_id.0, r.idempotency_key.as_str()))
-            .unzip();
-        if !drop_t.is_empty() {
+            .map(|((r, _), _)| r)
+            .collect();
+        if !dropped.is_empty() {
+            let (dt, dk): (Vec<Uuid>, Vec<&str>) = dropped
+                .iter()
+                .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
+                .unzip();
+            let ds: Vec<i64> = dropped.iter().map(|r| inserted[&r.event_id.0]).collect();
             sqlx::query(
                 "DELETE FROM idempotency_keys k USING UNNEST($1::uuid[], $2::text[]) AS q(t, key) \
                  WHERE k.tenant_id = q.t AND k.idempotency_key = q.key",
             )
-            .bind(&drop_t)
-            .bind(&drop_k)
+            .bind(&dt)
+            .bind(&dk)
             .execute(&mut *tx)
             .await?;
-        }
-        let mut it = Vec::new();
-        let mut ie = Vec::new();
-        let mut ip: Vec<&str> = Vec::new();
-        let mut ir = Vec::new();
-        for ((row, fence), k) in rows.iter().zip(&fences).zip(&kept) {
-            if matches!(fence, Fence::Fresh) && *k {
-                it.push(row.tenant_id.0);
-                ie.push(row.event_id.0);
-                ip.push(row.payload.as_str());
-                ir.push(row.received_at);
-            }
-        }
-        if !it.is_empty() {
             sqlx::query(
-                "INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
-                 SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[])",
+                "DELETE FROM inbox i USING UNNEST($1::uuid[], $2::bigint[]) AS q(t, s) \
+                 WHERE i.tenant_id = q.t AND i.seq = q.s",
             )
-            .bind(&it)
-            .bind(&ie)
-            .bind(&ip)
-            .bind(&ir)
+            .bind(&dt)
+            .bind(&ds)
             .execute(&mut *tx)
             .await?;
         }
@@ -1134,34 +1164,12 @@ impl Storage for PgStore {
         node: NodeId,
         now: DateTime<Utc>,
         claim_for: Duration,
+        kind: Option<JobKind>,
     ) -> Result<Option<Job>> {
         let row = sqlx::query(AssertSqlSafe(format!(
             "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
                     started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
-             WHERE id = (SELECT id FROM jobs \
-                         WHERE status = 'queued' OR (status = 'processing' AND claim_expires_at < $2) \
-                         ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING {JOB_COLUMNS}"
-        )))
-        .bind(node.0)
-        .bind(now)
-        .bind(now + claim_for)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(job_from_row).transpose()
-    }
-
-    async fn claim_job_of_kind(
-        &self,
-        node: NodeId,
-        now: DateTime<Utc>,
-        claim_for: Duration,
-        kind: JobKind,
-    ) -> Result<Option<Job>> {
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
-                    started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
-             WHERE id = (SELECT id FROM jobs WHERE kind = $4 \
+             WHERE id = (SELECT id FROM jobs WHERE ($4::text IS NULL OR kind = $4) \
                          AND (status = 'queued' OR (status = 'processing' AND claim_expires_at < $2)) \
                          ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) \
              RETURNING {JOB_COLUMNS}"
@@ -1169,7 +1177,7 @@ impl Storage for PgStore {
         .bind(node.0)
         .bind(now)
         .bind(now + claim_for)
-        .bind(kind.as_str())
+        .bind(kind.map(|k| k.as_str()))
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(job_from_row).transpose()
@@ -1258,26 +1266,7 @@ impl Storage for PgStore {
             return Ok(());
         }
         let mut tx = self.pool.begin().await?;
-        let jobs: Vec<Option<Uuid>> = sqlx::query_scalar(
-            "UPDATE outbox SET publish_pending = false, claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
-        )
-        .bind(ids)
-        .fetch_all(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM outbox WHERE id = ANY($1) AND NOT fanout_pending")
-            .bind(ids)
-            .execute(&mut *tx)
-            .await?;
-        let jobs: Vec<Uuid> = jobs.into_iter().flatten().collect();
-        if !jobs.is_empty() {
-            sqlx::query(
-                "UPDATE jobs SET event_pending = false WHERE id = ANY($1) AND NOT EXISTS \
-                 (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND (o.publish_pending OR o.fanout_pending))",
-            )
-            .bind(&jobs)
-            .execute(&mut *tx)
-            .await?;
-        }
+        Self::release_rows(&mut tx, ids, OutboxSide::Publish).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -1664,26 +1653,7 @@ impl Storage for PgStore {
             .execute(&mut *tx)
             .await?;
         }
-        let jobs: Vec<Option<Uuid>> = sqlx::query_scalar(
-            "UPDATE outbox SET fanout_pending = false, fanout_claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
-        )
-        .bind(done)
-        .fetch_all(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM outbox WHERE id = ANY($1) AND NOT publish_pending")
-            .bind(done)
-            .execute(&mut *tx)
-            .await?;
-        let jobs: Vec<Uuid> = jobs.into_iter().flatten().collect();
-        if !jobs.is_empty() {
-            sqlx::query(
-                "UPDATE jobs SET event_pending = false WHERE id = ANY($1) AND NOT EXISTS \
-                 (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id AND (o.publish_pending OR o.fanout_pending))",
-            )
-            .bind(&jobs)
-            .execute(&mut *tx)
-            .await?;
-        }
+        Self::release_rows(&mut tx, done, OutboxSide::Fanout).await?;
         tx.commit().await?;
         Ok(())
     }

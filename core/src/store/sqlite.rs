@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
-    Fence, IngestRow, KeepFn, KeyRecord, Month, NewDelivery, OutboxRow, PartitionInfo,
+    Fence, IngestRow, KeepFn, KeyRecord, Month, NewDelivery, OutboxRow, OutboxSide, PartitionInfo,
     PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic,
     archive_row, decode_payload, job_event, map_unique, tracked_body,
 };
@@ -541,6 +541,51 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
+
+/// A consumer is done with these outbox rows; jobs with nothing left to
+/// send lose their pending-event marker (same transaction).
+async fn release_rows(conn: &mut SqliteConnection, ids: &[i64], side: OutboxSide) -> Result<()> {
+    let (clear, delete) = match side {
+        OutboxSide::Publish => (
+            "UPDATE outbox SET publish_pending = 0, claimed_until = NULL WHERE id IN",
+            "DELETE FROM outbox WHERE NOT fanout_pending AND id IN",
+        ),
+        OutboxSide::Fanout => (
+            "UPDATE outbox SET fanout_pending = 0, fanout_claimed_until = NULL WHERE id IN",
+            "DELETE FROM outbox WHERE NOT publish_pending AND id IN",
+        ),
+    };
+    for chunk in ids.chunks(MAX_PARAMS) {
+        let list = ph(chunk.len());
+        let mut q = sqlx::query_scalar::<_, Option<Uuid>>(AssertSqlSafe(format!(
+            "{clear} ({list}) RETURNING job_id"
+        )));
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        let jobs: Vec<Uuid> = q
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut d = sqlx::query(AssertSqlSafe(format!("{delete} ({list})")));
+        for id in chunk {
+            d = d.bind(*id);
+        }
+        d.execute(&mut *conn).await?;
+        for job in jobs {
+            sqlx::query(
+                "UPDATE jobs SET event_pending = 0 WHERE id = $1 AND NOT EXISTS \
+                 (SELECT 1 FROM outbox o WHERE o.job_id = $1 AND (o.publish_pending OR o.fanout_pending))",
+            )
+            .bind(job)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 fn parse_table_name(name: &str) -> Option<PartitionKey> {
@@ -1226,34 +1271,12 @@ impl Storage for SqliteStore {
         node: NodeId,
         now: DateTime<Utc>,
         claim_for: Duration,
+        kind: Option<JobKind>,
     ) -> Result<Option<Job>> {
         let row = sqlx::query(AssertSqlSafe(format!(
             "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
                     started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
-             WHERE id = (SELECT id FROM jobs \
-                         WHERE status = 'queued' OR (status = 'processing' AND claim_expires_at < $2) \
-                         ORDER BY created_at LIMIT 1) \
-             RETURNING {JOB_COLUMNS}"
-        )))
-        .bind(node.0)
-        .bind(us(now))
-        .bind(us(now + claim_for))
-        .fetch_optional(&self.writer)
-        .await?;
-        row.as_ref().map(job_from_row).transpose()
-    }
-
-    async fn claim_job_of_kind(
-        &self,
-        node: NodeId,
-        now: DateTime<Utc>,
-        claim_for: Duration,
-        kind: JobKind,
-    ) -> Result<Option<Job>> {
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
-                    started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
-             WHERE id = (SELECT id FROM jobs WHERE kind = $4 \
+             WHERE id = (SELECT id FROM jobs WHERE ($4 IS NULL OR kind = $4) \
                          AND (status = 'queued' OR (status = 'processing' AND claim_expires_at < $2)) \
                          ORDER BY created_at LIMIT 1) \
              RETURNING {JOB_COLUMNS}"
@@ -1261,7 +1284,7 @@ impl Storage for SqliteStore {
         .bind(node.0)
         .bind(us(now))
         .bind(us(now + claim_for))
-        .bind(kind.as_str())
+        .bind(kind.map(|k| k.as_str()))
         .fetch_optional(&self.writer)
         .await?;
         row.as_ref().map(job_from_row).transpose()
@@ -1350,32 +1373,7 @@ impl Storage for SqliteStore {
             return Ok(());
         }
         let mut tx = self.writer.begin().await?;
-        for chunk in ids.chunks(MAX_PARAMS) {
-            let list = ph(chunk.len());
-            let mut q = sqlx::query_scalar::<_, Option<Uuid>>(AssertSqlSafe(format!(
-                "UPDATE outbox SET publish_pending = 0, claimed_until = NULL WHERE id IN ({list}) RETURNING job_id"
-            )));
-            for id in chunk {
-                q = q.bind(*id);
-            }
-            let jobs: Vec<Uuid> = q.fetch_all(&mut *tx).await?.into_iter().flatten().collect();
-            let mut d = sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM outbox WHERE id IN ({list}) AND NOT fanout_pending"
-            )));
-            for id in chunk {
-                d = d.bind(*id);
-            }
-            d.execute(&mut *tx).await?;
-            for job in jobs {
-                sqlx::query(
-                    "UPDATE jobs SET event_pending = 0 WHERE id = $1 AND NOT EXISTS \
-                     (SELECT 1 FROM outbox o WHERE o.job_id = $1 AND (o.publish_pending OR o.fanout_pending))",
-                )
-                .bind(job)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
+        release_rows(&mut tx, ids, OutboxSide::Publish).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -1745,32 +1743,7 @@ impl Storage for SqliteStore {
             }
             q.execute(&mut *tx).await?;
         }
-        for chunk in done.chunks(MAX_PARAMS) {
-            let list = ph(chunk.len());
-            let mut q = sqlx::query_scalar::<_, Option<Uuid>>(AssertSqlSafe(format!(
-                "UPDATE outbox SET fanout_pending = 0, fanout_claimed_until = NULL WHERE id IN ({list}) RETURNING job_id"
-            )));
-            for id in chunk {
-                q = q.bind(*id);
-            }
-            let jobs: Vec<Uuid> = q.fetch_all(&mut *tx).await?.into_iter().flatten().collect();
-            let mut d = sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM outbox WHERE id IN ({list}) AND NOT publish_pending"
-            )));
-            for id in chunk {
-                d = d.bind(*id);
-            }
-            d.execute(&mut *tx).await?;
-            for job in jobs {
-                sqlx::query(
-                    "UPDATE jobs SET event_pending = 0 WHERE id = $1 AND NOT EXISTS \
-                     (SELECT 1 FROM outbox o WHERE o.job_id = $1 AND (o.publish_pending OR o.fanout_pending))",
-                )
-                .bind(job)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
+        release_rows(&mut tx, done, OutboxSide::Fanout).await?;
         tx.commit().await?;
         Ok(())
     }
