@@ -812,3 +812,68 @@ async fn serve_refuses_amqp_without_source_or_exchange() {
         assert!(stderr.contains(expect), "{stderr}");
     }
 }
+
+/// Two nodes' repairers sweeping at once re-emit a stuck event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repairers_on_two_nodes_do_the_work_once() {
+    let Some((a, names)) = streaming_app(Backend::Postgres, None, |c| {
+        c.repair_interval = Duration::from_millis(300);
+    })
+    .await
+    else {
+        return;
+    };
+    let n = names.clone();
+    let b = spawn_on(a.db.clone(), move |c| {
+        c.amqp_url = Some(amqp_url());
+        c.cloudevents_source = Some(SOURCE.to_owned());
+        c.job_events_exchange = n.job.clone();
+        c.core_events_exchange = n.core.clone();
+        c.repair_interval = Duration::from_millis(300);
+    })
+    .await;
+    let mut sub = consumer(&names.job, &["job.completed"]).await;
+    let mut jobs = Vec::new();
+    for i in 0..5 {
+        jobs.push(export(&a, json!({"n": i})).await);
+    }
+    let mut first = HashSet::new();
+    while first.len() < 5 {
+        let m = sub
+            .next(Duration::from_secs(20))
+            .await
+            .expect("first emissions");
+        first.insert(m.header("ce-id"));
+    }
+    let pool = sqlx::PgPool::connect(&a.db.database_url().unwrap())
+        .await
+        .unwrap();
+    eventually("markers cleared", Duration::from_secs(10), || async {
+        let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE event_pending")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        (pending == 0).then_some(())
+    })
+    .await;
+    // Five crashes between confirm and clear, both repairers sweeping.
+    sqlx::query("UPDATE jobs SET event_pending = true WHERE kind = 'export'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let again = sub.drain(Duration::from_secs(3)).await;
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for m in &again {
+        *counts.entry(m.header("ce-id")).or_default() += 1;
+    }
+    assert_eq!(counts.len(), 5, "every stuck event re-emitted: {counts:?}");
+    assert!(
+        counts.values().all(|c| *c == 1),
+        "re-emitted once each, not by both nodes: {counts:?}"
+    );
+    assert_eq!(first, counts.keys().cloned().collect::<HashSet<_>>());
+    pool.close().await;
+    delete_exchanges(&names).await;
+    b.stop().await;
+    a.cleanup().await;
+}

@@ -616,3 +616,45 @@ async fn cli_refuses_private_endpoints_and_shows_the_secret_once() {
         "{out}"
     );
 }
+
+/// DNS rebinding: an endpoint registered while its name pointed somewhere
+/// public (here: registered with private targets allowed) is refused at
+/// connect time once the node does not allow private targets. Nothing
+/// reaches the receiver; the attempts are logged with the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_addresses_are_refused_at_delivery_time() {
+    let Some(app) = webhook_app(Backend::Sqlite).await else {
+        return;
+    };
+    let rx = Receiver::start(&[]).await;
+    let by_name = format!("http://localhost:{}/hooks", rx.addr.port());
+    let (name_endpoint, _) = register(&app, &by_name, &["core.event.tracked"]).await;
+    let (ip_endpoint, _) = register(&app, &rx.url(), &["core.event.tracked"]).await;
+    let db = app.stop().await;
+    let app = spawn_on(db, |c| {
+        tweak(c);
+        c.webhook_allow_private = false;
+    })
+    .await;
+    send(&app, "rebind-1").await;
+    for endpoint in [&name_endpoint, &ip_endpoint] {
+        let d = eventually(
+            "the first attempt logged",
+            Duration::from_secs(15),
+            || async {
+                let d = deliveries(&app, endpoint).await;
+                (d.len() == 1 && !d[0]["attempts"].as_array().unwrap().is_empty()).then_some(d)
+            },
+        )
+        .await;
+        let attempt = &d[0]["attempts"][0];
+        assert!(attempt["status_code"].is_null(), "{attempt}");
+        let kind = attempt["error_kind"].as_str().unwrap();
+        assert!(
+            kind == "connect" || kind == "refused_address" || kind == "request",
+            "{kind}"
+        );
+    }
+    assert!(rx.hits().is_empty(), "nothing reached the private receiver");
+    app.cleanup().await;
+}
