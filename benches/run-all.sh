@@ -16,7 +16,13 @@ for backend in sqlite postgres; do
   run "$backend-mixed-closed" --backend "$backend" --profile mixed --connections 32
   run "$backend-duplicates-closed" --backend "$backend" --profile duplicates --connections 32
 done
-# Memory: one million accepted events over 1,000 tenants.
-echo "== postgres-memory-1m-1000tenants"
-"$bin" bench --backend postgres --profile batch --tenants 1000 --events 1000000 --connections 8 \
-  --no-baseline --duration 600 --warmup 0 --out "$out/postgres-memory-1m-1000tenants.json" | grep -E '^\||RSS'
+# Streaming on: send -> core.event.tracked consumed from a bound queue.
+run postgres-track-open5000-stream --backend postgres --profile track --rate 5000 --visibility \
+  --amqp "${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+# Memory: one and two million accepted events over 1,000 tenants (bounded
+# means the second does not grow past the first).
+for m in 1 2; do
+  echo "== postgres-memory-${m}m-1000tenants"
+  "$bin" bench --backend postgres --profile batch --tenants 1000 --events "${m}000000" --connections 8 \
+    --no-baseline --duration 900 --warmup 0 --out "$out/postgres-memory-${m}m-1000tenants.json" | grep -E '^\||RSS'
+done

@@ -18,6 +18,9 @@ for path in sorted(glob.glob(os.path.join(os.path.dirname(__file__), "results", 
     if r.get("visibility"):
         v = r["visibility"]
         extra.append(f"visible p50 {fmt(v['p50_ms'], 0)} ms, p95 {fmt(v['p95_ms'], 0)} ms ({v['samples']} samples)")
+    if r.get("stream_visibility"):
+        v = r["stream_visibility"]
+        extra.append(f"core.event.tracked consumed p50 {fmt(v['p50_ms'], 0)} ms, p95 {fmt(v['p95_ms'], 0)} ms")
     if r.get("server_rss_mib_after"):
         extra.append(f"RSS {fmt(r['server_rss_mib_before'], 1)} → {fmt(r['server_rss_mib_after'], 1)} MiB")
     line += " " + "; ".join(extra) + " |"

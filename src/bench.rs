@@ -85,6 +85,11 @@ pub struct BenchArgs {
     /// sample of events.
     #[arg(long)]
     pub visibility: bool,
+    /// Turn streaming on for the server under test (RabbitMQ at this URL,
+    /// exchanges of the run's own) and, with `--visibility`, also measure
+    /// send -> `core.event.tracked` consumed from a bound queue.
+    #[arg(long, value_name = "AMQP_URL")]
+    pub amqp: Option<String>,
     /// Tenants to spread the load over (the memory profile uses 1000).
     #[arg(long)]
     pub tenants: Option<usize>,
@@ -141,6 +146,8 @@ pub struct Report {
     pub baseline: Option<RunReport>,
     pub ratio_throughput: Option<f64>,
     pub visibility: Option<Visibility>,
+    /// Send -> `core.event.tracked` consumed (with `--amqp --visibility`).
+    pub stream_visibility: Option<Visibility>,
     pub server_rss_mib_before: Option<f64>,
     pub server_rss_mib_after: Option<f64>,
     pub machine: String,
@@ -400,7 +407,7 @@ async fn drive(
     keys: Arc<Vec<String>>,
     generator: Arc<Generator>,
     args: &BenchArgs,
-    samples: Option<tokio::sync::mpsc::UnboundedSender<Sample>>,
+    samples: Vec<tokio::sync::mpsc::UnboundedSender<Sample>>,
     progress: bool,
 ) -> RunReport {
     let client = reqwest::Client::builder()
@@ -469,10 +476,10 @@ async fn drive(
                     let latency = Instant::now().duration_since(due);
                     if in_measure {
                         measured.record(latency, outcome.clone(), req.events);
-                        if let (Some(s), Some((key, at)), Ok(202)) =
-                            (&samples, req.sample, &outcome)
-                        {
-                            let _ = s.send((key, at, due, req.key));
+                        if let (Some((key, at)), Ok(202)) = (&req.sample, &outcome) {
+                            for s in &samples {
+                                let _ = s.send((key.clone(), *at, due, req.key));
+                            }
                         }
                     }
                     drop(permit);
@@ -595,6 +602,167 @@ async fn visibility(
     }
 }
 
+/// A queue bound to the run's core exchange, consumed while the load runs.
+struct StreamConsumer {
+    _conn: lapin::Connection,
+    deliveries: lapin::Consumer,
+}
+
+impl StreamConsumer {
+    /// Binds an exclusive queue to `core.event.tracked` on `exchange`
+    /// (declared here too, with the server's parameters, so binding does not
+    /// race the server's own declaration).
+    async fn bind(url: &str, exchange: &str) -> anyhow::Result<StreamConsumer> {
+        use lapin::{
+            Connection, ConnectionProperties, ExchangeKind,
+            options::{
+                BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+            },
+            types::FieldTable,
+        };
+        let conn = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .context("connecting to RabbitMQ")?;
+        let channel = conn.create_channel().await?;
+        channel
+            .exchange_declare(
+                exchange.into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        let queue = channel
+            .queue_declare(
+                "".into(),
+                QueueDeclareOptions {
+                    exclusive: true,
+                    auto_delete: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .queue_bind(
+                queue.name().clone(),
+                exchange.into(),
+                "core.event.tracked".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let deliveries = channel
+            .basic_consume(
+                queue.name().clone(),
+                "".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(StreamConsumer {
+            _conn: conn,
+            deliveries,
+        })
+    }
+
+    /// Latency from each sampled event's scheduled send to its
+    /// `core.event.tracked` message, matched on `properties.order_id`.
+    async fn measure(mut self, mut rx: tokio::sync::mpsc::UnboundedReceiver<Sample>) -> Visibility {
+        use futures::StreamExt;
+        let mut hist =
+            Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds");
+        // Sampled idempotency keys end in `-{n}-0`; the order id is `o-{n}-0`.
+        let order_id = |key: &str| {
+            let mut parts = key.rsplitn(3, '-');
+            let (_zero, n) = (parts.next(), parts.next().unwrap_or_default());
+            format!("o-{n}-0")
+        };
+        let mut pending: std::collections::HashMap<String, Instant> = Default::default();
+        // A message can beat the 202 to the load tool.
+        let mut early: std::collections::HashMap<String, Instant> = Default::default();
+        let mut samples = 0u64;
+        let mut closed_at: Option<Instant> = None;
+        loop {
+            if let Some(t) = closed_at
+                && (pending.is_empty() || t.elapsed() > Duration::from_secs(60))
+            {
+                break;
+            }
+            tokio::select! {
+                s = rx.recv(), if closed_at.is_none() => match s {
+                    Some((key, _, sent, _)) => {
+                        samples += 1;
+                        let id = order_id(&key);
+                        match early.remove(&id) {
+                            Some(arrived) => {
+                                hist.saturating_record(arrived.saturating_duration_since(sent).as_micros().max(1) as u64);
+                            }
+                            None => {
+                                pending.insert(id, sent);
+                            }
+                        }
+                    }
+                    None => closed_at = Some(Instant::now()),
+                },
+                d = self.deliveries.next() => {
+                    let Some(Ok(d)) = d else { break };
+                    let arrived = Instant::now();
+                    let Ok(body) = serde_json::from_slice::<Value>(&d.data) else { continue };
+                    let Some(id) = body["properties"]["order_id"].as_str() else { continue };
+                    match pending.remove(id) {
+                        Some(sent) => {
+                            hist.saturating_record(arrived.saturating_duration_since(sent).as_micros().max(1) as u64);
+                        }
+                        None if sampled_order(id) && early.len() < 100_000 => {
+                            early.insert(id.to_owned(), arrived);
+                        }
+                        None => {}
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(500)), if closed_at.is_some() => {}
+            }
+        }
+        let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
+        Visibility {
+            samples,
+            p50_ms: q(0.5),
+            p95_ms: q(0.95),
+            p99_ms: q(0.99),
+            not_seen: pending_len(samples, hist.len()),
+        }
+    }
+}
+
+/// Whether an order id `o-{n}-0` belongs to a sampled request (every 100th).
+fn sampled_order(id: &str) -> bool {
+    id.strip_prefix("o-")
+        .and_then(|r| r.strip_suffix("-0"))
+        .and_then(|n| n.parse::<u64>().ok())
+        .is_some_and(|n| n.is_multiple_of(100))
+}
+
+/// Removes the run's exchanges from the broker.
+async fn delete_exchanges(url: &str, names: &[&str]) {
+    use lapin::{Connection, ConnectionProperties, options::ExchangeDeleteOptions};
+    let Ok(conn) = Connection::connect(url, ConnectionProperties::default()).await else {
+        return;
+    };
+    if let Ok(channel) = conn.create_channel().await {
+        for name in names {
+            let _ = channel
+                .exchange_delete((*name).into(), ExchangeDeleteOptions::default())
+                .await;
+        }
+    }
+}
+
 fn pending_len(samples: u64, seen: u64) -> u64 {
     samples.saturating_sub(seen)
 }
@@ -680,6 +848,12 @@ fn table(report: &Report) -> String {
     if let Some(v) = &report.visibility {
         out.push_str(&format!(
             "\nsend -> readable via GET /v1/core/events: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms ({} samples, {} not seen)\n",
+            v.p50_ms, v.p95_ms, v.p99_ms, v.samples, v.not_seen
+        ));
+    }
+    if let Some(v) = &report.stream_visibility {
+        out.push_str(&format!(
+            "send -> core.event.tracked consumed from RabbitMQ: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms ({} samples, {} not seen)\n",
             v.p50_ms, v.p95_ms, v.p99_ms, v.samples, v.not_seen
         ));
     }
@@ -780,7 +954,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             keys.clone(),
             gen_b,
             &args,
-            None,
+            Vec::new(),
             progress,
         )
         .await;
@@ -788,17 +962,34 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Some(r)
     };
 
+    let core_exchange = format!("{run_id}.core");
+    let job_exchange = format!("{run_id}.job");
+    if let Some(url) = &args.amqp {
+        env.push(("FASTACK_AMQP_URL".into(), url.clone()));
+        env.push((
+            "FASTACK_CLOUDEVENTS_SOURCE".into(),
+            "//fastack/bench".into(),
+        ));
+        env.push(("FASTACK_CORE_EVENTS_EXCHANGE".into(), core_exchange.clone()));
+        env.push(("FASTACK_JOB_EVENTS_EXCHANGE".into(), job_exchange.clone()));
+    }
     let server = spawn_served(&["serve"], &env, "fastack listening").await?;
     let rss_before = server.rss_mib();
     let base = format!("http://{}", server.addr);
-    let (samples, poller) = if args.visibility {
+    let mut samples = Vec::new();
+    let poller = args.visibility.then(|| {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        (
-            Some(tx),
-            Some(tokio::spawn(visibility(base.clone(), keys.clone(), rx))),
-        )
-    } else {
-        (None, None)
+        samples.push(tx);
+        tokio::spawn(visibility(base.clone(), keys.clone(), rx))
+    });
+    let stream_poller = match (&args.amqp, args.visibility) {
+        (Some(url), true) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            samples.push(tx);
+            let consumer = StreamConsumer::bind(url, &core_exchange).await?;
+            Some(tokio::spawn(consumer.measure(rx)))
+        }
+        _ => None,
     };
     let gen_f = Arc::new(Generator {
         profile: args.profile,
@@ -822,8 +1013,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Some(p) => p.await.ok(),
         None => None,
     };
+    let stream_vis = match stream_poller {
+        Some(p) => p.await.ok(),
+        None => None,
+    };
     let rss_after = server.rss_mib();
     server.stop().await;
+    if let Some(url) = &args.amqp {
+        delete_exchanges(url, &[&core_exchange, &job_exchange]).await;
+    }
     if let Some(name) = pg_db {
         use sqlx::{Connection, Executor};
         if let Ok(mut conn) = sqlx::PgConnection::connect(&args.postgres).await {
@@ -846,6 +1044,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         fastack,
         baseline: baseline_report,
         visibility: vis,
+        stream_visibility: stream_vis,
         server_rss_mib_before: rss_before,
         server_rss_mib_after: rss_after,
         machine: machine(),

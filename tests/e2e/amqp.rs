@@ -30,7 +30,8 @@ use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 
 use crate::helpers::{
-    Backend, TestApp, TestDb, amqp_url, bin_path, eventually, services_required, spawn_on, track,
+    Backend, S3Bucket, TestApp, TestDb, amqp_url, bin_path, eventually, services_required,
+    spawn_on, track,
 };
 
 pub const SOURCE: &str = "//fastack/e2e";
@@ -541,6 +542,59 @@ async fn postgres_completed_export_event_verifies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_completed_export_event_verifies() {
     completed_export_event_verifies(Backend::Sqlite).await;
+}
+
+/// The production storage path for exports: the encrypted result goes to an
+/// S3-compatible bucket and downloads from there, decrypted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_to_s3_round_trips() {
+    let Some(bucket) = S3Bucket::create().await else {
+        return;
+    };
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let app = spawn_on(Arc::new(db), |c| bucket.apply(c)).await;
+    let sent: HashSet<String> = send_events(&app, 12, "s3").await.into_iter().collect();
+    wait_processed(&app, 12).await;
+    let job_id = export(&app, json!({"to": "s3"})).await;
+    let (doc, _) = wait_terminal(&app, &job_id).await;
+    assert_eq!(doc["status"], "completed", "{doc}");
+    let result = &doc["result"];
+    let path = result["path"].as_str().unwrap();
+
+    let resp = app
+        .http
+        .get(app.url(&format!("/v1/core/jobs/{job_id}/result")))
+        .bearer_auth(&app.t.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let ndjson = resp.bytes().await.unwrap();
+    assert_eq!(ndjson.len() as u64, result["size_bytes"].as_u64().unwrap());
+    let ids: HashSet<String> = ndjson
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            serde_json::from_slice::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids, sent);
+
+    // The object sits in the bucket under the configured prefix, encrypted.
+    let key = format!("fastack/{path}");
+    assert!(bucket.keys().await.contains(&key), "{key} not in bucket");
+    let objects =
+        fastack_core::objects::Objects::from_config(&app.server.as_ref().unwrap().state().config)
+            .unwrap();
+    let stored = objects.get(path).await.unwrap();
+    assert!(!stored.is_empty());
+    assert!(!stored.windows(5).any(|w| w == b"track"));
+    app.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,10 @@
 //! (default `redis://127.0.0.1:6379`). When they are unreachable the
 //! service-backed variants are skipped with a message, unless
 //! `FASTACK_TEST_REQUIRE_SERVICES=1` (set by CI): then they fail.
+//!
+//! S3-compatible storage is exercised when `FASTACK_TEST_S3_ENDPOINT` names
+//! one (`.ci/run` starts moto's server and sets it); each test makes its
+//! own bucket there.
 
 use std::{
     future::Future,
@@ -58,6 +62,62 @@ pub fn amqp_url() -> String {
 
 pub fn services_required() -> bool {
     std::env::var("FASTACK_TEST_REQUIRE_SERVICES").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// A fresh bucket on the S3-compatible test endpoint.
+pub struct S3Bucket {
+    pub endpoint: String,
+    pub bucket: String,
+}
+
+impl S3Bucket {
+    /// Creates a bucket on `FASTACK_TEST_S3_ENDPOINT`; `None` (with a
+    /// message) when no endpoint is configured. A configured endpoint that
+    /// does not answer fails the test.
+    pub async fn create() -> Option<S3Bucket> {
+        let Ok(endpoint) = std::env::var("FASTACK_TEST_S3_ENDPOINT") else {
+            eprintln!("skipping: FASTACK_TEST_S3_ENDPOINT is not set (no S3-compatible endpoint)");
+            return None;
+        };
+        let bucket = format!("t-{}", Uuid::new_v4().simple());
+        // moto accepts unsigned bucket creation; the server itself signs.
+        let resp = reqwest::Client::new()
+            .put(format!("{endpoint}/{bucket}"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("S3 endpoint {endpoint} unreachable: {e}"));
+        assert!(
+            resp.status().is_success(),
+            "create bucket: {}",
+            resp.status()
+        );
+        Some(S3Bucket { endpoint, bucket })
+    }
+
+    /// Points a configuration's object storage at this bucket.
+    pub fn apply(&self, c: &mut Config) {
+        c.storage_url = Some(format!("s3://{}/fastack", self.bucket));
+        c.s3.endpoint = Some(self.endpoint.clone());
+        c.s3.region = Some("us-east-1".to_owned());
+        c.s3.access_key_id = Some("test".to_owned());
+        c.s3.secret_access_key = Some("test".to_owned());
+    }
+
+    /// The object keys stored in the bucket (S3 ListObjectsV2).
+    pub async fn keys(&self) -> Vec<String> {
+        let body = reqwest::Client::new()
+            .get(format!("{}/{}?list-type=2", self.endpoint, self.bucket))
+            .send()
+            .await
+            .expect("list bucket")
+            .text()
+            .await
+            .expect("list body");
+        body.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_owned()))
+            .collect()
+    }
 }
 
 /// A database of one test, dropped at the end.

@@ -23,7 +23,9 @@ use fastack_core::{
 use fastack_entities::{JobStatus, Plan};
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, TestDb, eventually, make_tenant, spawn_with, track};
+use crate::helpers::{
+    Backend, S3Bucket, TestApp, TestDb, eventually, make_tenant, spawn_with, track,
+};
 use crate::ingest::{default_partition_rows, partition_of};
 
 fn at(s: &str) -> DateTime<Utc> {
@@ -35,13 +37,27 @@ async fn app_at(
     now: &str,
     objects: Option<Objects>,
 ) -> Option<(TestApp, Arc<ManualClock>)> {
+    app_at_with(backend, now, objects, None).await
+}
+
+async fn app_at_with(
+    backend: Backend,
+    now: &str,
+    objects: Option<Objects>,
+    s3: Option<&S3Bucket>,
+) -> Option<(TestApp, Arc<ManualClock>)> {
     let db = Arc::new(TestDb::new(backend).await?);
     let clock = ManualClock::new(at(now));
     let options = StartOptions {
         clock: clock.clone(),
         objects,
     };
-    let app = spawn_with(db, options, |_| {}).await;
+    let app = spawn_with(db, options, |c| {
+        if let Some(b) = s3 {
+            b.apply(c);
+        }
+    })
+    .await;
     Some((app, clock))
 }
 
@@ -213,8 +229,8 @@ fn gunzip(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-async fn retention_archives_then_drops_per_plan(backend: Backend) {
-    let Some((app, clock)) = app_at(backend, "2025-01-10T12:00:00Z", None).await else {
+async fn retention_archives_then_drops_per_plan(backend: Backend, s3: Option<&S3Bucket>) {
+    let Some((app, clock)) = app_at_with(backend, "2025-01-10T12:00:00Z", None, s3).await else {
         return;
     };
     let free = make_tenant(&app.store, "free-co", Plan::Free, None).await;
@@ -257,7 +273,7 @@ async fn retention_archives_then_drops_per_plan(backend: Backend) {
     assert_eq!(result["dropped"], true);
 
     // The archive is readable gzip NDJSON whose rows are the partition's.
-    let objects = Objects::from_config(&app.db.config()).unwrap();
+    let objects = Objects::from_config(&app.server.as_ref().unwrap().state().config).unwrap();
     let gz = objects.get(result["path"].as_str().unwrap()).await.unwrap();
     let plain = gunzip(&gz);
     let rows: Vec<Value> = plain
@@ -333,12 +349,33 @@ fn sha2_digest(bytes: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_retention_archives_then_drops_per_plan() {
-    retention_archives_then_drops_per_plan(Backend::Postgres).await;
+    retention_archives_then_drops_per_plan(Backend::Postgres, None).await;
+}
+
+/// The production storage path: archive, verify and drop against an
+/// S3-compatible bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_retention_archives_to_s3() {
+    let Some(bucket) = S3Bucket::create().await else {
+        return;
+    };
+    retention_archives_then_drops_per_plan(Backend::Postgres, Some(&bucket)).await;
+    // The archive and its manifest are in the bucket, under the prefix.
+    let keys = bucket.keys().await;
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("fastack/") && k.ends_with(".ndjson.gz")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter().any(|k| k.ends_with("manifest.json")),
+        "{keys:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_retention_archives_then_drops_per_plan() {
-    retention_archives_then_drops_per_plan(Backend::Sqlite).await;
+    retention_archives_then_drops_per_plan(Backend::Sqlite, None).await;
 }
 
 async fn corrupted_upload_keeps_the_partition(backend: Backend) {

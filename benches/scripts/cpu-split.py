@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Where the two cores go during a load run: CPU seconds per process group
+(fastack server, load tool, PostgreSQL, Redis, RabbitMQ, kernel writeback)
+over a 10 s window in the middle of `fastack bench`, and, with --perf, the
+server's hottest symbols from `perf record`.
+
+Usage: benches/scripts/cpu-split.py [--perf] -- <fastack bench args...>
+e.g.   benches/scripts/cpu-split.py --perf -- --backend postgres --profile track --connections 32
+"""
+import os, subprocess, sys, time
+
+BIN = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "fastack")
+args = sys.argv[1:]
+use_perf = "--perf" in args
+bench_args = args[args.index("--") + 1:] if "--" in args else []
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def snapshot():
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        ticks = int(fields[11]) + int(fields[12])
+        out[pid] = (group(comm, cmd), ticks)
+    return out
+
+
+def group(comm, cmd):
+    if "fastack serve" in cmd or cmd.endswith("fastack serve "):
+        return "fastack server"
+    if " bench " in cmd and "fastack" in cmd:
+        return "load tool (fastack bench)"
+    if comm.startswith("postgres") or "postgres:" in cmd:
+        return "postgresql"
+    if comm.startswith("redis"):
+        return "redis"
+    if comm in ("beam.smp", "erl_child_setup") or "rabbit" in cmd:
+        return "rabbitmq"
+    if comm.startswith("kworker") or comm.startswith("jbd2") or comm.startswith("flush"):
+        return "kernel writeback"
+    return "other"
+
+
+bench = subprocess.Popen([BIN, "bench", "--no-baseline", "--duration", "25", "--warmup", "2", *bench_args],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+time.sleep(9)
+a, t0 = snapshot(), time.time()
+perf = None
+if use_perf:
+    server = subprocess.run(["pgrep", "-f", "fastack serve"], capture_output=True, text=True).stdout.split()
+    if server:
+        perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", "/tmp/fastack-perf.data", "-p", server[0],
+                                 "--", "sleep", "10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+time.sleep(10)
+b, t1 = snapshot(), time.time()
+if perf:
+    perf.wait()
+out, _ = bench.communicate()
+window = t1 - t0
+totals = {}
+for pid, (g, ticks) in b.items():
+    before = a.get(pid, (g, 0))[1]
+    totals[g] = totals.get(g, 0) + (ticks - before) / TICK
+print(out.strip())
+print(f"\nCPU over {window:.1f} s (2 cores = {2 * window:.1f} CPU-s available):")
+print("| process | CPU-s | share of one core |")
+print("|---|---|---|")
+for g, s in sorted(totals.items(), key=lambda kv: -kv[1]):
+    print(f"| {g} | {s:.2f} | {100 * s / window:.0f} % |")
+if perf:
+    rep = subprocess.run(["perf", "report", "-i", "/tmp/fastack-perf.data", "--no-children", "--stdio",
+                          "--sort", "dso,symbol", "-g", "none", "--percent-limit", "1.5"],
+                         capture_output=True, text=True).stdout
+    print("\nserver hottest symbols (perf, self time):")
+    print("\n".join(l for l in rep.splitlines() if l.strip() and not l.startswith("#")))
