@@ -136,6 +136,20 @@ pub struct Visibility {
     pub not_seen: u64,
 }
 
+impl Visibility {
+    /// Percentiles of latencies recorded in µs, out of `samples` sent.
+    fn from_hist(samples: u64, hist: &Histogram<u64>) -> Visibility {
+        let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
+        Visibility {
+            samples,
+            p50_ms: q(0.5),
+            p95_ms: q(0.95),
+            p99_ms: q(0.99),
+            not_seen: samples.saturating_sub(hist.len()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub profile: Profile,
@@ -592,14 +606,7 @@ async fn visibility(
         pending = still;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
-    Visibility {
-        samples,
-        p50_ms: q(0.5),
-        p95_ms: q(0.95),
-        p99_ms: q(0.99),
-        not_seen: pending_len(samples, hist.len()),
-    }
+    Visibility::from_hist(samples, &hist)
 }
 
 /// A queue bound to the run's core exchange, consumed while the load runs.
@@ -729,14 +736,7 @@ impl StreamConsumer {
                 _ = tokio::time::sleep(Duration::from_millis(500)), if closed_at.is_some() => {}
             }
         }
-        let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
-        Visibility {
-            samples,
-            p50_ms: q(0.5),
-            p95_ms: q(0.95),
-            p99_ms: q(0.99),
-            not_seen: pending_len(samples, hist.len()),
-        }
+        Visibility::from_hist(samples, &hist)
     }
 }
 
@@ -761,10 +761,6 @@ async fn delete_exchanges(url: &str, names: &[&str]) {
                 .await;
         }
     }
-}
-
-fn pending_len(samples: u64, seen: u64) -> u64 {
-    samples.saturating_sub(seen)
 }
 
 fn machine() -> String {

@@ -168,14 +168,21 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         info!(tenant = %tenant.id, path = %path.display(), "created tenant `default`; its API key is in the bootstrap-key file");
     }
     fastack_core::retention::ensure_window(store.as_ref(), &config, clock.now()).await?;
+    let metrics = Arc::new(Metrics::new());
     let redis_limiter = match &config.redis_url {
-        Some(url) => Some(RedisLimiter::connect(url, &config.redis_prefix).await?),
+        Some(url) => Some(
+            RedisLimiter::connect(
+                url,
+                &config.redis_prefix,
+                metrics.ratelimit_round_trips.clone(),
+            )
+            .await?,
+        ),
         None => None,
     };
     if config.amqp_url.is_none() {
         info!("event streaming is off (no FASTACK_AMQP_URL): webhooks and polling still work");
     }
-    let metrics = Arc::new(Metrics::new());
     let runtime = Runtime::start(
         config.clone(),
         store.clone(),

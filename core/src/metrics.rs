@@ -54,6 +54,7 @@ pub struct Metrics {
     pub actor_restarts: Family<ActorLabels, Counter>,
     pub amqp_published: Counter,
     pub amqp_unroutable: Counter,
+    pub ratelimit_round_trips: Counter,
     pub outbox_depth: Gauge,
     pub events_repaired: Counter,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
@@ -87,6 +88,12 @@ impl Metrics {
         let actor_restarts = Family::<ActorLabels, Counter>::default();
         let amqp_published = Counter::default();
         let amqp_unroutable = Counter::default();
+        let ratelimit_round_trips = Counter::default();
+        registry.register(
+            "ratelimit_redis_round_trips",
+            "rate-limit decisions that went to Redis (the rest were served from leased tokens)",
+            ratelimit_round_trips.clone(),
+        );
         let outbox_depth = Gauge::default();
         let events_repaired = Counter::default();
         let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
@@ -203,6 +210,7 @@ impl Metrics {
             actor_restarts,
             amqp_published,
             amqp_unroutable,
+            ratelimit_round_trips,
             outbox_depth,
             events_repaired,
             webhook_attempts,

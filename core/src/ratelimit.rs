@@ -1,15 +1,24 @@
 //! Rate limits by GCRA (generic cell rate algorithm), per tenant and per key.
 //!
 //! One pure decision function, [`gcra`], is used in process (embedded) and
-//! mirrored exactly by the Redis Lua script (production), so both modes give
-//! the same answers and the same `RateLimit` header values. The Redis script
+//! mirrored by the Redis Lua script (production), so both modes give the
+//! same answers and the same `RateLimit` header values. The Redis script
 //! decides tenant and key in one atomic round trip (`EVALSHA`) using the
-//! server's clock, so nodes with skewed clocks share one budget.
+//! server's clock, so nodes with skewed clocks share one budget; under load
+//! a node leases several tokens per round trip ([`lease_size`]).
 
-use std::time::Instant;
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use fastack_entities::{ApiKeyId, TenantId};
 use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
 use redis::{Script, aio::ConnectionManager};
 
 use crate::error::Result;
@@ -124,7 +133,7 @@ pub struct LocalCells {
 #[derive(Debug, Default)]
 struct LocalState {
     tenant: Option<i64>,
-    keys: std::collections::HashMap<ApiKeyId, i64>,
+    keys: HashMap<ApiKeyId, i64>,
 }
 
 impl Default for LocalCells {
@@ -162,39 +171,143 @@ impl LocalCells {
     }
 }
 
+/// Longest a leased token stays usable; unused ones are then given up.
+const LEASE_TTL: Duration = Duration::from_secs(1);
+/// A lease covers about this much of the recent local request rate.
+const LEASE_WINDOW_SECS: f64 = 0.02;
+/// Upper bound of one lease, whatever the rate.
+const MAX_LEASE: u32 = 256;
+
+/// How many tokens to ask Redis for at once.
+///
+/// One at a time while traffic is light, so a lone client sees exact
+/// numbers; under load, about `LEASE_WINDOW_SECS` of this node's recent
+/// rate (and at least one per request already waiting), capped at a tenth
+/// of the smallest burst so a node never holds much of a tenant's budget.
+pub fn lease_size(recent_rate_per_sec: f64, waiting: u32, smallest_burst: u32) -> u32 {
+    let want = (recent_rate_per_sec * LEASE_WINDOW_SECS).ceil() as u32;
+    let cap = (smallest_burst / 10).clamp(1, MAX_LEASE);
+    want.max(waiting + 1).clamp(1, cap)
+}
+
+// `gcra` for up to `wanted` cells at once, on the tenant cell and the
+// optional key cell: grants the same count from both (the smaller fit, 0 =
+// refused), atomically, on Redis' clock. With `wanted` = 1 it is `gcra`.
 const SCRIPT: &str = r#"
 -- KEYS[1] tenant cell, KEYS[2] key cell (optional)
--- ARGV: tenant interval us, tenant burst, key interval us, key burst
+-- ARGV: wanted, tenant interval us, tenant burst, key interval us, key burst
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function step(key, interval, burst)
+local n = tonumber(ARGV[1])
+local function load(key)
   local tat = tonumber(redis.call('GET', key))
   if tat == nil or tat < now then tat = now end
-  local new_tat = tat + interval
-  local allow_at = new_tat - burst * interval
-  if now < allow_at then
-    return {0, tat, 0, tat - now, allow_at - now}
-  end
-  return {1, new_tat, math.floor((now + burst * interval - new_tat) / interval), new_tat - now, 0}
+  return tat
 end
-local a = step(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
-local b = {1, now, 0, 0, 0}
-if #KEYS > 1 then b = step(KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4])) end
-if a[1] == 1 and b[1] == 1 then
-  redis.call('SET', KEYS[1], a[2], 'PX', math.floor((a[2] - now) / 1000) + 1000)
+local function fit(tat, interval, burst)
+  local f = math.floor((now + burst * interval - tat) / interval)
+  if f < 0 then f = 0 end
+  return f
+end
+local ti, tb = tonumber(ARGV[2]), tonumber(ARGV[3])
+local tt = load(KEYS[1])
+local g = math.min(n, fit(tt, ti, tb))
+local ki, kb, kt = 1, 1, now
+if #KEYS > 1 then
+  ki, kb = tonumber(ARGV[4]), tonumber(ARGV[5])
+  kt = load(KEYS[2])
+  g = math.min(g, fit(kt, ki, kb))
+end
+local function report(tat, interval, burst)
+  if g == 0 then
+    local allow_at = tat + interval - burst * interval
+    return {math.max(0, math.floor((now + burst * interval - tat) / interval)), tat - now, allow_at - now}
+  end
+  local nt = tat + g * interval
+  return {math.max(0, math.floor((now + burst * interval - nt) / interval)), nt - now, 0}
+end
+local a = report(tt, ti, tb)
+local b = {0, 0, 0}
+if #KEYS > 1 then b = report(kt, ki, kb) end
+if g > 0 then
+  local nt = tt + g * ti
+  redis.call('SET', KEYS[1], nt, 'PX', math.floor((nt - now) / 1000) + 1000)
   if #KEYS > 1 then
-    redis.call('SET', KEYS[2], b[2], 'PX', math.floor((b[2] - now) / 1000) + 1000)
+    local nk = kt + g * ki
+    redis.call('SET', KEYS[2], nk, 'PX', math.floor((nk - now) / 1000) + 1000)
   end
 end
-return {a[1], a[3], a[4], a[5], b[1], b[3], b[4], b[5]}
+return {g, a[1], a[2], a[3], b[1], b[2], b[3]}
 "#;
 
+/// Tokens taken from Redis for one (tenant, key) and not yet spent, with
+/// the cell states Redis reported when it granted them.
+#[derive(Debug)]
+struct Lease {
+    quotas: (Quota, Option<Quota>),
+    left: u32,
+    spent: u32,
+    taken: Instant,
+    tenant: (u64, i64),
+    key: (u64, i64),
+}
+
+impl Lease {
+    /// The decision for a request served from this lease: `remaining`
+    /// counts the tokens still held here, `reset` runs down from the grant.
+    fn decision(&self, now: Instant) -> Decision {
+        let elapsed = now.duration_since(self.taken).as_micros() as i64;
+        let step = |(remaining, reset_us): (u64, i64)| Step {
+            allowed: true,
+            new_tat: 0,
+            remaining: remaining + u64::from(self.left),
+            reset_us: reset_us - elapsed,
+            retry_us: 0,
+        };
+        decision(
+            (self.quotas.0, step(self.tenant)),
+            self.quotas.1.map(|q| (q, step(self.key))),
+        )
+    }
+}
+
+#[derive(Debug, Default)]
+struct LeaseSlot {
+    waiting: AtomicU32,
+    held: tokio::sync::Mutex<Held>,
+}
+
+/// What a node holds for one (tenant, key) between round trips.
+#[derive(Debug, Default)]
+enum Held {
+    #[default]
+    Nothing,
+    Tokens(Lease),
+    /// Redis refused: a cell's TAT only grows, so no token can be granted
+    /// before `until`, and refusing locally until then is exact.
+    Refused {
+        quotas: (Quota, Option<Quota>),
+        until: Instant,
+        answer: Decision,
+    },
+}
+
 /// Redis-backed limiter shared by all nodes.
+///
+/// Each node leases tokens from Redis in small blocks sized to its own
+/// recent rate and spends them locally, so a busy tenant costs one round
+/// trip per block instead of one per request. Redis still charges every
+/// token before it is used: across nodes the limit is never exceeded; a
+/// node's unspent tokens (at most a tenth of the burst) lapse after 1 s.
+/// A refusal is remembered until its retry time, so a client hammering
+/// past its limit costs no round trips either.
 #[derive(Clone)]
 pub struct RedisLimiter {
     conn: ConnectionManager,
-    script: std::sync::Arc<Script>,
+    script: Arc<Script>,
     prefix: String,
+    slots: Arc<Mutex<HashMap<(TenantId, Option<ApiKeyId>), Arc<LeaseSlot>>>>,
+    round_trips: Counter,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -206,14 +319,26 @@ impl std::fmt::Debug for RedisLimiter {
 }
 
 impl RedisLimiter {
-    pub async fn connect(url: &str, prefix: &str) -> Result<Self> {
+    /// `round_trips` counts the decisions that needed Redis.
+    pub async fn connect(url: &str, prefix: &str, round_trips: Counter) -> Result<Self> {
         let client = redis::Client::open(url)?;
         let conn = ConnectionManager::new(client).await?;
         Ok(RedisLimiter {
             conn,
-            script: std::sync::Arc::new(Script::new(SCRIPT)),
+            script: Arc::new(Script::new(SCRIPT)),
             prefix: prefix.to_owned(),
+            slots: Arc::default(),
+            round_trips,
         })
+    }
+
+    fn slot(&self, tenant: TenantId, key: Option<ApiKeyId>) -> Arc<LeaseSlot> {
+        let mut slots = self.slots.lock();
+        if slots.len() > 10_000 {
+            // Idle slots hold nothing worth keeping (their tokens lapse).
+            slots.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        slots.entry((tenant, key)).or_default().clone()
     }
 
     pub async fn check(
@@ -222,8 +347,38 @@ impl RedisLimiter {
         tenant_q: Quota,
         key: Option<(ApiKeyId, Quota)>,
     ) -> Result<Decision> {
+        let quotas = (tenant_q, key.map(|(_, q)| q));
+        let slot = self.slot(tenant, key.map(|(id, _)| id));
+        slot.waiting.fetch_add(1, Ordering::Relaxed);
+        // Requests of one (tenant, key) queue behind a refill in flight and
+        // are then served from what it brought.
+        let mut held = slot.held.lock().await;
+        let waiting = slot.waiting.fetch_sub(1, Ordering::Relaxed) - 1;
+        let now = Instant::now();
+        let rate = match &mut *held {
+            Held::Tokens(l) if l.quotas == quotas && now.duration_since(l.taken) < LEASE_TTL => {
+                if l.left > 0 {
+                    l.left -= 1;
+                    l.spent += 1;
+                    return Ok(l.decision(now));
+                }
+                f64::from(l.spent) / now.duration_since(l.taken).as_secs_f64().max(1e-3)
+            }
+            Held::Refused {
+                quotas: q,
+                until,
+                answer,
+            } if *q == quotas && now < *until => return Ok(answer.clone()),
+            _ => 0.0,
+        };
+        let smallest_burst = quotas
+            .1
+            .map_or(tenant_q.burst, |q| q.burst.min(tenant_q.burst));
+        let wanted = lease_size(rate, waiting, smallest_burst);
+
         // The hash tag keeps a tenant's cells in one cluster slot.
         let mut inv = self.script.prepare_invoke();
+        inv.arg(wanted);
         inv.key(format!("{}:rl:{{{}}}:t", self.prefix, tenant));
         inv.arg(tenant_q.interval_us()).arg(tenant_q.burst.max(1));
         if let Some((id, q)) = key {
@@ -232,17 +387,38 @@ impl RedisLimiter {
         }
         let mut conn = self.conn.clone();
         let r: Vec<i64> = inv.invoke_async(&mut conn).await?;
-        let step = |i: usize| Step {
-            allowed: r[i] == 1,
-            new_tat: 0,
-            remaining: r[i + 1].max(0) as u64,
-            reset_us: r[i + 2],
-            retry_us: r[i + 3],
+        self.round_trips.inc();
+        let granted = r[0].max(0) as u32;
+        let cell = |i: usize| (r[i].max(0) as u64, r[i + 1], r[i + 2]);
+        let (t, k) = (cell(1), cell(4));
+        if granted == 0 {
+            let step = |(remaining, reset_us, retry_us): (u64, i64, i64)| Step {
+                allowed: false,
+                new_tat: 0,
+                remaining,
+                reset_us,
+                retry_us,
+            };
+            let answer = decision((tenant_q, step(t)), quotas.1.map(|q| (q, step(k))));
+            let retry_us = t.2.max(if key.is_some() { k.2 } else { 0 }).max(0);
+            *held = Held::Refused {
+                quotas,
+                until: now + Duration::from_micros(retry_us as u64),
+                answer: answer.clone(),
+            };
+            return Ok(answer);
+        }
+        let lease = Lease {
+            quotas,
+            left: granted - 1,
+            spent: 1,
+            taken: now,
+            tenant: (t.0, t.1),
+            key: (k.0, k.1),
         };
-        Ok(decision(
-            (tenant_q, step(0)),
-            key.map(|(_, q)| (q, step(4))),
-        ))
+        let answer = lease.decision(now);
+        *held = Held::Tokens(lease);
+        Ok(answer)
     }
 }
 
@@ -300,5 +476,21 @@ mod tests {
         assert!(s.allowed);
         assert_eq!(s.reset_us, 100_000);
         assert_eq!(ceil_secs(s.reset_us), 1);
+    }
+
+    #[test]
+    fn leases_are_single_tokens_when_light_and_bounded_when_busy() {
+        // A lone client: exact, one token per round trip.
+        assert_eq!(lease_size(0.0, 0, 200), 1);
+        assert_eq!(lease_size(20.0, 0, 200), 1);
+        // 5,000 req/s covers 20 ms: 100 tokens, if the burst allows it.
+        assert_eq!(lease_size(5_000.0, 0, 100_000), 100);
+        // Never more than a tenth of the smallest burst, never above the cap.
+        assert_eq!(lease_size(5_000.0, 0, 200), 20);
+        assert_eq!(lease_size(5_000.0, 0, 5), 1);
+        assert_eq!(lease_size(1e9, 0, u32::MAX), MAX_LEASE);
+        // Requests already queued behind the refill get a token each.
+        assert_eq!(lease_size(0.0, 31, 100_000), 32);
+        assert_eq!(lease_size(0.0, 31, 100), 10);
     }
 }

@@ -11,6 +11,7 @@ mod m20261130_000001_init;
 mod m20261130_000002_jobs_outbox;
 mod m20261130_000003_default_tripwire;
 mod m20261130_000004_webhooks;
+mod m20261130_000005_ingest_fast_path;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_jobs_outbox::Migration),
             Box::new(m20261130_000003_default_tripwire::Migration),
             Box::new(m20261130_000004_webhooks::Migration),
+            Box::new(m20261130_000005_ingest_fast_path::Migration),
         ]
     }
 }

@@ -344,6 +344,16 @@ async fn job(app: &TestApp, id: &str) -> (Value, Vec<u8>) {
     (serde_json::from_slice(&bytes).unwrap(), bytes)
 }
 
+/// `GET /v1/core/jobs/{id}/result` with the tenant's key.
+async fn download(app: &TestApp, job_id: &str) -> reqwest::Response {
+    app.http
+        .get(app.url(&format!("/v1/core/jobs/{job_id}/result")))
+        .bearer_auth(&app.t.key)
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn wait_terminal(app: &TestApp, id: &str) -> (Value, Vec<u8>) {
     eventually("the job to end", Duration::from_secs(30), || async {
         let (doc, bytes) = job(app, id).await;
@@ -485,13 +495,7 @@ async fn completed_export_event_verifies(backend: Backend) {
 
     // The result downloads, decrypts, and its HMAC verifies with the
     // tenant's external key.
-    let resp = app
-        .http
-        .get(app.url(&format!("/v1/core/jobs/{job_id}/result")))
-        .bearer_auth(&app.t.key)
-        .send()
-        .await
-        .unwrap();
+    let resp = download(&app, &job_id).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
     let ndjson = resp.bytes().await.unwrap();
@@ -563,13 +567,7 @@ async fn export_to_s3_round_trips() {
     let result = &doc["result"];
     let path = result["path"].as_str().unwrap();
 
-    let resp = app
-        .http
-        .get(app.url(&format!("/v1/core/jobs/{job_id}/result")))
-        .bearer_auth(&app.t.key)
-        .send()
-        .await
-        .unwrap();
+    let resp = download(&app, &job_id).await;
     assert_eq!(resp.status(), 200);
     let ndjson = resp.bytes().await.unwrap();
     assert_eq!(ndjson.len() as u64, result["size_bytes"].as_u64().unwrap());

@@ -19,6 +19,7 @@ on_both_backends!(
     batch_is_all_or_nothing,
     bad_input_gets_typed_problems,
     duplicate_across_track_and_batch,
+    cold_cache_groups_mixing_old_and_new_keys,
     revoked_key_stops_working,
 );
 
@@ -461,6 +462,61 @@ async fn duplicate_across_track_and_batch(app: TestApp) {
     assert_eq!(b.body["items"][0]["duplicate"], true);
     assert_eq!(b.body["items"][0]["id"], a.body["id"]);
     assert_eq!(b.body["items"][1]["duplicate"], false);
+    app.cleanup().await;
+}
+
+/// After a restart the idempotency cache is empty, so keys that already
+/// exist reach the group commit next to new ones: old keys answer as
+/// duplicates, new ones are stored, and a conflicting request keeps none of
+/// its rows.
+async fn cold_cache_groups_mixing_old_and_new_keys(app: TestApp) {
+    let now = Utc::now();
+    let old = track_item("cold-old", now);
+    let first = app
+        .post("/v1/core/batch", &app.t.key, &json!({"batch": [old]}))
+        .await;
+    assert_eq!(first.status, 202, "{}", first.body);
+    let old_id = first.body["items"][0]["id"].clone();
+
+    let app = crate::helpers::spawn_on(app.stop().await, |_| {}).await;
+    let mixed = app
+        .post(
+            "/v1/core/batch",
+            &app.t.key,
+            &json!({"batch": [track_item("cold-new", now), old]}),
+        )
+        .await;
+    assert_eq!(mixed.status, 202, "{}", mixed.body);
+    assert_eq!(mixed.body["items"][0]["duplicate"], false);
+    assert_eq!(mixed.body["items"][1]["duplicate"], true);
+    assert_eq!(mixed.body["items"][1]["id"], old_id);
+
+    let app = crate::helpers::spawn_on(app.stop().await, |_| {}).await;
+    let mut changed = old.clone();
+    changed["event"] = json!("Something Else");
+    let conflict = app
+        .post(
+            "/v1/core/batch",
+            &app.t.key,
+            &json!({"batch": [track_item("cold-released", now), changed]}),
+        )
+        .await;
+    assert_eq!(conflict.status, 409, "{}", conflict.body);
+    assert_eq!(conflict.body["errors"][0]["index"], 1);
+    // The conflicting request's new key was not kept.
+    let mut reuse = track_item("cold-released", now);
+    reuse["event"] = json!("Different");
+    let again = app
+        .post("/v1/core/batch", &app.t.key, &json!({"batch": [reuse]}))
+        .await;
+    assert_eq!(again.status, 202, "{}", again.body);
+    assert_eq!(again.body["items"][0]["duplicate"], false);
+
+    let evs = wait_for_events(&app, 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (from, to) = range_around_now();
+    assert_eq!(evs.len(), 3);
+    assert_eq!(app.events(&app.t.key, &from, &to, "").await.len(), 3);
     app.cleanup().await;
 }
 

@@ -1,13 +1,72 @@
 //! Rate limit headers on every answer, 429 with Retry-After past the limit
 //! (in process on SQLite, in Redis on PostgreSQL).
 
-use chrono::Utc;
-use fastack_entities::Plan;
+use std::sync::Arc;
 
-use crate::helpers::{TestApp, make_tenant, track};
+use chrono::Utc;
+use fastack_core::{
+    metrics::Metrics,
+    ratelimit::{Quota, RedisLimiter},
+};
+use fastack_entities::{Plan, TenantId};
+use uuid::Uuid;
+
+use crate::helpers::{TestApp, make_tenant, redis_url, services_required, track};
 use crate::on_both_backends;
 
 on_both_backends!(headers_and_429);
+
+/// Two nodes leasing tokens from one Redis budget under a flood of
+/// concurrent requests: together they let through exactly the burst (plus
+/// what drips back meanwhile), and leases and remembered refusals keep the
+/// round trips far below one per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_leases_share_one_budget_across_nodes() {
+    let prefix = format!("t{}", Uuid::new_v4().simple());
+    let metrics = Metrics::new();
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        match RedisLimiter::connect(&redis_url(), &prefix, metrics.ratelimit_round_trips.clone())
+            .await
+        {
+            Ok(l) => nodes.push(Arc::new(l)),
+            Err(e) if !services_required() => {
+                eprintln!("skipped: Redis not reachable: {e}");
+                return;
+            }
+            Err(e) => panic!("Redis required but not reachable: {e}"),
+        }
+    }
+    let tenant = TenantId::new();
+    let quota = Quota {
+        rate_per_sec: 1,
+        burst: 300,
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..800 {
+        let node = nodes[i % 2].clone();
+        tasks.spawn(async move { node.check(tenant, quota, None).await.unwrap() });
+    }
+    let mut allowed = 0;
+    let mut refused = 0;
+    while let Some(d) = tasks.join_next().await {
+        let d = d.unwrap();
+        if d.allowed {
+            allowed += 1;
+        } else {
+            refused += 1;
+            assert!(d.retry_after_secs >= 1, "{d:?}");
+            assert_eq!(d.policies[0].remaining, 0, "{d:?}");
+        }
+    }
+    assert!(
+        (300..=303).contains(&allowed),
+        "allowed {allowed} of a burst of 300"
+    );
+    assert_eq!(allowed + refused, 800);
+    let trips = metrics.ratelimit_round_trips.get();
+    assert!(trips < 200, "{trips} round trips for 800 decisions");
+}
 
 async fn headers_and_429(app: TestApp) {
     // A key limited to 5 requests/s on a free tenant (100/s, burst 200).

@@ -631,6 +631,57 @@ impl Storage for PgStore {
         let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
         let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
 
+        // Fast path, the common case of a group whose keys are all new: one
+        // statement in its own implicit transaction, one round trip instead
+        // of three. If some keys already existed it aborts itself (nothing
+        // of it commits) and the group takes the transaction below.
+        let fast = sqlx::query(
+            "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
+                                                 $5::timestamptz[], $6::timestamptz[], $7::text[]) \
+                            AS x(t, k, e, f, o, r, p)), \
+                  ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
+                                                        occurred_at, created_at) \
+                          SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
+                  inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+                          SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
+                          RETURNING event_id) \
+             SELECT count(*) FROM inb \
+             UNION ALL \
+             SELECT fastack_abort_partial_group() FROM (SELECT count(*) AS n FROM ins) c \
+             WHERE c.n > 0 AND c.n < $8",
+        )
+        .bind(&tenants)
+        .bind(&keys)
+        .bind(&event_ids)
+        .bind(&fingerprints)
+        .bind(&occurred)
+        .bind(&received)
+        .bind(&payloads)
+        .bind(rows.len() as i64)
+        .fetch_all(&self.pool)
+        .await;
+        match fast {
+            Ok(counts) => {
+                let stored: i64 = counts
+                    .first()
+                    .map(|r| r.try_get(0))
+                    .transpose()?
+                    .unwrap_or(0);
+                if stored == rows.len() as i64 {
+                    return Ok(vec![Fence::Fresh; rows.len()]);
+                }
+                if stored != 0 {
+                    return Err(Error::Corrupt(format!(
+                        "fast group commit stored {stored} of {} rows",
+                        rows.len()
+                    )));
+                }
+                // Every key existed: nothing was written; sort it out below.
+            }
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("FA001") => {}
+            Err(e) => return Err(e.into()),
+        }
+
         let mut tx = self.pool.begin().await?;
         // One statement for the common case: keys that are new get their
         // inbox row in the same statement. Conflicting keys are looked at

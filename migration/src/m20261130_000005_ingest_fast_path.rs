@@ -1,0 +1,29 @@
+//! A function the group commit's one-statement fast path calls to abort
+//! itself when some of its keys already existed, so that statement commits
+//! all of its rows or none (see `commit_ingest` in the PostgreSQL store).
+//! SQLite commits groups differently and needs nothing.
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::DbBackend;
+
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+// The trait's signature elides the manager's lifetime.
+#[allow(elided_lifetimes_in_paths)]
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        match manager.get_database_backend() {
+            DbBackend::Postgres => {
+                crate::run_all(
+                    manager,
+                    "CREATE FUNCTION fastack_abort_partial_group() RETURNS bigint LANGUAGE plpgsql AS \
+                     $$ BEGIN RAISE EXCEPTION 'ingest group has keys that already exist' USING ERRCODE = 'FA001'; END $$",
+                )
+                .await
+            }
+            _ => Ok(()),
+        }
+    }
+}
