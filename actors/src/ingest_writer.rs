@@ -14,14 +14,17 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use fastack_core::store::{Fence, IngestRow};
 use fastack_entities::{EventId, TenantId};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::sync::{Mutex, Semaphore, mpsc};
+use tokio::sync::{Mutex, Notify, Semaphore, mpsc};
 use tracing::{debug, warn};
 
 use crate::context::Ctx;
@@ -67,14 +70,23 @@ pub struct IngestRequest {
 pub struct IngestQueue {
     tx: mpsc::Sender<IngestRequest>,
     rx: Arc<Mutex<mpsc::Receiver<IngestRequest>>>,
+    /// Rows queued and not yet taken into a group.
+    rows: Arc<AtomicUsize>,
+    /// Rows worth a group commit of their own next to one in flight.
+    split_rows: usize,
+    /// Signalled when `rows` reaches `split_rows`.
+    split_ready: Arc<Notify>,
 }
 
 impl IngestQueue {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, split_rows: usize) -> Self {
         let (tx, rx) = mpsc::channel(capacity);
         IngestQueue {
             tx,
             rx: Arc::new(Mutex::new(rx)),
+            rows: Arc::default(),
+            split_rows,
+            split_ready: Arc::default(),
         }
     }
 
@@ -86,10 +98,31 @@ impl IngestQueue {
             reply: tx.into(),
             deferrals: 0,
         };
-        if self.tx.send(request).await.is_err() {
+        if self.enqueue(request).await.is_err() {
             return Err(IngestError::Unavailable);
         }
         rx.await.unwrap_or(Err(IngestError::Unavailable))
+    }
+
+    async fn enqueue(&self, request: IngestRequest) -> Result<(), IngestRequest> {
+        let n = request.rows.len();
+        let before = self.rows.fetch_add(n, Ordering::Relaxed);
+        if before < self.split_rows && before + n >= self.split_rows {
+            self.split_ready.notify_one();
+        }
+        self.tx.send(request).await.map_err(|e| {
+            self.rows.fetch_sub(n, Ordering::Relaxed);
+            e.0
+        })
+    }
+
+    /// Takes `n` rows off the count when they go into a group.
+    fn taken(&self, n: usize) {
+        self.rows.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    fn queued_rows(&self) -> usize {
+        self.rows.load(Ordering::Relaxed)
     }
 
     pub fn depth(&self) -> usize {
@@ -107,6 +140,9 @@ pub struct IngestWriterState {
     ctx: Arc<Ctx>,
     /// Group commits allowed in flight at once.
     slots: Arc<Semaphore>,
+    max_slots: usize,
+    /// Signalled when a group commit ends.
+    committed: Arc<Notify>,
 }
 
 /// The writer's own messages.
@@ -126,23 +162,27 @@ impl Actor for IngestWriterActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        // SQLite has one writer. On PostgreSQL, commits in flight at once
-        // buy throughput only with cores to spare: on a small machine one
-        // commit at a time makes bigger groups for less work.
-        let concurrency =
-            args.ctx
-                .config
-                .ingest_concurrency
-                .unwrap_or(match args.ctx.store.backend() {
-                    fastack_core::store::Backend::Postgres => std::thread::available_parallelism()
-                        .map_or(1, |n| n.get() / 2)
-                        .clamp(1, 4),
-                    fastack_core::store::Backend::Sqlite => 1,
-                });
+        // SQLite has one writer. On PostgreSQL a second commit in flight
+        // pays off only for big groups (batches): small ones are cheaper
+        // merged into the next group, so commits beyond the first wait for
+        // `ingest_split_rows` queued rows (see `Drain`).
+        let concurrency = args
+            .ctx
+            .config
+            .ingest_concurrency
+            .unwrap_or(match args.ctx.store.backend() {
+                fastack_core::store::Backend::Postgres => std::thread::available_parallelism()
+                    .map_or(1, |n| n.get() / 2)
+                    .clamp(2, 4),
+                fastack_core::store::Backend::Sqlite => 1,
+            })
+            .max(1);
         myself.send_message(IngestWriterMsg::Drain)?;
         Ok(IngestWriterState {
             ctx: args.ctx,
-            slots: Arc::new(Semaphore::new(concurrency.max(1))),
+            slots: Arc::new(Semaphore::new(concurrency)),
+            max_slots: concurrency,
+            committed: Arc::default(),
         })
     }
 
@@ -155,6 +195,7 @@ impl Actor for IngestWriterActor {
         match message {
             IngestWriterMsg::Drain => {
                 let permit = state.slots.clone().acquire_owned().await?;
+                wait_for_split(state).await;
                 let max_rows = state.ctx.config.ingest_max_rows;
                 let batch = {
                     let mut rx = state.ctx.ingest.rx.lock().await;
@@ -177,6 +218,7 @@ impl Actor for IngestWriterActor {
                                     Err(_) => break,
                                 }
                             }
+                            state.ctx.ingest.taken(rows);
                             Some(batch)
                         }
                     }
@@ -188,11 +230,13 @@ impl Actor for IngestWriterActor {
                         .ingest_queue_depth
                         .set(state.ctx.ingest.depth() as i64);
                     let ctx = state.ctx.clone();
+                    let committed = state.committed.clone();
                     tokio::spawn(async move {
                         let deferred = flush(&ctx, batch).await;
                         drop(permit);
+                        committed.notify_one();
                         for request in deferred {
-                            if ctx.ingest.tx.send(request).await.is_err() {
+                            if ctx.ingest.enqueue(request).await.is_err() {
                                 warn!("ingest queue closed while re-queueing a deferred request");
                             }
                         }
@@ -202,6 +246,25 @@ impl Actor for IngestWriterActor {
             }
         }
         Ok(())
+    }
+}
+
+/// Holding a slot while other commits are in flight: waits until enough
+/// rows are queued to be worth a commit of their own, or until no other
+/// commit is in flight (then the rows make the next group anyway).
+async fn wait_for_split(state: &IngestWriterState) {
+    let queue = &state.ctx.ingest;
+    loop {
+        let others = state.max_slots - state.slots.available_permits() - 1;
+        if others == 0 || queue.queued_rows() >= queue.split_rows {
+            return;
+        }
+        tokio::select! {
+            _ = state.committed.notified() => {}
+            _ = queue.split_ready.notified() => {}
+            // Now and then, so stop signals are handled.
+            _ = tokio::time::sleep(Duration::from_millis(100)) => return,
+        }
     }
 }
 

@@ -74,6 +74,7 @@ impl Runtime {
         keys: Keys,
         objects: Objects,
     ) -> Result<Self> {
+        let ingest = IngestQueue::new(INGEST_QUEUE_CAPACITY, config.ingest_split_rows);
         let emitter = config.amqp_url.as_ref().map(|_| Emitter {
             source: config.cloudevents_source.clone().unwrap_or_default(),
             job_exchange: config.job_events_exchange.clone(),
@@ -90,7 +91,7 @@ impl Runtime {
             redis_limiter,
             tenants: DashMap::new(),
             registry: RwLock::new(None),
-            ingest: IngestQueue::new(INGEST_QUEUE_CAPACITY),
+            ingest,
             keys,
             objects,
             emitter,

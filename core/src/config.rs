@@ -165,8 +165,13 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "FASTACK_INGEST_CONCURRENCY",
-        "(PostgreSQL cores/2 in 1..4, SQLite 1)",
-        "group commits in flight at once",
+        "(PostgreSQL cores/2 in 2..4, SQLite 1)",
+        "most group commits in flight at once",
+    ),
+    (
+        "FASTACK_INGEST_SPLIT_ROWS",
+        "256",
+        "a group commit beyond the first starts only when this many rows wait (0: at once)",
     ),
     (
         "FASTACK_PLAN_<PLAN>_RPS / _BURST / _RETENTION_MONTHS",
@@ -214,6 +219,7 @@ pub struct Config {
     pub tenant_idle: Duration,
     pub ingest_max_rows: usize,
     pub ingest_concurrency: Option<usize>,
+    pub ingest_split_rows: usize,
     pub plans: PlanTable,
 }
 
@@ -303,6 +309,7 @@ impl Default for Config {
             tenant_idle: Duration::from_secs(300),
             ingest_max_rows: 4_000,
             ingest_concurrency: None,
+            ingest_split_rows: 256,
             plans: PlanTable::default(),
         }
     }
@@ -387,6 +394,7 @@ impl Config {
             }
             "FASTACK_INGEST_MAX_ROWS" => self.ingest_max_rows = parse(key, &value)?,
             "FASTACK_INGEST_CONCURRENCY" => self.ingest_concurrency = Some(parse(key, &value)?),
+            "FASTACK_INGEST_SPLIT_ROWS" => self.ingest_split_rows = parse(key, &value)?,
             other => {
                 if let Some(rest) = other.strip_prefix("FASTACK_PLAN_") {
                     return self.apply_plan(key, rest, &value);
