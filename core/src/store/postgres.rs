@@ -631,32 +631,43 @@ impl Storage for PgStore {
         let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
         let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
 
+        // The group's rows as `$1..$7`, with every new key's idempotency and
+        // inbox rows inserted; what follows `group_insert!()` reads `inb`.
+        macro_rules! group_insert {
+            () => {
+                "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
+                                                     $5::timestamptz[], $6::timestamptz[], $7::text[]) \
+                                AS x(t, k, e, f, o, r, p)), \
+                      ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
+                                                            occurred_at, created_at) \
+                              SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
+                      inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+                              SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
+                              RETURNING event_id, seq) "
+            };
+        }
+        let group = |sql: &'static str| {
+            sqlx::query(sql)
+                .bind(&tenants)
+                .bind(&keys)
+                .bind(&event_ids)
+                .bind(&fingerprints)
+                .bind(&occurred)
+                .bind(&received)
+                .bind(&payloads)
+        };
+
         // Fast path, the common case of a group whose keys are all new: one
         // statement in its own implicit transaction, one round trip instead
         // of three. If some keys already existed it aborts itself (nothing
         // of it commits) and the group takes the transaction below.
-        let fast = sqlx::query(
-            "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
-                                                 $5::timestamptz[], $6::timestamptz[], $7::text[]) \
-                            AS x(t, k, e, f, o, r, p)), \
-                  ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
-                                                        occurred_at, created_at) \
-                          SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
-                  inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
-                          SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
-                          RETURNING event_id) \
-             SELECT count(*) FROM inb \
+        let fast = group(concat!(
+            group_insert!(),
+            "SELECT count(*) FROM inb \
              UNION ALL \
              SELECT fastack_abort_partial_group() FROM (SELECT count(*) AS n FROM ins) c \
-             WHERE c.n > 0 AND c.n < $8",
-        )
-        .bind(&tenants)
-        .bind(&keys)
-        .bind(&event_ids)
-        .bind(&fingerprints)
-        .bind(&occurred)
-        .bind(&received)
-        .bind(&payloads)
+             WHERE c.n > 0 AND c.n < $8"
+        ))
         .bind(rows.len() as i64)
         .fetch_all(&self.pool)
         .await;
@@ -683,30 +694,12 @@ impl Storage for PgStore {
         }
 
         let mut tx = self.pool.begin().await?;
-        // One statement for the common case: keys that are new get their
-        // inbox row in the same statement. Conflicting keys are looked at
-        // below, and a rejected request's rows removed again before commit.
-        let fresh = sqlx::query(
-            "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
-                                                 $5::timestamptz[], $6::timestamptz[], $7::text[]) \
-                            AS x(t, k, e, f, o, r, p)), \
-                  ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
-                                                        occurred_at, created_at) \
-                          SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
-                  inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
-                          SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
-                          RETURNING event_id, seq) \
-             SELECT event_id, seq FROM inb",
-        )
-        .bind(&tenants)
-        .bind(&keys)
-        .bind(&event_ids)
-        .bind(&fingerprints)
-        .bind(&occurred)
-        .bind(&received)
-        .bind(&payloads)
-        .fetch_all(&mut *tx)
-        .await?;
+        // Keys that are new get their inbox row in the same statement.
+        // Conflicting keys are looked at below, and a rejected request's
+        // rows removed again before commit.
+        let fresh = group(concat!(group_insert!(), "SELECT event_id, seq FROM inb"))
+            .fetch_all(&mut *tx)
+            .await?;
         let mut inserted: HashMap<Uuid, i64> = HashMap::with_capacity(fresh.len());
         for row in &fresh {
             inserted.insert(row.try_get("event_id")?, row.try_get("seq")?);
