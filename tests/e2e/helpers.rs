@@ -120,6 +120,22 @@ impl S3Bucket {
     }
 }
 
+/// Whether Redis answers a PING; `false` (after saying the test is skipped)
+/// when it does not and services are not required, a panic when they are.
+pub fn redis_or_skip() -> bool {
+    match redis::Client::open(redis_url())
+        .and_then(|c| c.get_connection())
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+    {
+        Ok(_) => true,
+        Err(e) if !services_required() => {
+            eprintln!("skipped: Redis not reachable: {e}");
+            false
+        }
+        Err(e) => panic!("Redis required but not reachable: {e}"),
+    }
+}
+
 /// A database of one test, dropped at the end.
 pub struct TestDb {
     pub backend: Backend,
@@ -150,15 +166,8 @@ impl TestDb {
                     }
                     Err(e) => panic!("PostgreSQL required but not reachable at {admin}: {e}"),
                 };
-                if let Err(e) = redis::Client::open(redis_url())
-                    .and_then(|c| c.get_connection())
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                {
-                    if !services_required() {
-                        eprintln!("skipped: Redis not reachable: {e}");
-                        return None;
-                    }
-                    panic!("Redis required but not reachable: {e}");
+                if !redis_or_skip() {
+                    return None;
                 }
                 let name = format!("t_{}", Uuid::new_v4().simple());
                 conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
