@@ -137,6 +137,11 @@ pub struct Visibility {
 }
 
 impl Visibility {
+    /// Send-to-seen latencies in µs, up to 10 minutes.
+    fn hist() -> Histogram<u64> {
+        Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds")
+    }
+
     /// Percentiles of latencies recorded in µs, out of `samples` sent.
     fn from_hist(samples: u64, hist: &Histogram<u64>) -> Visibility {
         let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
@@ -562,7 +567,7 @@ async fn visibility(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Sample>,
 ) -> Visibility {
     let client = reqwest::Client::new();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds");
+    let mut hist = Visibility::hist();
     let mut pending: Vec<Sample> = Vec::new();
     let mut samples = 0u64;
     let mut closed = false;
@@ -621,27 +626,15 @@ impl StreamConsumer {
     /// race the server's own declaration).
     async fn bind(url: &str, exchange: &str) -> anyhow::Result<StreamConsumer> {
         use lapin::{
-            Connection, ConnectionProperties, ExchangeKind,
-            options::{
-                BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-            },
+            Connection, ConnectionProperties,
+            options::{BasicConsumeOptions, QueueBindOptions, QueueDeclareOptions},
             types::FieldTable,
         };
         let conn = Connection::connect(url, ConnectionProperties::default())
             .await
             .context("connecting to RabbitMQ")?;
         let channel = conn.create_channel().await?;
-        channel
-            .exchange_declare(
-                exchange.into(),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
+        fastack_core::amqp::declare_exchange(&channel, exchange).await?;
         let queue = channel
             .queue_declare(
                 "".into(),
@@ -683,8 +676,7 @@ impl StreamConsumer {
     /// `core.event.tracked` message, matched on `properties.order_id`.
     async fn measure(mut self, mut rx: tokio::sync::mpsc::UnboundedReceiver<Sample>) -> Visibility {
         use futures::StreamExt;
-        let mut hist =
-            Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds");
+        let mut hist = Visibility::hist();
         // Sampled idempotency keys end in `-{n}-0`; the order id is `o-{n}-0`.
         let order_id = |key: &str| {
             let mut parts = key.rsplitn(3, '-');

@@ -183,9 +183,20 @@ impl Default for IdempotencyCache {
     }
 }
 
+/// A borrowed `(tenant, key)`: looks a key up without allocating it. Hashes
+/// exactly like the owned tuple (fields in order, `str` as `String` does).
+#[derive(Hash)]
+struct KeyRef<'a>(TenantId, &'a str);
+
+impl quick_cache::Equivalent<(TenantId, String)> for KeyRef<'_> {
+    fn equivalent(&self, key: &(TenantId, String)) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
+
 impl IdempotencyCache {
     pub fn get(&self, tenant: TenantId, key: &str) -> Option<(EventId, [u8; 32])> {
-        self.inner.get(&(tenant, key.to_owned()))
+        self.inner.get(&KeyRef(tenant, key))
     }
 
     pub fn insert(&self, tenant: TenantId, key: String, value: (EventId, [u8; 32])) {
@@ -252,4 +263,20 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_cache_finds_owned_keys_by_borrowed_ones() {
+        let cache = IdempotencyCache::default();
+        let (a, b) = (TenantId::new(), TenantId::new());
+        let id = EventId::new();
+        cache.insert(a, "order-1".to_owned(), (id, [7; 32]));
+        assert_eq!(cache.get(a, "order-1"), Some((id, [7; 32])));
+        assert_eq!(cache.get(a, "order-2"), None);
+        assert_eq!(cache.get(b, "order-1"), None, "keys are per tenant");
+    }
 }

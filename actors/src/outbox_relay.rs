@@ -11,11 +11,10 @@
 use std::{sync::Arc, time::Duration};
 
 use chrono::Duration as ChronoDuration;
-use fastack_core::amqp::Emitter;
+use fastack_core::amqp::{Emitter, declare_exchange};
 use lapin::{
-    Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
-    options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions},
-    types::FieldTable,
+    Channel, Confirmation, Connection, ConnectionProperties,
+    options::{BasicPublishOptions, ConfirmSelectOptions},
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
@@ -62,17 +61,7 @@ impl OutboxRelayActor {
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
         for exchange in [&state.emitter.job_exchange, &state.emitter.core_exchange] {
-            channel
-                .exchange_declare(
-                    exchange.as_str().into(),
-                    ExchangeKind::Topic,
-                    ExchangeDeclareOptions {
-                        durable: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await?;
+            declare_exchange(&channel, exchange).await?;
         }
         state.link = Some((conn, channel));
         Ok(())

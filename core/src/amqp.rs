@@ -6,7 +6,8 @@
 //!   AMQP content-type;
 //! - how an outbox row becomes a CloudEvent (`ce-id`, `ce-type`, …);
 //! - message signatures (`x-message-signature`, `t`, `signature-version`)
-//!   and their verification, which consumers and tests use alike.
+//!   and their verification, which consumers and tests use alike;
+//! - the exchanges' declaration, identical wherever one is declared.
 
 use chrono::{DateTime, Utc};
 use cloudevents::{
@@ -18,7 +19,8 @@ use cloudevents::{
     },
 };
 use lapin::{
-    BasicProperties,
+    BasicProperties, Channel, ExchangeKind,
+    options::ExchangeDeclareOptions,
     types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 
@@ -37,6 +39,23 @@ pub const SCHEMA_VERSION: &str = "1.0.0";
 pub const SINGLE_TENANT: &str = "single-tenant";
 /// Signatures older (or further in the future) than this are refused.
 pub const SIGNATURE_TOLERANCE_SECS: i64 = 300;
+
+/// Declares one of the event exchanges: durable, topic. Consumers that
+/// declare it before the server does must use the same parameters, or the
+/// broker refuses the second declaration.
+pub async fn declare_exchange(channel: &Channel, name: &str) -> lapin::Result<()> {
+    channel
+        .exchange_declare(
+            name.into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+}
 
 /// A message in CloudEvents binary mode.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -19,10 +19,10 @@ use chrono::Utc;
 use fastack_core::amqp;
 use futures::StreamExt;
 use lapin::{
-    Connection, ConnectionProperties, ExchangeKind,
+    Connection, ConnectionProperties,
     options::{
-        BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-        QueueBindOptions, QueueDeclareOptions,
+        BasicAckOptions, BasicConsumeOptions, ExchangeDeleteOptions, QueueBindOptions,
+        QueueDeclareOptions,
     },
     types::FieldTable,
 };
@@ -81,16 +81,7 @@ impl Consumer {
 }
 
 async fn declare(channel: &lapin::Channel, exchange: &str) {
-    channel
-        .exchange_declare(
-            exchange.into(),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+    fastack_core::amqp::declare_exchange(channel, exchange)
         .await
         .expect("declare exchange");
 }

@@ -311,23 +311,6 @@ pub(crate) enum OutboxSide {
     Fanout,
 }
 
-impl OutboxSide {
-    /// Clears this side's flag (returning the job ids of the rows), then
-    /// deletes rows no side still wants.
-    pub(crate) fn release_sql(&self) -> (&'static str, &'static str) {
-        match self {
-            OutboxSide::Publish => (
-                "UPDATE outbox SET publish_pending = false, claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
-                "DELETE FROM outbox WHERE id = ANY($1) AND NOT fanout_pending",
-            ),
-            OutboxSide::Fanout => (
-                "UPDATE outbox SET fanout_pending = false, fanout_claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
-                "DELETE FROM outbox WHERE id = ANY($1) AND NOT publish_pending",
-            ),
-        }
-    }
-}
-
 /// The stream an outbox row goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Topic {

@@ -204,7 +204,16 @@ impl PgStore {
         ids: &[i64],
         side: OutboxSide,
     ) -> Result<()> {
-        let (clear, delete) = side.release_sql();
+        let (clear, delete) = match side {
+            OutboxSide::Publish => (
+                "UPDATE outbox SET publish_pending = false, claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
+                "DELETE FROM outbox WHERE id = ANY($1) AND NOT fanout_pending",
+            ),
+            OutboxSide::Fanout => (
+                "UPDATE outbox SET fanout_pending = false, fanout_claimed_until = NULL WHERE id = ANY($1) RETURNING job_id",
+                "DELETE FROM outbox WHERE id = ANY($1) AND NOT publish_pending",
+            ),
+        };
         let jobs: Vec<Option<Uuid>> = sqlx::query_scalar(clear)
             .bind(ids)
             .fetch_all(&mut **tx)
