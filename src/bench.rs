@@ -625,47 +625,14 @@ impl StreamConsumer {
     /// (declared here too, with the server's parameters, so binding does not
     /// race the server's own declaration).
     async fn bind(url: &str, exchange: &str) -> anyhow::Result<StreamConsumer> {
-        use lapin::{
-            Connection, ConnectionProperties,
-            options::{BasicConsumeOptions, QueueBindOptions, QueueDeclareOptions},
-            types::FieldTable,
-        };
+        use lapin::{Connection, ConnectionProperties};
         let conn = Connection::connect(url, ConnectionProperties::default())
             .await
             .context("connecting to RabbitMQ")?;
         let channel = conn.create_channel().await?;
-        fastack_core::amqp::declare_exchange(&channel, exchange).await?;
-        let queue = channel
-            .queue_declare(
-                "".into(),
-                QueueDeclareOptions {
-                    exclusive: true,
-                    auto_delete: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
-        channel
-            .queue_bind(
-                queue.name().clone(),
-                exchange.into(),
-                "core.event.tracked".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        let deliveries = channel
-            .basic_consume(
-                queue.name().clone(),
-                "".into(),
-                BasicConsumeOptions {
-                    no_ack: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
+        let deliveries =
+            fastack_core::amqp::subscribe(&channel, exchange, &["core.event.tracked"], true)
+                .await?;
         Ok(StreamConsumer {
             _conn: conn,
             deliveries,

@@ -7,7 +7,8 @@
 //! - how an outbox row becomes a CloudEvent (`ce-id`, `ce-type`, …);
 //! - message signatures (`x-message-signature`, `t`, `signature-version`)
 //!   and their verification, which consumers and tests use alike;
-//! - the exchanges' declaration, identical wherever one is declared.
+//! - the exchanges' declaration, identical wherever one is declared, and a
+//!   consumer's subscription to them.
 
 use chrono::{DateTime, Utc};
 use cloudevents::{
@@ -19,8 +20,8 @@ use cloudevents::{
     },
 };
 use lapin::{
-    BasicProperties, Channel, ExchangeKind,
-    options::ExchangeDeclareOptions,
+    BasicProperties, Channel, Consumer, ExchangeKind,
+    options::{BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions},
     types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 
@@ -50,6 +51,51 @@ pub async fn declare_exchange(channel: &Channel, name: &str) -> lapin::Result<()
             ExchangeKind::Topic,
             ExchangeDeclareOptions {
                 durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+}
+
+/// A consumer's view of an event exchange: declares it, binds a private
+/// queue (gone with the connection) to each routing key and consumes it.
+/// With `auto_ack` the broker forgets a message as soon as it is sent.
+pub async fn subscribe(
+    channel: &Channel,
+    exchange: &str,
+    routing_keys: &[&str],
+    auto_ack: bool,
+) -> lapin::Result<Consumer> {
+    declare_exchange(channel, exchange).await?;
+    let queue = channel
+        .queue_declare(
+            "".into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    for key in routing_keys {
+        channel
+            .queue_bind(
+                queue.name().clone(),
+                exchange.into(),
+                (*key).into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    channel
+        .basic_consume(
+            queue.name().clone(),
+            "".into(),
+            BasicConsumeOptions {
+                no_ack: auto_ack,
                 ..Default::default()
             },
             FieldTable::default(),

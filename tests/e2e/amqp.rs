@@ -20,10 +20,7 @@ use fastack_core::amqp;
 use futures::StreamExt;
 use lapin::{
     Connection, ConnectionProperties,
-    options::{
-        BasicAckOptions, BasicConsumeOptions, ExchangeDeleteOptions, QueueBindOptions,
-        QueueDeclareOptions,
-    },
+    options::{BasicAckOptions, ExchangeDeleteOptions},
     types::FieldTable,
 };
 use serde_json::{Value, json};
@@ -80,51 +77,14 @@ impl Consumer {
     }
 }
 
-async fn declare(channel: &lapin::Channel, exchange: &str) {
-    fastack_core::amqp::declare_exchange(channel, exchange)
-        .await
-        .expect("declare exchange");
-}
-
 pub async fn consumer(exchange: &str, keys: &[&str]) -> Consumer {
     let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
         .expect("consumer connects");
     let channel = conn.create_channel().await.unwrap();
-    declare(&channel, exchange).await;
-    let queue = channel
-        .queue_declare(
-            "".into(),
-            QueueDeclareOptions {
-                exclusive: true,
-                auto_delete: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+    let mut stream = amqp::subscribe(&channel, exchange, keys, false)
         .await
-        .unwrap();
-    for key in keys {
-        channel
-            .queue_bind(
-                queue.name().clone(),
-                exchange.into(),
-                (*key).into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-    }
-    let mut stream = channel
-        .basic_consume(
-            queue.name().clone(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+        .expect("subscribe");
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(Ok(d)) = stream.next().await {
