@@ -658,3 +658,138 @@ async fn private_addresses_are_refused_at_delivery_time() {
     assert!(rx.hits().is_empty(), "nothing reached the private receiver");
     app.cleanup().await;
 }
+
+/// The admin CLI against a running server on PostgreSQL, as an operator
+/// uses it: a tenant and a key created with `--json`, an endpoint added,
+/// disabled (events in the meantime are not sent to it) and enabled again
+/// (later events are), and the key revoked (it stops working).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_cli_tenant_key_and_endpoint_lifecycle() {
+    use sqlx::Connection;
+    let Some(app) = webhook_app(Backend::Postgres).await else {
+        return;
+    };
+    let env = app.db.env();
+    let cli = |args: &[&str]| -> Value {
+        let out = std::process::Command::new(bin_path())
+            .args(["admin", "--json"])
+            .args(args)
+            .env_clear()
+            .envs(env.clone())
+            .env("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?} printed no JSON: {e}"))
+    };
+
+    let tenant = cli(&["tenant", "create", "--name", "cli-co", "--plan", "pro"]);
+    assert_eq!(tenant["name"], "cli-co");
+    assert_eq!(tenant["plan"], "pro");
+    let listed = cli(&["tenant", "list"]);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == tenant["id"]),
+        "{listed}"
+    );
+    let key = cli(&["key", "create", "--tenant", "cli-co"]);
+    let secret = key["secret"].as_str().unwrap().to_owned();
+    let key_id = key["id"].as_str().unwrap().to_owned();
+
+    let rx = Receiver::start(&[]).await;
+    let endpoint = cli(&[
+        "webhook",
+        "add",
+        "--tenant",
+        "cli-co",
+        "--url",
+        &rx.url(),
+        "--events",
+        "core.event.tracked",
+    ]);
+    assert!(endpoint["secret"].as_str().unwrap().starts_with("whsec_"));
+    let endpoint_id = endpoint["id"].as_str().unwrap().to_owned();
+
+    let post = |k: &'static str| {
+        let (app, secret) = (&app, secret.clone());
+        async move {
+            app.post("/v1/core/track", &secret, &track(k, "u", Utc::now()))
+                .await
+        }
+    };
+    let body_id = |h: &Hit| -> String {
+        serde_json::from_slice::<Value>(&h.body).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let first = post("cli-1").await;
+    assert_eq!(first.status, 202, "{}", first.body);
+    rx.wait_hits(1, Duration::from_secs(15)).await;
+
+    let disabled = cli(&[
+        "webhook",
+        "disable",
+        "--endpoint",
+        &endpoint_id,
+        "--reason",
+        "maintenance",
+    ]);
+    assert_eq!(disabled["enabled"], false);
+    let while_off = post("cli-2").await;
+    assert_eq!(while_off.status, 202);
+    // Enable only after that event was stored and fanned out (its outbox
+    // row is gone), so it met the endpoint disabled.
+    let db_url = app.db.database_url().unwrap();
+    let (from, to) = (
+        (Utc::now() - chrono::Duration::hours(1)).to_rfc3339(),
+        (Utc::now() + chrono::Duration::hours(1)).to_rfc3339(),
+    );
+    eventually(
+        "the event sent while disabled stored and fanned out",
+        Duration::from_secs(15),
+        || async {
+            let stored = app.events(&secret, &from, &to, "").await.len() == 2;
+            let mut conn = sqlx::PgConnection::connect(&db_url).await.unwrap();
+            let outbox: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            (stored && outbox == 0).then_some(())
+        },
+    )
+    .await;
+    let enabled = cli(&["webhook", "enable", "--endpoint", &endpoint_id]);
+    assert_eq!(enabled["enabled"], true);
+    let after = post("cli-3").await;
+    assert_eq!(after.status, 202);
+    let hits = rx.wait_hits(2, Duration::from_secs(15)).await;
+    let ids: Vec<String> = hits.iter().map(body_id).collect();
+    assert!(ids.contains(&after.body["id"].as_str().unwrap().to_owned()));
+    assert!(ids.contains(&first.body["id"].as_str().unwrap().to_owned()));
+    // Given the chance, the event sent while disabled still does not come.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ids: Vec<String> = rx.hits().iter().map(body_id).collect();
+    assert!(
+        !ids.contains(&while_off.body["id"].as_str().unwrap().to_owned()),
+        "an event sent while the endpoint was disabled was delivered"
+    );
+
+    let revoked = cli(&["key", "revoke", "--key", &key_id]);
+    assert_eq!(revoked["revoked"], true);
+    eventually(
+        "the revoked key refused",
+        Duration::from_secs(10),
+        || async { (post("cli-4").await.status == 401).then_some(()) },
+    )
+    .await;
+    app.cleanup().await;
+}
