@@ -229,12 +229,11 @@ pub async fn archive_and_drop(
     progress: Progress<'_>,
 ) -> Result<Report> {
     let table = key.table_name();
+    // Only for progress: this partition's count, not every partition's.
     let total = store
-        .list_partitions(true)
+        .partition_rows(key)
         .await?
-        .into_iter()
-        .find(|p| p.key == key)
-        .map_or(0, |p| p.rows.max(0) as u64);
+        .map_or(0, |n| n.max(0) as u64);
     let base = format!("archives/tracked_events/{table}/{run}");
     let path = format!("{base}.ndjson.gz");
     let manifest_path = format!("{base}.manifest.json");

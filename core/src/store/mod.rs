@@ -528,8 +528,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     // --- partitions and retention -----------------------------------------
 
     /// Every partition of `tracked_events` (month × retention class), with
-    /// exact row counts when asked (`rows` is -1 otherwise).
+    /// exact row counts when asked (`rows` is -1 otherwise). A partition
+    /// dropped while the list is made is left out.
     async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>>;
+    /// Exact row count of one partition; `None` when it does not exist
+    /// (never created, or dropped by a concurrent retention run).
+    async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>>;
     /// A page of a partition in primary-key order, as archive rows.
     async fn read_partition(
         &self,

@@ -1400,10 +1400,11 @@ impl Storage for PgStore {
             let Some(key) = PartitionKey::parse_table(&name) else {
                 continue;
             };
-            let rows: i64 = if with_rows {
-                sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {name}")))
-                    .fetch_one(&self.pool)
-                    .await?
+            let rows = if with_rows {
+                match self.partition_rows(key).await? {
+                    Some(rows) => rows,
+                    None => continue,
+                }
             } else {
                 -1
             };
@@ -1417,6 +1418,21 @@ impl Storage for PgStore {
             });
         }
         Ok(out)
+    }
+
+    async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>> {
+        let counted = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT count(*) FROM {}",
+            key.table_name()
+        )))
+        .fetch_one(&self.pool)
+        .await;
+        match counted {
+            Ok(rows) => Ok(Some(rows)),
+            // undefined_table: gone, or never there.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn read_partition(

@@ -1453,10 +1453,11 @@ impl Storage for SqliteStore {
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             let table = key.table_name();
-            let rows: i64 = if with_rows {
-                sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-                    .fetch_one(&self.reader)
-                    .await?
+            let rows = if with_rows {
+                match self.partition_rows(key).await? {
+                    Some(rows) => rows,
+                    None => continue,
+                }
             } else {
                 -1
             };
@@ -1470,6 +1471,28 @@ impl Storage for SqliteStore {
             });
         }
         Ok(out)
+    }
+
+    async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>> {
+        let table = key.table_name();
+        // One read transaction: the existence check and the count see the
+        // same snapshot, so a concurrent drop cannot fall between them.
+        let mut tx = self.reader.begin().await?;
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1")
+                .bind(&table)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let rows = match exists {
+            Some(_) => Some(
+                sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                    .fetch_one(&mut *tx)
+                    .await?,
+            ),
+            None => None,
+        };
+        tx.commit().await?;
+        Ok(rows)
     }
 
     async fn read_partition(
