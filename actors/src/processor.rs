@@ -35,6 +35,21 @@ pub struct ProcessorState {
     /// When the last round ended, and whether a gathered round is scheduled.
     last_round: Option<std::time::Instant>,
     gathering: bool,
+    /// Highest inbox `seq` this processor has consumed while holding the
+    /// lease. Woken rounds read from a little below it (see
+    /// [`straggler_window`]); ticks read the whole inbox of the tenant.
+    cursor: Option<i64>,
+}
+
+/// How far below its cursor a woken round starts reading. Inbox rows are
+/// numbered when inserted but become visible when their commit ends, so a
+/// group commit that started earlier can land rows below rows already
+/// consumed. Overlapping commits on one node span at most this many
+/// numbers; anything older (a very slow commit, another node) is found by
+/// the next tick's full read. Without the cursor each round would walk the
+/// index entries of every row deleted since the table was last vacuumed.
+fn straggler_window(ctx: &crate::context::Ctx) -> i64 {
+    (ctx.config.ingest_max_rows as i64).saturating_mul(4)
 }
 
 /// Messages of a tenant's processor.
@@ -65,6 +80,7 @@ impl Actor for ProcessorActor {
             ticker: None,
             last_round: None,
             gathering: false,
+            cursor: None,
         })
     }
 
@@ -130,12 +146,19 @@ impl Actor for ProcessorActor {
                 .await?;
             if held != state.holding {
                 info!(tenant = %state.tenant_id, node = %ctx.node_id, held, "processing lease changed");
+                state.cursor = None;
             }
             state.holding = held;
         }
         if !state.holding {
             return Ok(());
         }
+        let window = straggler_window(ctx);
+        let mut after_seq = if tick {
+            None
+        } else {
+            state.cursor.map(|c| c.saturating_sub(window))
+        };
         let tenant = state.shared.tenant();
         let retention = ctx.config.plans.retention_for(&tenant);
         let emit_tracked = ctx.tracked_emit(state.tenant_id).await;
@@ -149,11 +172,18 @@ impl Actor for ProcessorActor {
                 now,
                 lease_ttl: ttl,
                 emit_tracked,
+                after_seq,
             };
             match ctx.store.process_batch(&req).await {
                 Ok(out) => {
                     if out.consumed == 0 {
                         break;
+                    }
+                    if let Some(last) = out.last_seq {
+                        state.cursor = Some(state.cursor.map_or(last, |c| c.max(last)));
+                        // Continue right after this batch: rows below it
+                        // were either just consumed or are stragglers.
+                        after_seq = Some(after_seq.map_or(last, |a| a.max(last)));
                     }
                     ctx.metrics
                         .events_processed
@@ -179,6 +209,7 @@ impl Actor for ProcessorActor {
                 Err(CoreError::LeaseLost) => {
                     info!(tenant = %state.tenant_id, "processing lease lost");
                     state.holding = false;
+                    state.cursor = None;
                     break;
                 }
                 Err(e) => return Err(e.into()),

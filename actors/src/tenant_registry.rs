@@ -23,10 +23,16 @@ pub struct TenantRegistryArgs {
     pub ctx: Arc<Ctx>,
 }
 
+/// Inbox gauges are refreshed on every this-many backlog scans.
+const STATS_EVERY: u64 = 5;
+
 pub struct TenantRegistryState {
     ctx: Arc<Ctx>,
     running: HashMap<ActorId, TenantId>,
     backoff: HashMap<TenantId, Backoff>,
+    /// Backlog scans so far; the inbox gauges are refreshed every
+    /// [`STATS_EVERY`]th one.
+    scans: u64,
     scanner: Option<JoinHandle<()>>,
 }
 
@@ -100,6 +106,7 @@ impl Actor for TenantRegistryActor {
             ctx: args.ctx,
             running: HashMap::new(),
             backoff: HashMap::new(),
+            scans: 0,
             scanner: None,
         })
     }
@@ -150,22 +157,24 @@ impl Actor for TenantRegistryActor {
             }
             TenantRegistryMsg::ScanBacklog => {
                 let ctx = state.ctx.clone();
-                match ctx.store.inbox_stats().await {
-                    Ok((depth, oldest)) => {
-                        ctx.metrics.inbox_depth.set(depth);
-                        let age = oldest
-                            .map(|t| (ctx.now() - t).num_milliseconds().max(0) as f64 / 1000.0)
-                            .unwrap_or(0.0);
-                        ctx.metrics.oldest_unprocessed_seconds.set(age);
-                        // An accept-only node leaves the backlog to others.
-                        if depth == 0 || !ctx.config.processing {
-                            return Ok(());
+                // The gauges count the whole inbox (a heap scan), so they are
+                // refreshed less often than the backlog is looked at.
+                if state.scans % STATS_EVERY == 0 {
+                    match ctx.store.inbox_stats().await {
+                        Ok((depth, oldest)) => {
+                            ctx.metrics.inbox_depth.set(depth);
+                            let age = oldest
+                                .map(|t| (ctx.now() - t).num_milliseconds().max(0) as f64 / 1000.0)
+                                .unwrap_or(0.0);
+                            ctx.metrics.oldest_unprocessed_seconds.set(age);
                         }
+                        Err(error) => warn!(%error, "inbox statistics failed"),
                     }
-                    Err(error) => {
-                        warn!(%error, "backlog scan failed");
-                        return Ok(());
-                    }
+                }
+                state.scans += 1;
+                // An accept-only node leaves the backlog to others.
+                if !ctx.config.processing {
+                    return Ok(());
                 }
                 let tenants = match ctx.store.backlog_tenants(10_000).await {
                     Ok(t) => t,

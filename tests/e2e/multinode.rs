@@ -124,3 +124,92 @@ async fn app_post_batch(app: &crate::helpers::TestApp, prefix: &str, n: usize) -
         .await
         .status
 }
+
+/// An inbox row that becomes visible below rows a processor has already
+/// consumed (a group commit that started earlier but ended later, here
+/// made by hand) is still processed, once: woken rounds read from a little
+/// below the processor's cursor, and every tick reads the tenant's whole
+/// inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_row_below_the_cursor_is_still_processed() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let db = Arc::new(db);
+    let pool = sqlx::PgPool::connect(&db.database_url().unwrap())
+        .await
+        .unwrap();
+    let now = Utc::now();
+    let from = (now - chrono::Duration::hours(1)).to_rfc3339();
+    let to = (now + chrono::Duration::hours(1)).to_rfc3339();
+
+    // An accept-only node queues the late event; its row is held aside.
+    let accept = spawn_on(db.clone(), |c| c.processing = false).await;
+    let late = accept
+        .post("/v1/core/track", &accept.t.key, &track("late", "u1", now))
+        .await;
+    assert_eq!(late.status, 202, "{}", late.body);
+    for sql in [
+        "CREATE TABLE held AS SELECT * FROM inbox",
+        "DELETE FROM inbox",
+        // Rows from now on are numbered far above it, beyond the window a
+        // woken round looks back.
+        "SELECT setval(pg_get_serial_sequence('inbox', 'seq'), 10000000)",
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+
+    let node = spawn_on(db.clone(), |_| {}).await;
+    let first = node
+        .post("/v1/core/track", &node.t.key, &track("first", "u2", now))
+        .await;
+    assert_eq!(first.status, 202, "{}", first.body);
+    eventually(
+        "the first event processed",
+        Duration::from_secs(20),
+        || async { (node.events(&node.t.key, &from, &to, "").await.len() == 1).then_some(()) },
+    )
+    .await;
+
+    // The late row appears below the processor's cursor; a new event wakes
+    // the processor as well.
+    sqlx::raw_sql(
+        "INSERT INTO inbox (seq, tenant_id, event_id, payload, received_at) OVERRIDING SYSTEM VALUE \
+         SELECT seq, tenant_id, event_id, payload, received_at FROM held",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let wake = node
+        .post("/v1/core/track", &node.t.key, &track("wake", "u3", now))
+        .await;
+    assert_eq!(wake.status, 202, "{}", wake.body);
+
+    let evs = eventually(
+        "the late event processed",
+        Duration::from_secs(20),
+        || async {
+            let e = node.events(&node.t.key, &from, &to, "").await;
+            (e.len() >= 3).then_some(e)
+        },
+    )
+    .await;
+    let ids: HashSet<&str> = evs.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(evs.len(), 3, "each event stored once: {evs:?}");
+    assert!(ids.contains(late.body["id"].as_str().unwrap()));
+    eventually("the inbox drained", Duration::from_secs(20), || async {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        (left == 0).then_some(())
+    })
+    .await;
+
+    pool.close().await;
+    accept.stop().await;
+    node.cleanup().await;
+}

@@ -375,6 +375,10 @@ pub struct ProcessRequest {
     pub lease_ttl: Duration,
     /// Who takes `core.event.tracked` rows of this tenant.
     pub emit_tracked: Emit,
+    /// Read only inbox rows whose `seq` is above this (`None`: from the
+    /// tenant's oldest row). Lets a processor start its index scan near the
+    /// live rows instead of walking every row deleted since the last vacuum.
+    pub after_seq: Option<i64>,
 }
 
 /// What one processing transaction did.
@@ -388,6 +392,8 @@ pub struct ProcessOutcome {
     pub already_processed: usize,
     /// Oldest `received_at` among consumed rows, for the lag metric.
     pub received: Vec<DateTime<Utc>>,
+    /// Highest inbox `seq` consumed.
+    pub last_seq: Option<i64>,
 }
 
 /// An API key with its tenant, as the front door needs it.

@@ -834,8 +834,18 @@ impl Storage for PgStore {
     }
 
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
-        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT tenant_id FROM inbox LIMIT $1")
-            .bind(limit as i64)
+        // A skip scan over the primary key's index, one descent per tenant:
+        // `DISTINCT` would read the whole heap, dead rows included, which
+        // for a queue table between vacuums is most of it.
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "WITH RECURSIVE t(id) AS ( \
+                 (SELECT tenant_id FROM inbox ORDER BY tenant_id LIMIT 1) \
+                 UNION ALL \
+                 SELECT (SELECT i.tenant_id FROM inbox i WHERE i.tenant_id > t.id ORDER BY i.tenant_id LIMIT 1) \
+                 FROM t WHERE t.id IS NOT NULL) \
+             SELECT id FROM t WHERE id IS NOT NULL LIMIT $1",
+        )
+        .bind(limit as i64)
             .fetch_all(&self.pool)
             .await?;
         Ok(ids.into_iter().map(TenantId).collect())
@@ -875,10 +885,12 @@ impl Storage for PgStore {
             return Err(Error::LeaseLost);
         }
         let rows = sqlx::query(
-            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 ORDER BY seq LIMIT $2",
+            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 AND seq > $3 \
+             ORDER BY seq LIMIT $2",
         )
         .bind(req.tenant_id.0)
         .bind(req.limit as i64)
+        .bind(req.after_seq.unwrap_or(i64::MIN))
         .fetch_all(&mut *tx)
         .await?;
         if rows.is_empty() {
@@ -916,6 +928,7 @@ impl Storage for PgStore {
 
         let mut outcome = ProcessOutcome {
             consumed: items.len(),
+            last_seq: seqs.iter().copied().max(),
             already_processed: items.len() - todo.len(),
             received: items.iter().map(|(_, _, r)| *r).collect(),
             ..Default::default()

@@ -612,10 +612,12 @@ impl SqliteStore {
             return Err(Error::LeaseLost);
         }
         let rows = sqlx::query(
-            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 ORDER BY seq LIMIT $2",
+            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 AND seq > $3 \
+             ORDER BY seq LIMIT $2",
         )
         .bind(req.tenant_id.0)
         .bind(req.limit as i64)
+        .bind(req.after_seq.unwrap_or(i64::MIN))
         .fetch_all(&mut *tx)
         .await?;
         if rows.is_empty() {
@@ -652,6 +654,7 @@ impl SqliteStore {
             .collect();
         let mut outcome = ProcessOutcome {
             consumed: items.len(),
+            last_seq: seqs.iter().copied().max(),
             already_processed: items.len() - todo.len(),
             received: items.iter().map(|(_, _, r)| *r).collect(),
             ..Default::default()
