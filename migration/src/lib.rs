@@ -12,6 +12,7 @@ mod m20261130_000002_jobs_outbox;
 mod m20261130_000003_default_tripwire;
 mod m20261130_000004_webhooks;
 mod m20261130_000005_ingest_fast_path;
+mod m20261130_000006_queue_vacuum;
 
 pub struct Migrator;
 
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000003_default_tripwire::Migration),
             Box::new(m20261130_000004_webhooks::Migration),
             Box::new(m20261130_000005_ingest_fast_path::Migration),
+            Box::new(m20261130_000006_queue_vacuum::Migration),
         ]
     }
 }

@@ -60,3 +60,35 @@ fn committed_openapi_matches_the_code() {
         "openapi/openapi.json drifted: run `cargo run -- openapi > openapi/openapi.json`"
     );
 }
+
+/// The queue tables carry their own autovacuum thresholds (a fixed number
+/// of dead rows, not a fifth of the table), as an operator sees them in
+/// `\d+ inbox`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_tables_are_vacuumed_by_dead_row_count() {
+    let Some(app) = crate::helpers::spawn_app(crate::helpers::Backend::Postgres).await else {
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&app.db.database_url().unwrap())
+        .await
+        .unwrap();
+    for table in ["inbox", "outbox"] {
+        let options: Vec<String> =
+            sqlx::query_scalar("SELECT unnest(reloptions) FROM pg_class WHERE oid = $1::regclass")
+                .bind(table)
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        for expected in [
+            "autovacuum_vacuum_scale_factor=0",
+            "autovacuum_vacuum_threshold=10000",
+        ] {
+            assert!(
+                options.iter().any(|o| o == expected),
+                "{table}: {options:?}"
+            );
+        }
+    }
+    pool.close().await;
+    app.cleanup().await;
+}
