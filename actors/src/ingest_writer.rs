@@ -163,9 +163,9 @@ impl Actor for IngestWriterActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         // SQLite has one writer. On PostgreSQL a second commit in flight
-        // pays off only for big groups (batches): small ones are cheaper
-        // merged into the next group, so commits beyond the first wait for
-        // `ingest_split_rows` queued rows (see `Drain`).
+        // pays off once a group's worth of rows waits; a handful of rows is
+        // cheaper merged into the next group, so commits beyond the first
+        // wait for `ingest_split_rows` queued rows (see `Drain`).
         let concurrency = args
             .ctx
             .config

@@ -170,7 +170,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "FASTACK_INGEST_SPLIT_ROWS",
-        "256",
+        "16",
         "a group commit beyond the first starts only when this many rows wait (0: at once)",
     ),
     (
@@ -309,7 +309,7 @@ impl Default for Config {
             tenant_idle: Duration::from_secs(300),
             ingest_max_rows: 4_000,
             ingest_concurrency: None,
-            ingest_split_rows: 256,
+            ingest_split_rows: 16,
             plans: PlanTable::default(),
         }
     }
