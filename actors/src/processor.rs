@@ -183,7 +183,7 @@ impl Actor for ProcessorActor {
                         state.cursor = Some(state.cursor.map_or(last, |c| c.max(last)));
                         // Continue right after this batch: rows below it
                         // were either just consumed or are stragglers.
-                        after_seq = Some(after_seq.map_or(last, |a| a.max(last)));
+                        after_seq = Some(last);
                     }
                     ctx.metrics
                         .events_processed

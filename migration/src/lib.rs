@@ -39,3 +39,11 @@ pub(crate) async fn run_all(manager: &SchemaManager<'_>, sql: &str) -> Result<()
     }
     Ok(())
 }
+
+/// Like [`run_all`], on PostgreSQL only: for what SQLite does not need.
+pub(crate) async fn run_on_postgres(manager: &SchemaManager<'_>, sql: &str) -> Result<(), DbErr> {
+    match manager.get_database_backend() {
+        sea_orm_migration::sea_orm::DbBackend::Postgres => run_all(manager, sql).await,
+        _ => Ok(()),
+    }
+}

@@ -4,7 +4,6 @@
 //! SQLite commits groups differently and needs nothing.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::DbBackend;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -14,16 +13,11 @@ pub struct Migration;
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        match manager.get_database_backend() {
-            DbBackend::Postgres => {
-                crate::run_all(
-                    manager,
-                    "CREATE FUNCTION fastack_abort_partial_group() RETURNS bigint LANGUAGE plpgsql AS \
-                     $$ BEGIN RAISE EXCEPTION 'ingest group has keys that already exist' USING ERRCODE = 'FA001'; END $$",
-                )
-                .await
-            }
-            _ => Ok(()),
-        }
+        crate::run_on_postgres(
+            manager,
+            "CREATE FUNCTION fastack_abort_partial_group() RETURNS bigint LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'ingest group has keys that already exist' USING ERRCODE = 'FA001'; END $$",
+        )
+        .await
     }
 }

@@ -8,7 +8,6 @@
 //! frees deleted rows itself.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::DbBackend;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -22,18 +21,13 @@ const QUEUE_TABLE_OPTIONS: &str =
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        match manager.get_database_backend() {
-            DbBackend::Postgres => {
-                crate::run_all(
-                    manager,
-                    &format!(
-                        "ALTER TABLE inbox SET ({QUEUE_TABLE_OPTIONS});\n\
-                         ALTER TABLE outbox SET ({QUEUE_TABLE_OPTIONS});"
-                    ),
-                )
-                .await
-            }
-            _ => Ok(()),
-        }
+        crate::run_on_postgres(
+            manager,
+            &format!(
+                "ALTER TABLE inbox SET ({QUEUE_TABLE_OPTIONS});\n\
+                 ALTER TABLE outbox SET ({QUEUE_TABLE_OPTIONS});"
+            ),
+        )
+        .await
     }
 }

@@ -668,9 +668,7 @@ async fn repairer_reemits_when_the_marker_stays_set() {
         .await
         .expect("first emission");
     // The marker is cleared once the broker confirmed.
-    let pool = sqlx::PgPool::connect(&app.db.database_url().unwrap())
-        .await
-        .unwrap();
+    let pool = app.db.pg_pool().await;
     let id: uuid::Uuid = job_id.parse().unwrap();
     eventually("the marker cleared", Duration::from_secs(10), || async {
         let pending: bool = sqlx::query_scalar("SELECT event_pending FROM jobs WHERE id = $1")
@@ -848,9 +846,7 @@ async fn repairers_on_two_nodes_do_the_work_once() {
             .expect("first emissions");
         first.insert(m.header("ce-id"));
     }
-    let pool = sqlx::PgPool::connect(&a.db.database_url().unwrap())
-        .await
-        .unwrap();
+    let pool = a.db.pg_pool().await;
     eventually("markers cleared", Duration::from_secs(10), || async {
         let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE event_pending")
             .fetch_one(&pool)

@@ -183,6 +183,13 @@ impl TestDb {
         }
     }
 
+    /// A pool on this test's PostgreSQL database (panics on SQLite).
+    pub async fn pg_pool(&self) -> sqlx::PgPool {
+        sqlx::PgPool::connect(&self.database_url().expect("a PostgreSQL test database"))
+            .await
+            .expect("connecting to the test database")
+    }
+
     pub fn database_url(&self) -> Option<String> {
         self.pg_name.as_ref().map(|name| {
             let admin = pg_admin_url();

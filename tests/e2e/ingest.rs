@@ -167,9 +167,7 @@ pub async fn partition_of(app: &TestApp, id: &str) -> String {
     let id: uuid::Uuid = id.parse().unwrap();
     match app.db.backend {
         Backend::Postgres => {
-            let pool = sqlx::PgPool::connect(&app.db.database_url().unwrap())
-                .await
-                .unwrap();
+            let pool = app.db.pg_pool().await;
             let t: String = sqlx::query_scalar(
                 "SELECT tableoid::regclass::text FROM tracked_events WHERE id = $1 \
                  AND occurred_at >= '2000-01-01' AND occurred_at < '2100-01-01'",
@@ -213,9 +211,7 @@ pub async fn partition_of(app: &TestApp, id: &str) -> String {
 }
 
 pub async fn default_partition_rows(app: &TestApp) -> i64 {
-    let pool = sqlx::PgPool::connect(&app.db.database_url().unwrap())
-        .await
-        .unwrap();
+    let pool = app.db.pg_pool().await;
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM tracked_events_default")
         .fetch_one(&pool)
         .await

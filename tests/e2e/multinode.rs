@@ -63,9 +63,7 @@ async fn two_nodes_one_database_process_each_event_once() {
     assert_eq!(evs.len(), 1000);
 
     // Second fence agrees: one processed_jobs row per event.
-    let pool = sqlx::PgPool::connect(&db.database_url().unwrap())
-        .await
-        .unwrap();
+    let pool = db.pg_pool().await;
     let fenced: i64 = sqlx::query_scalar("SELECT count(*) FROM processed_jobs")
         .fetch_one(&pool)
         .await
@@ -136,9 +134,7 @@ async fn inbox_row_below_the_cursor_is_still_processed() {
         return;
     };
     let db = Arc::new(db);
-    let pool = sqlx::PgPool::connect(&db.database_url().unwrap())
-        .await
-        .unwrap();
+    let pool = db.pg_pool().await;
     let now = Utc::now();
     let from = (now - chrono::Duration::hours(1)).to_rfc3339();
     let to = (now + chrono::Duration::hours(1)).to_rfc3339();

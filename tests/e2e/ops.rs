@@ -69,9 +69,7 @@ async fn queue_tables_are_vacuumed_by_dead_row_count() {
     let Some(app) = crate::helpers::spawn_app(crate::helpers::Backend::Postgres).await else {
         return;
     };
-    let pool = sqlx::PgPool::connect(&app.db.database_url().unwrap())
-        .await
-        .unwrap();
+    let pool = app.db.pg_pool().await;
     for table in ["inbox", "outbox"] {
         let options: Vec<String> =
             sqlx::query_scalar("SELECT unnest(reloptions) FROM pg_class WHERE oid = $1::regclass")

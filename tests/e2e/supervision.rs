@@ -15,9 +15,7 @@ on_both_backends!(failed_processor_is_restarted_and_resumes);
 async fn exec(app: &TestApp, sql: &str) {
     match app.db.backend {
         Backend::Postgres => {
-            let pool = sqlx::PgPool::connect(&app.db.database_url().unwrap())
-                .await
-                .unwrap();
+            let pool = app.db.pg_pool().await;
             sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
                 .execute(&pool)
                 .await

@@ -928,7 +928,8 @@ impl Storage for PgStore {
 
         let mut outcome = ProcessOutcome {
             consumed: items.len(),
-            last_seq: seqs.iter().copied().max(),
+            // Read in `seq` order.
+            last_seq: seqs.last().copied(),
             already_processed: items.len() - todo.len(),
             received: items.iter().map(|(_, _, r)| *r).collect(),
             ..Default::default()

@@ -588,6 +588,23 @@ async fn release_rows(conn: &mut SqliteConnection, ids: &[i64], side: OutboxSide
     Ok(())
 }
 
+/// Rows of one month table, or `None` when it does not exist; callers run
+/// it inside a transaction so existence and count agree.
+async fn count_partition(conn: &mut SqliteConnection, table: &str) -> Result<Option<i64>> {
+    let exists: Option<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1")
+            .bind(table)
+            .fetch_optional(&mut *conn)
+            .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let rows = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(Some(rows))
+}
+
 fn parse_table_name(name: &str) -> Option<PartitionKey> {
     PartitionKey::parse_table(name)
 }
@@ -654,7 +671,8 @@ impl SqliteStore {
             .collect();
         let mut outcome = ProcessOutcome {
             consumed: items.len(),
-            last_seq: seqs.iter().copied().max(),
+            // Read in `seq` order.
+            last_seq: seqs.last().copied(),
             already_processed: items.len() - todo.len(),
             received: items.iter().map(|(_, _, r)| *r).collect(),
             ..Default::default()
@@ -1477,23 +1495,10 @@ impl Storage for SqliteStore {
     }
 
     async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>> {
-        let table = key.table_name();
         // One read transaction: the existence check and the count see the
         // same snapshot, so a concurrent drop cannot fall between them.
         let mut tx = self.reader.begin().await?;
-        let exists: Option<String> =
-            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1")
-                .bind(&table)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let rows = match exists {
-            Some(_) => Some(
-                sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-                    .fetch_one(&mut *tx)
-                    .await?,
-            ),
-            None => None,
-        };
+        let rows = count_partition(&mut tx, &key.table_name()).await?;
         tx.commit().await?;
         Ok(rows)
     }
@@ -1559,22 +1564,14 @@ impl Storage for SqliteStore {
         let table = key.table_name();
         // The single writer connection: nothing inserts while this runs.
         let mut tx = self.writer.begin().await?;
-        let exists: Option<String> =
-            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1")
-                .bind(&table)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if exists.is_none() {
+        let Some(rows) = count_partition(&mut tx, &table).await? else {
             self.partitions.lock().remove(&key);
             return Ok(if expected_rows == 0 {
                 DropOutcome::Dropped
             } else {
                 DropOutcome::RowsChanged { rows: 0 }
             });
-        }
-        let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-            .fetch_one(&mut *tx)
-            .await?;
+        };
         if rows != expected_rows {
             return Ok(DropOutcome::RowsChanged { rows });
         }
