@@ -237,3 +237,76 @@ async fn postgres_kill_9_before_processing() {
 async fn postgres_kill_9_during_processing() {
     kill_then_recover(Backend::Postgres, true).await;
 }
+
+/// The database drops every connection of the server (a restart, a
+/// failover, an operator's `pg_terminate_backend`): a request whose commit
+/// hit a dead connection is answered 503 (nothing kept, retry), the next
+/// ones are accepted on fresh connections, and processing resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_dropped_connections_are_replaced() {
+    let Some(app) = crate::helpers::spawn_app(Backend::Postgres).await else {
+        return;
+    };
+    let now = Utc::now();
+    let first = app
+        .post("/v1/core/track", &app.t.key, &track("dc-1", "u1", now))
+        .await;
+    assert_eq!(first.status, 202, "{}", first.body);
+
+    let admin = app.db.pg_pool().await;
+    let killed: Vec<String> = sqlx::query_scalar(
+        "SELECT application_name FROM pg_stat_activity \
+         WHERE datname = current_database() AND application_name LIKE 'fastack%' \
+           AND pg_terminate_backend(pid)",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(
+        killed.iter().any(|a| a == "fastack-ingest"),
+        "the group commit's own connection was among those dropped: {killed:?}"
+    );
+
+    // Sequential retries, as a client would make them: each answer is a 202
+    // or a retryable 503, and dead connections are not handed out again.
+    let mut unavailable = 0;
+    let second = loop {
+        let a = app
+            .post("/v1/core/track", &app.t.key, &track("dc-2", "u1", now))
+            .await;
+        match a.status {
+            202 => break a,
+            503 => {
+                assert_eq!(a.body["code"], "unavailable", "{}", a.body);
+                unavailable += 1;
+                assert!(
+                    unavailable <= 2,
+                    "still failing after {unavailable} retries"
+                );
+            }
+            s => panic!("unexpected {s}: {}", a.body),
+        }
+    };
+    assert_eq!(second.body["duplicate"], false, "{}", second.body);
+
+    let from = urlenc(&(now - chrono::Duration::hours(1)).to_rfc3339());
+    let to = urlenc(&(now + chrono::Duration::hours(1)).to_rfc3339());
+    let path = format!("/v1/core/events?from={from}&to={to}&limit=10");
+    let ids: HashSet<String> =
+        eventually("both events processed", Duration::from_secs(30), || async {
+            let a = app.get(&path, &app.t.key).await;
+            let evs = a.body["events"].as_array().cloned().unwrap_or_default();
+            (a.status == 200 && evs.len() >= 2).then(|| {
+                evs.iter()
+                    .map(|e| e["id"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+        })
+        .await;
+    let want: HashSet<String> = [&first, &second]
+        .iter()
+        .map(|a| a.body["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, want);
+    app.cleanup().await;
+}

@@ -22,8 +22,8 @@ use parking_lot::Mutex;
 use sea_orm::SqlxPostgresConnector;
 use serde_json::{Map, Value};
 use sqlx::{
-    AssertSqlSafe, PgPool, Postgres, Row, Transaction,
-    postgres::{PgConnectOptions, PgPoolOptions, PgRow},
+    AssertSqlSafe, Connection, PgPool, Postgres, Row, Transaction,
+    postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow},
 };
 use uuid::Uuid;
 
@@ -38,9 +38,14 @@ use crate::{
     identity::{self, Snapshot},
 };
 
+/// A pooled connection idle for longer than this is pinged before use.
+const IDLE_PING_AFTER: StdDuration = StdDuration::from_secs(1);
+
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Connections of the group commit, kept outside the pool.
+    commit_conns: CommitConns,
     /// Partitions known to exist; a miss costs one idempotent DDL round.
     partitions: Mutex<HashSet<PartitionKey>>,
 }
@@ -64,17 +69,71 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .min_connections(1)
+            // sqlx pings every connection it hands out: one more round trip
+            // before each group commit and each processing transaction.
+            // Only a connection that sat idle may have died unnoticed (a
+            // database restart); a busy one fails its statement instead,
+            // which answers 503 and keeps nothing, and is then discarded.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > IDLE_PING_AFTER {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .acquire_timeout(StdDuration::from_secs(10))
-            .connect_with(options.application_name("fastack"))
+            .connect_with(options.clone().application_name("fastack"))
             .await?;
         Ok(PgStore {
             pool,
+            commit_conns: CommitConns {
+                options: options.application_name("fastack-ingest"),
+                idle: Mutex::new(Vec::new()),
+            },
             partitions: Mutex::new(HashSet::new()),
         })
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+}
+
+/// The group commit's own connections. Through the pool, every commit paid
+/// one more round trip and a spawned task when the connection went back
+/// (sqlx pings each released connection); the 202 path commits hundreds of
+/// times a second, so it keeps connections of its own and hands them back
+/// without a ping.
+#[derive(Debug)]
+struct CommitConns {
+    options: PgConnectOptions,
+    idle: Mutex<Vec<PgConnection>>,
+}
+
+/// Idle group-commit connections kept; commits in flight are few.
+const COMMIT_CONNS_KEPT: usize = 8;
+
+impl CommitConns {
+    async fn take(&self) -> Result<PgConnection> {
+        let idle = self.idle.lock().pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => Ok(PgConnection::connect_with(&self.options).await?),
+        }
+    }
+
+    /// Keeps `conn` unless the commit failed below SQL (the connection, or
+    /// the server, is gone): then it and every idle one are dropped, so the
+    /// next commit connects afresh instead of failing on another dead one.
+    fn give_back<T>(&self, conn: PgConnection, result: &Result<T>) {
+        let mut idle = self.idle.lock();
+        match result {
+            Err(Error::Database(e)) if !matches!(e, sqlx::Error::Database(_)) => idle.clear(),
+            _ if idle.len() < COMMIT_CONNS_KEPT => idle.push(conn),
+            _ => {}
+        }
     }
 }
 
@@ -622,184 +681,10 @@ impl Storage for PgStore {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        // Insert in a stable order so concurrent group commits lock keys in
-        // the same order and cannot deadlock.
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by(|&a, &b| {
-            (rows[a].tenant_id, &rows[a].idempotency_key)
-                .cmp(&(rows[b].tenant_id, &rows[b].idempotency_key))
-        });
-        let tenants: Vec<Uuid> = order.iter().map(|&i| rows[i].tenant_id.0).collect();
-        let keys: Vec<&str> = order
-            .iter()
-            .map(|&i| rows[i].idempotency_key.as_str())
-            .collect();
-        let event_ids: Vec<Uuid> = order.iter().map(|&i| rows[i].event_id.0).collect();
-        let fingerprints: Vec<&[u8]> = order.iter().map(|&i| &rows[i].fingerprint[..]).collect();
-        let occurred: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].occurred_at).collect();
-        let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
-        let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
-
-        // The group's rows as `$1..$7`, with every new key's idempotency and
-        // inbox rows inserted; what follows `group_insert!()` reads `inb`.
-        macro_rules! group_insert {
-            () => {
-                "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
-                                                     $5::timestamptz[], $6::timestamptz[], $7::text[]) \
-                                AS x(t, k, e, f, o, r, p)), \
-                      ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
-                                                            occurred_at, created_at) \
-                              SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
-                      inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
-                              SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
-                              RETURNING event_id, seq) "
-            };
-        }
-        let group = |sql: &'static str| {
-            sqlx::query(sql)
-                .bind(&tenants)
-                .bind(&keys)
-                .bind(&event_ids)
-                .bind(&fingerprints)
-                .bind(&occurred)
-                .bind(&received)
-                .bind(&payloads)
-        };
-
-        // Fast path, the common case of a group whose keys are all new: one
-        // statement in its own implicit transaction, one round trip instead
-        // of three. If some keys already existed it aborts itself (nothing
-        // of it commits) and the group takes the transaction below.
-        let fast = group(concat!(
-            group_insert!(),
-            "SELECT count(*) FROM inb \
-             UNION ALL \
-             SELECT fastack_abort_partial_group() FROM (SELECT count(*) AS n FROM ins) c \
-             WHERE c.n > 0 AND c.n < $8"
-        ))
-        .bind(rows.len() as i64)
-        .fetch_all(&self.pool)
-        .await;
-        match fast {
-            Ok(counts) => {
-                let stored: i64 = counts
-                    .first()
-                    .map(|r| r.try_get(0))
-                    .transpose()?
-                    .unwrap_or(0);
-                if stored == rows.len() as i64 {
-                    return Ok(vec![Fence::Fresh; rows.len()]);
-                }
-                if stored != 0 {
-                    return Err(Error::Corrupt(format!(
-                        "fast group commit stored {stored} of {} rows",
-                        rows.len()
-                    )));
-                }
-                // Every key existed: nothing was written; sort it out below.
-            }
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("FA001") => {}
-            Err(e) => return Err(e.into()),
-        }
-
-        let mut tx = self.pool.begin().await?;
-        // Keys that are new get their inbox row in the same statement.
-        // Conflicting keys are looked at below, and a rejected request's
-        // rows removed again before commit.
-        let fresh = group(concat!(group_insert!(), "SELECT event_id, seq FROM inb"))
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut inserted: HashMap<Uuid, i64> = HashMap::with_capacity(fresh.len());
-        for row in &fresh {
-            inserted.insert(row.try_get("event_id")?, row.try_get("seq")?);
-        }
-
-        let mut fences: Vec<Fence> = rows
-            .iter()
-            .map(|r| {
-                if inserted.contains_key(&r.event_id.0) {
-                    Fence::Fresh
-                } else {
-                    Fence::Taken {
-                        event_id: r.event_id,
-                        fingerprint: [0; 32],
-                    }
-                }
-            })
-            .collect();
-        if inserted.len() < rows.len() {
-            let (ct, ck): (Vec<Uuid>, Vec<&str>) = rows
-                .iter()
-                .filter(|r| !inserted.contains_key(&r.event_id.0))
-                .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
-                .unzip();
-            let existing = sqlx::query(
-                "SELECT k.tenant_id, k.idempotency_key, k.event_id, k.fingerprint FROM idempotency_keys k \
-                 JOIN UNNEST($1::uuid[], $2::text[]) AS q(t, key) ON k.tenant_id = q.t AND k.idempotency_key = q.key",
-            )
-            .bind(&ct)
-            .bind(&ck)
-            .fetch_all(&mut *tx)
-            .await?;
-            let mut found: HashMap<(Uuid, String), (Uuid, Vec<u8>)> = HashMap::new();
-            for row in existing {
-                found.insert(
-                    (row.try_get("tenant_id")?, row.try_get("idempotency_key")?),
-                    (row.try_get("event_id")?, row.try_get("fingerprint")?),
-                );
-            }
-            for (row, fence) in rows.iter().zip(fences.iter_mut()) {
-                if matches!(fence, Fence::Fresh) {
-                    continue;
-                }
-                let (event_id, fp) = found
-                    .get(&(row.tenant_id.0, row.idempotency_key.clone()))
-                    .ok_or_else(|| {
-                        Error::Corrupt("idempotency key vanished during commit".to_owned())
-                    })?;
-                *fence = Fence::Taken {
-                    event_id: EventId(*event_id),
-                    fingerprint: fp
-                        .as_slice()
-                        .try_into()
-                        .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
-                };
-            }
-        }
-
-        let kept = keep(&fences);
-        let dropped: Vec<&IngestRow> = rows
-            .iter()
-            .zip(&fences)
-            .zip(&kept)
-            .filter(|((_, f), k)| matches!(f, Fence::Fresh) && !**k)
-            .map(|((r, _), _)| r)
-            .collect();
-        if !dropped.is_empty() {
-            let (dt, dk): (Vec<Uuid>, Vec<&str>) = dropped
-                .iter()
-                .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
-                .unzip();
-            let ds: Vec<i64> = dropped.iter().map(|r| inserted[&r.event_id.0]).collect();
-            sqlx::query(
-                "DELETE FROM idempotency_keys k USING UNNEST($1::uuid[], $2::text[]) AS q(t, key) \
-                 WHERE k.tenant_id = q.t AND k.idempotency_key = q.key",
-            )
-            .bind(&dt)
-            .bind(&dk)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "DELETE FROM inbox i USING UNNEST($1::uuid[], $2::bigint[]) AS q(t, s) \
-                 WHERE i.tenant_id = q.t AND i.seq = q.s",
-            )
-            .bind(&dt)
-            .bind(&ds)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(fences)
+        let mut conn = self.commit_conns.take().await?;
+        let result = commit_group(&mut conn, rows, keep).await;
+        self.commit_conns.give_back(conn, &result);
+        result
     }
 
     async fn try_lease(
@@ -1933,4 +1818,192 @@ impl Storage for PgStore {
             })
             .collect()
     }
+}
+
+/// One group commit on `conn`: the fast path (every key new, one statement
+/// in its own implicit transaction), else a transaction that sorts out the
+/// keys that already existed.
+async fn commit_group(
+    conn: &mut PgConnection,
+    rows: &[IngestRow],
+    keep: KeepFn<'_>,
+) -> Result<Vec<Fence>> {
+    // Insert in a stable order so concurrent group commits lock keys in
+    // the same order and cannot deadlock.
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by(|&a, &b| {
+        (rows[a].tenant_id, &rows[a].idempotency_key)
+            .cmp(&(rows[b].tenant_id, &rows[b].idempotency_key))
+    });
+    let tenants: Vec<Uuid> = order.iter().map(|&i| rows[i].tenant_id.0).collect();
+    let keys: Vec<&str> = order
+        .iter()
+        .map(|&i| rows[i].idempotency_key.as_str())
+        .collect();
+    let event_ids: Vec<Uuid> = order.iter().map(|&i| rows[i].event_id.0).collect();
+    let fingerprints: Vec<&[u8]> = order.iter().map(|&i| &rows[i].fingerprint[..]).collect();
+    let occurred: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].occurred_at).collect();
+    let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
+    let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
+
+    // The group's rows as `$1..$7`, with every new key's idempotency and
+    // inbox rows inserted; what follows `group_insert!()` reads `inb`.
+    macro_rules! group_insert {
+        () => {
+            "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
+                                                 $5::timestamptz[], $6::timestamptz[], $7::text[]) \
+                            AS x(t, k, e, f, o, r, p)), \
+                  ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
+                                                        occurred_at, created_at) \
+                          SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
+                  inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+                          SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
+                          RETURNING event_id, seq) "
+        };
+    }
+    let group = |sql: &'static str| {
+        sqlx::query(sql)
+            .bind(&tenants)
+            .bind(&keys)
+            .bind(&event_ids)
+            .bind(&fingerprints)
+            .bind(&occurred)
+            .bind(&received)
+            .bind(&payloads)
+    };
+
+    // Fast path, the common case of a group whose keys are all new: one
+    // statement in its own implicit transaction, one round trip instead
+    // of three. If some keys already existed it aborts itself (nothing
+    // of it commits) and the group takes the transaction below.
+    let fast = group(concat!(
+        group_insert!(),
+        "SELECT count(*) FROM inb \
+         UNION ALL \
+         SELECT fastack_abort_partial_group() FROM (SELECT count(*) AS n FROM ins) c \
+         WHERE c.n > 0 AND c.n < $8"
+    ))
+    .bind(rows.len() as i64)
+    .fetch_all(&mut *conn)
+    .await;
+    match fast {
+        Ok(counts) => {
+            let stored: i64 = counts
+                .first()
+                .map(|r| r.try_get(0))
+                .transpose()?
+                .unwrap_or(0);
+            if stored == rows.len() as i64 {
+                return Ok(vec![Fence::Fresh; rows.len()]);
+            }
+            if stored != 0 {
+                return Err(Error::Corrupt(format!(
+                    "fast group commit stored {stored} of {} rows",
+                    rows.len()
+                )));
+            }
+            // Every key existed: nothing was written; sort it out below.
+        }
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("FA001") => {}
+        Err(e) => return Err(e.into()),
+    }
+
+    let mut tx = conn.begin().await?;
+    // Keys that are new get their inbox row in the same statement.
+    // Conflicting keys are looked at below, and a rejected request's
+    // rows removed again before commit.
+    let fresh = group(concat!(group_insert!(), "SELECT event_id, seq FROM inb"))
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut inserted: HashMap<Uuid, i64> = HashMap::with_capacity(fresh.len());
+    for row in &fresh {
+        inserted.insert(row.try_get("event_id")?, row.try_get("seq")?);
+    }
+
+    let mut fences: Vec<Fence> = rows
+        .iter()
+        .map(|r| {
+            if inserted.contains_key(&r.event_id.0) {
+                Fence::Fresh
+            } else {
+                Fence::Taken {
+                    event_id: r.event_id,
+                    fingerprint: [0; 32],
+                }
+            }
+        })
+        .collect();
+    if inserted.len() < rows.len() {
+        let (ct, ck): (Vec<Uuid>, Vec<&str>) = rows
+            .iter()
+            .filter(|r| !inserted.contains_key(&r.event_id.0))
+            .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
+            .unzip();
+        let existing = sqlx::query(
+            "SELECT k.tenant_id, k.idempotency_key, k.event_id, k.fingerprint FROM idempotency_keys k \
+             JOIN UNNEST($1::uuid[], $2::text[]) AS q(t, key) ON k.tenant_id = q.t AND k.idempotency_key = q.key",
+        )
+        .bind(&ct)
+        .bind(&ck)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut found: HashMap<(Uuid, String), (Uuid, Vec<u8>)> = HashMap::new();
+        for row in existing {
+            found.insert(
+                (row.try_get("tenant_id")?, row.try_get("idempotency_key")?),
+                (row.try_get("event_id")?, row.try_get("fingerprint")?),
+            );
+        }
+        for (row, fence) in rows.iter().zip(fences.iter_mut()) {
+            if matches!(fence, Fence::Fresh) {
+                continue;
+            }
+            let (event_id, fp) = found
+                .get(&(row.tenant_id.0, row.idempotency_key.clone()))
+                .ok_or_else(|| {
+                    Error::Corrupt("idempotency key vanished during commit".to_owned())
+                })?;
+            *fence = Fence::Taken {
+                event_id: EventId(*event_id),
+                fingerprint: fp
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
+            };
+        }
+    }
+
+    let kept = keep(&fences);
+    let dropped: Vec<&IngestRow> = rows
+        .iter()
+        .zip(&fences)
+        .zip(&kept)
+        .filter(|((_, f), k)| matches!(f, Fence::Fresh) && !**k)
+        .map(|((r, _), _)| r)
+        .collect();
+    if !dropped.is_empty() {
+        let (dt, dk): (Vec<Uuid>, Vec<&str>) = dropped
+            .iter()
+            .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
+            .unzip();
+        let ds: Vec<i64> = dropped.iter().map(|r| inserted[&r.event_id.0]).collect();
+        sqlx::query(
+            "DELETE FROM idempotency_keys k USING UNNEST($1::uuid[], $2::text[]) AS q(t, key) \
+             WHERE k.tenant_id = q.t AND k.idempotency_key = q.key",
+        )
+        .bind(&dt)
+        .bind(&dk)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM inbox i USING UNNEST($1::uuid[], $2::bigint[]) AS q(t, s) \
+             WHERE i.tenant_id = q.t AND i.seq = q.s",
+        )
+        .bind(&dt)
+        .bind(&ds)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(fences)
 }
