@@ -19,6 +19,12 @@ done
 # Streaming on: send -> core.event.tracked consumed from a bound queue.
 run postgres-track-open5000-stream --backend postgres --profile track --rate 5000 --visibility \
   --amqp "${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+# The same at 2,000 req/s (for boxes where 5,000 is at capacity), and the
+# closed loop at 128 connections (larger groups per commit).
+run postgres-track-open2000 --backend postgres --profile track --rate 2000 --visibility
+run postgres-track-open2000-stream --backend postgres --profile track --rate 2000 --visibility \
+  --amqp "${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+run postgres-track-closed128 --backend postgres --profile track --connections 128
 # Memory: one and two million accepted events over 1,000 tenants (bounded
 # means the second does not grow past the first).
 for m in 1 2; do
