@@ -254,10 +254,14 @@ async fn postgres_dropped_connections_are_replaced() {
     assert_eq!(first.status, 202, "{}", first.body);
 
     let admin = app.db.pg_pool().await;
+    // Materialized first: a `pg_terminate_backend(pid)` in the same WHERE
+    // is pushed down below the database filter and hits every backend of
+    // the cluster, other tests' servers included.
     let killed: Vec<String> = sqlx::query_scalar(
-        "SELECT application_name FROM pg_stat_activity \
-         WHERE datname = current_database() AND application_name LIKE 'fastack%' \
-           AND pg_terminate_backend(pid)",
+        "WITH ours AS MATERIALIZED ( \
+             SELECT pid, application_name FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name LIKE 'fastack%') \
+         SELECT application_name FROM ours WHERE pg_terminate_backend(pid)",
     )
     .fetch_all(&admin)
     .await
