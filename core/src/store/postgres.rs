@@ -69,11 +69,11 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .min_connections(1)
-            // sqlx pings every connection it hands out: one more round trip
-            // before each group commit and each processing transaction.
-            // Only a connection that sat idle may have died unnoticed (a
-            // database restart); a busy one fails its statement instead,
-            // which answers 503 and keeps nothing, and is then discarded.
+            // By default sqlx pings every connection it hands out: one more
+            // round trip before each processing transaction. Only a
+            // connection that sat idle may have died unnoticed (a database
+            // restart); a busy one fails its statement instead, the caller
+            // retries, and sqlx discards it.
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
