@@ -4,8 +4,9 @@
 //! every read of the queue has to step over. Vacuuming them after a fixed
 //! number of dead rows keeps them near the size of their backlog. The
 //! vacuum keeps PostgreSQL's default throttling: unthrottled (cost delay 0)
-//! it stalled the front door (open-loop p99 88 ms in one of two runs). Only where autovacuum runs, which is PostgreSQL's default; SQLite
-//! frees deleted rows itself.
+//! it stalled the front door (open-loop p99 88 ms in one of two runs).
+//! It applies only where autovacuum runs, which is PostgreSQL's default;
+//! SQLite frees deleted rows itself.
 
 use sea_orm_migration::prelude::*;
 

@@ -28,7 +28,7 @@ use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 
 use crate::helpers::{
     Backend, S3Bucket, TestApp, TestDb, amqp_url, bin_path, eventually, services_required,
-    spawn_on, track,
+    spawn_on, track, until_none_left,
 };
 
 pub const SOURCE: &str = "//fastack/e2e";
@@ -847,13 +847,12 @@ async fn repairers_on_two_nodes_do_the_work_once() {
         first.insert(m.header("ce-id"));
     }
     let pool = a.db.pg_pool().await;
-    eventually("markers cleared", Duration::from_secs(10), || async {
-        let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE event_pending")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        (pending == 0).then_some(())
-    })
+    until_none_left(
+        &pool,
+        "markers cleared",
+        "SELECT count(*) FROM jobs WHERE event_pending",
+        Duration::from_secs(10),
+    )
     .await;
     // Five crashes between confirm and clear, both repairers sweeping.
     sqlx::query("UPDATE jobs SET event_pending = true WHERE kind = 'export'")

@@ -462,6 +462,20 @@ where
     }
 }
 
+/// Polls a PostgreSQL `count(*)` query until it returns zero.
+pub async fn until_none_left(
+    pool: &sqlx::PgPool,
+    what: &str,
+    count_sql: &'static str,
+    timeout: Duration,
+) {
+    eventually(what, timeout, || async {
+        let left: i64 = sqlx::query_scalar(count_sql).fetch_one(pool).await.unwrap();
+        (left == 0).then_some(())
+    })
+    .await
+}
+
 /// Runs a scenario against both backends: `mod name { sqlite, postgres }`.
 #[macro_export]
 macro_rules! on_both_backends {

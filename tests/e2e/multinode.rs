@@ -8,7 +8,7 @@ use chrono::Utc;
 use futures::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{Backend, TestDb, eventually, spawn_on, track};
+use crate::helpers::{Backend, TestDb, eventually, spawn_on, track, until_none_left};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_one_database_process_each_event_once() {
@@ -196,13 +196,12 @@ async fn inbox_row_below_the_cursor_is_still_processed() {
     let ids: HashSet<&str> = evs.iter().map(|e| e["id"].as_str().unwrap()).collect();
     assert_eq!(evs.len(), 3, "each event stored once: {evs:?}");
     assert!(ids.contains(late.body["id"].as_str().unwrap()));
-    eventually("the inbox drained", Duration::from_secs(20), || async {
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        (left == 0).then_some(())
-    })
+    until_none_left(
+        &pool,
+        "the inbox drained",
+        "SELECT count(*) FROM inbox",
+        Duration::from_secs(20),
+    )
     .await;
 
     pool.close().await;
