@@ -1,7 +1,10 @@
-//! A function the group commit's one-statement fast path calls to abort
-//! itself when some of its keys already existed, so that statement commits
-//! all of its rows or none (see `commit_ingest` in the PostgreSQL store).
-//! SQLite commits groups differently and needs nothing.
+//! A function the group commit's one-statement fast path called to abort
+//! itself when some of its keys already existed, so that statement
+//! committed all of its rows or none. The fast path is now a plain insert
+//! that a taken key fails by itself (see `commit_group` in the PostgreSQL
+//! store); the function stays so that nodes of the previous release keep
+//! working during a rolling upgrade. SQLite commits groups differently and
+//! needs nothing.
 
 use sea_orm_migration::prelude::*;
 

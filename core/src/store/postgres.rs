@@ -1911,8 +1911,8 @@ async fn commit_group(
                       RETURNING event_id, seq) \
          SELECT event_id, seq FROM inb"
     ))
-        .fetch_all(&mut *tx)
-        .await?;
+    .fetch_all(&mut *tx)
+    .await?;
     let mut inserted: HashMap<Uuid, i64> = HashMap::with_capacity(fresh.len());
     for row in &fresh {
         inserted.insert(row.try_get("event_id")?, row.try_get("seq")?);
