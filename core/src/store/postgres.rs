@@ -1848,12 +1848,16 @@ async fn commit_group(
     let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
     let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
 
-    // The group's rows as `$1..$7`.
-    macro_rules! group_input {
+    // The group's rows as `$1..$7`, and the insert of their keys as `ins`
+    // (each path below finishes it its own way).
+    macro_rules! group_keys {
         () => {
             "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
                                                  $5::timestamptz[], $6::timestamptz[], $7::text[]) \
-                            AS x(t, k, e, f, o, r, p)), "
+                            AS x(t, k, e, f, o, r, p)), \
+                  ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
+                                                        occurred_at, created_at) \
+                          SELECT t, k, e, f, o, r FROM input"
         };
     }
     let group = |sql: &'static str| {
@@ -1874,11 +1878,8 @@ async fn commit_group(
     // Cheaper than `ON CONFLICT`, which pays a speculative insertion per
     // row, and than a statement that checks its own count.
     let fast = group(concat!(
-        group_input!(),
-        "ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
-                                               occurred_at, created_at) \
-                 SELECT t, k, e, f, o, r FROM input) \
-         INSERT INTO inbox (tenant_id, event_id, payload, received_at) SELECT t, e, p, r FROM input"
+        group_keys!(),
+        ") INSERT INTO inbox (tenant_id, event_id, payload, received_at) SELECT t, e, p, r FROM input"
     ))
     .execute(&mut *conn)
     .await;
@@ -1902,10 +1903,8 @@ async fn commit_group(
     // Conflicting keys are looked at below, and a rejected request's
     // rows removed again before commit.
     let fresh = group(concat!(
-        group_input!(),
-        "ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
-                                               occurred_at, created_at) \
-                 SELECT t, k, e, f, o, r FROM input ON CONFLICT DO NOTHING RETURNING event_id), \
+        group_keys!(),
+        " ON CONFLICT DO NOTHING RETURNING event_id), \
               inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
                       SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
                       RETURNING event_id, seq) \
