@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use fastack_core::{Config, admin, config::SETTINGS, store};
-use fastack_entities::{ApiKeyId, EndpointId, Plan};
+use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan};
 use serde::Serialize;
 
 #[derive(Parser)]
@@ -92,6 +92,10 @@ enum AdminCommand {
     /// through the tenant API).
     #[command(subcommand)]
     Webhook(WebhookCommand),
+    /// Accepted events that failed processing repeatedly, set aside so
+    /// their tenant's later events go on.
+    #[command(subcommand)]
+    Quarantine(QuarantineCommand),
     /// Webhook deliveries and their attempts.
     Deliveries {
         /// Tenant id or name.
@@ -138,6 +142,47 @@ enum WebhookCommand {
     RotateSecret {
         #[arg(long)]
         endpoint: EndpointId,
+    },
+}
+
+#[derive(Subcommand)]
+enum QuarantineCommand {
+    /// A tenant's quarantined events, oldest first.
+    List {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// Most events listed.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One quarantined event: its payload, error and attempts.
+    Show {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// The event id its 202 answered.
+        #[arg(long)]
+        event: EventId,
+    },
+    /// Put an event back into processing (same event id; its idempotency
+    /// key keeps answering it).
+    Retry {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// The event id its 202 answered.
+        #[arg(long)]
+        event: EventId,
+    },
+    /// Discard an event for good (its idempotency key stays taken).
+    Drop {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// The event id its 202 answered.
+        #[arg(long)]
+        event: EventId,
     },
 }
 
@@ -345,6 +390,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             })
         }
         AdminCommand::Webhook(cmd) => webhook_command(config_ref, store, json, cmd).await,
+        AdminCommand::Quarantine(cmd) => quarantine_command(store, json, cmd).await,
         AdminCommand::Deliveries {
             tenant,
             endpoint,
@@ -402,6 +448,81 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
                 },
                 |r| format!("revoked key {}", r.id),
             )
+        }
+    }
+}
+
+async fn quarantine_command(
+    store: &dyn fastack_core::store::Storage,
+    json: bool,
+    cmd: QuarantineCommand,
+) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct Done {
+        event_id: EventId,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retried: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dropped: Option<bool>,
+    }
+    match cmd {
+        QuarantineCommand::List { tenant, limit } => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            let list = store.list_quarantine(t.id, limit).await?;
+            print(json, &list, |qs| {
+                let mut out = format!(
+                    "{:<36}  {:<20}  {:>8}  {}",
+                    "EVENT", "QUARANTINED", "ATTEMPTS", "ERROR"
+                );
+                for q in qs {
+                    out.push_str(&format!(
+                        "\n{:<36}  {:<20}  {:>8}  {}",
+                        q.event_id,
+                        q.quarantined_at.format("%Y-%m-%d %H:%M:%S"),
+                        q.attempts,
+                        q.error
+                    ));
+                }
+                out
+            })
+        }
+        QuarantineCommand::Show { tenant, event } => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            let q =
+                store
+                    .get_quarantined(t.id, event)
+                    .await?
+                    .ok_or(fastack_core::Error::NotFound {
+                        what: "quarantined event",
+                    })?;
+            print(json, &q, |q| {
+                format!(
+                    "event {}\nreceived {}\nquarantined {} after {} attempts\nerror: {}\npayload: {}",
+                    q.event_id, q.received_at, q.quarantined_at, q.attempts, q.error, q.payload
+                )
+            })
+        }
+        QuarantineCommand::Retry { tenant, event } => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            admin::retry_quarantined(store, t.id, event).await?;
+            let done = Done {
+                event_id: event,
+                retried: Some(true),
+                dropped: None,
+            };
+            print(json, &done, |d| {
+                format!("event {} is back in processing", d.event_id)
+            })
+        }
+        QuarantineCommand::Drop { tenant, event } => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            admin::drop_quarantined(store, t.id, event).await?;
+            let done = Done {
+                event_id: event,
+                retried: None,
+                dropped: Some(true),
+            };
+            print(json, &done, |d| format!("event {} dropped", d.event_id))
         }
     }
 }

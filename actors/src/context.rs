@@ -54,6 +54,8 @@ pub struct Ctx {
     /// (checked every few seconds, not per batch).
     pub tracked_subscribers: DashMap<TenantId, (std::time::Instant, bool)>,
     pub idempotency: IdempotencyCache,
+    /// Faults a test armed (see `fastack_core::faults`); none in production.
+    pub faults: fastack_core::faults::SharedFaults,
 }
 
 impl std::fmt::Debug for Ctx {

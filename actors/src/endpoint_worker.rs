@@ -12,7 +12,10 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -32,9 +35,17 @@ use crate::{context::Ctx, webhook_dispatcher::WebhookDispatcherMsg};
 pub const ENDPOINT_CONCURRENCY: usize = 4;
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Resolves names but refuses private addresses (unless allowed).
+/// Resolves names but refuses addresses that are not global unicast
+/// (unless allowed).
 #[derive(Debug)]
 pub struct PublicOnly;
+
+/// A host the address guard refused at connect time.
+#[derive(Debug, thiserror::Error)]
+#[error("{host} resolves only to addresses that are not globally routable")]
+pub struct AddressRefused {
+    host: String,
+}
 
 impl Resolve for PublicOnly {
     fn resolve(&self, name: Name) -> Resolving {
@@ -45,7 +56,7 @@ impl Resolve for PublicOnly {
                 .filter(|a| !is_forbidden(a.ip()))
                 .collect();
             if addrs.is_empty() {
-                return Err(format!("{host} resolves only to private addresses").into());
+                return Err(Box::new(AddressRefused { host }) as _);
             }
             let addrs: Addrs = Box::new(addrs.into_iter());
             Ok(addrs)
@@ -53,17 +64,34 @@ impl Resolve for PublicOnly {
     }
 }
 
-/// The HTTP client of deliveries.
-pub fn http_client(allow_private: bool) -> reqwest::Client {
+/// The HTTP client of deliveries. Environment proxies (`HTTP_PROXY`…) are
+/// ignored: through a proxy the connect-time address check would not see
+/// the receiver's address. An egress proxy is an explicit setting
+/// (`FASTACK_WEBHOOK_PROXY`), and then the proxy enforces the addresses.
+pub fn http_client(
+    allow_private: bool,
+    proxy: Option<&str>,
+) -> Result<reqwest::Client, fastack_core::Error> {
     let mut b = reqwest::Client::builder()
         .timeout(ATTEMPT_TIMEOUT)
         .connect_timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("fastack-webhooks/", env!("CARGO_PKG_VERSION")));
-    if !allow_private {
-        b = b.dns_resolver(Arc::new(PublicOnly));
+    match proxy {
+        Some(url) => {
+            let proxy = reqwest::Proxy::all(url)
+                .map_err(|e| fastack_core::Error::Config(format!("FASTACK_WEBHOOK_PROXY: {e}")))?;
+            b = b.proxy(proxy);
+        }
+        None => {
+            b = b.no_proxy();
+            if !allow_private {
+                b = b.dns_resolver(Arc::new(PublicOnly));
+            }
+        }
     }
-    b.build().expect("static HTTP client configuration")
+    b.build()
+        .map_err(|e| fastack_core::Error::Config(format!("webhook HTTP client: {e}")))
 }
 
 pub struct EndpointWorkerActor;
@@ -81,6 +109,8 @@ pub struct EndpointWorkerState {
     client: reqwest::Client,
     dispatcher: ActorRef<WebhookDispatcherMsg>,
     slots: Arc<Semaphore>,
+    /// Whether a refusal by the address guard was logged already.
+    warned: Arc<AtomicBool>,
 }
 
 /// Messages of an endpoint's worker.
@@ -106,6 +136,7 @@ impl Actor for EndpointWorkerActor {
             client: args.client,
             dispatcher: args.dispatcher,
             slots: Arc::new(Semaphore::new(ENDPOINT_CONCURRENCY)),
+            warned: Arc::default(),
         })
     }
 
@@ -117,8 +148,12 @@ impl Actor for EndpointWorkerActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             EndpointWorkerMsg::Deliver { delivery } => {
-                let (ctx, client, slots) =
-                    (state.ctx.clone(), state.client.clone(), state.slots.clone());
+                let (ctx, client, slots, warned) = (
+                    state.ctx.clone(),
+                    state.client.clone(),
+                    state.slots.clone(),
+                    state.warned.clone(),
+                );
                 let dispatcher = state.dispatcher.clone();
                 let endpoint = state.endpoint;
                 // The attempt runs beside the mailbox: a hanging receiver
@@ -126,7 +161,7 @@ impl Actor for EndpointWorkerActor {
                 tokio::spawn(async move {
                     let id = delivery.id;
                     if let Ok(_permit) = slots.acquire_owned().await {
-                        attempt(&ctx, &client, *delivery).await;
+                        attempt(&ctx, &client, *delivery, &warned).await;
                     }
                     let _ = dispatcher.cast(WebhookDispatcherMsg::Done {
                         endpoint,
@@ -174,6 +209,13 @@ fn classify(
 }
 
 fn error_kind(e: &reqwest::Error) -> &'static str {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<AddressRefused>() {
+            return REFUSED_ADDRESS;
+        }
+        source = err.source();
+    }
     if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {
@@ -183,8 +225,12 @@ fn error_kind(e: &reqwest::Error) -> &'static str {
     }
 }
 
-/// One attempt of one delivery, logged with its outcome.
-pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery) {
+/// The error kind of an attempt the address guard refused.
+pub const REFUSED_ADDRESS: &str = "refused_address";
+
+/// One attempt of one delivery, logged with its outcome. `warned` is set
+/// once the endpoint's first refusal by the address guard was logged.
+pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery, warned: &AtomicBool) {
     let attempt_no = d.attempts + 1;
     let started_at = ctx.now();
     let started = Instant::now();
@@ -210,7 +256,7 @@ pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery) {
                 .and_then(|h| h.parse::<IpAddr>().ok())
                 .is_some_and(|ip| is_forbidden(ip) && !ctx.config.webhook_allow_private);
             if literal_forbidden {
-                Err("refused_address".to_owned())
+                Err(REFUSED_ADDRESS.to_owned())
             } else {
                 let ts = started_at.timestamp();
                 let signature =
@@ -230,6 +276,17 @@ pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery) {
             }
         }
     };
+    if matches!(&result, Err(kind) if kind == REFUSED_ADDRESS)
+        && !warned.swap(true, Ordering::Relaxed)
+    {
+        // Once per endpoint: typically the CLI registered a private address
+        // with FASTACK_WEBHOOK_ALLOW_PRIVATE but the server runs without it.
+        warn!(
+            endpoint = %d.endpoint.id,
+            "webhook deliveries refused: the endpoint's address is not globally routable \
+             (set FASTACK_WEBHOOK_ALLOW_PRIVATE=true on the server to deliver to private addresses)"
+        );
+    }
     let latency_ms = started.elapsed().as_millis().min(u32::MAX as u128) as u32;
     let outcome = classify(attempt_no, &result, ctx.now());
     let log = Attempt {

@@ -52,6 +52,10 @@ pub enum IngestError {
     /// request was kept.
     #[error("idempotency key of item {index} was used with a different payload")]
     Conflict { index: usize },
+    /// The database refused this request's values (nothing of it was
+    /// kept; the other requests of its group were committed).
+    #[error("the event store refused the request: {reason}")]
+    Refused { reason: String },
     #[error("the event store is unavailable")]
     Unavailable,
 }
@@ -278,6 +282,12 @@ enum Placement {
 
 /// Commits one group. Returns requests to retry in the next group (they
 /// collided with a request that was rejected).
+///
+/// When the database refuses the group because of values in it (a
+/// constraint, a value it cannot store), the fault belongs to one request,
+/// not to the group: the group is split in halves and each committed on its
+/// own, down to the one request that is refused alone. One tenant's bad row
+/// never fails another tenant's request.
 async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest> {
     let started = Instant::now();
     let mut rows: Vec<IngestRow> = Vec::new();
@@ -331,7 +341,13 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
         row_request.iter().map(|r| !rejected.contains(r)).collect()
     };
 
-    let result = ctx.store.commit_ingest(&rows, &keep).await;
+    let result = match ctx
+        .faults
+        .check_commit(rows.iter().map(|r| r.idempotency_key.as_str()))
+    {
+        Ok(()) => ctx.store.commit_ingest(&rows, &keep).await,
+        Err(injected) => Err(injected),
+    };
     ctx.metrics.group_commit_rows.observe(rows.len() as f64);
     ctx.metrics
         .group_commit_seconds
@@ -339,8 +355,16 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
 
     let fences = match result {
         Ok(f) => f,
+        Err(error) if error.is_refusal() => {
+            // Nothing of the group was committed: give each request its rows
+            // back and find the one the database refuses.
+            for (row, ri) in rows.into_iter().zip(row_request) {
+                requests[ri].rows.push(row);
+            }
+            return isolate(ctx, requests, error).await;
+        }
         Err(error) => {
-            warn!(%error, rows = rows.len(), "group commit failed");
+            warn!(op = "group commit", %error, rows = rows.len(), "group commit failed; nothing of it was accepted");
             // Deferred requests are answered too: the client retries and the
             // fence keeps the retry exact.
             for request in requests {
@@ -445,6 +469,42 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
         }
     }
     retry
+}
+
+/// A group the database refused: one request alone is refused with the
+/// reason; a larger group is committed as two halves (recursively).
+async fn isolate(
+    ctx: &Ctx,
+    mut requests: Vec<IngestRequest>,
+    error: fastack_core::Error,
+) -> Vec<IngestRequest> {
+    if requests.len() == 1 {
+        let request = requests.pop().expect("one request");
+        let event_ids: Vec<String> = request
+            .rows
+            .iter()
+            .map(|r| r.event_id.to_string())
+            .collect();
+        warn!(
+            op = "group commit",
+            tenant = %request.rows.first().map(|r| r.tenant_id.to_string()).unwrap_or_default(),
+            ?event_ids,
+            %error,
+            "the database refused a request; the rest of its group was committed"
+        );
+        request
+            .reply
+            .send(Err(IngestError::Refused {
+                reason: error.to_string(),
+            }))
+            .ok();
+        return Vec::new();
+    }
+    ctx.metrics.group_commit_splits.inc();
+    let second = requests.split_off(requests.len() / 2);
+    let mut deferred = Box::pin(flush(ctx, requests)).await;
+    deferred.extend(Box::pin(flush(ctx, second)).await);
+    deferred
 }
 
 /// Feeds the idempotency cache so the next duplicate is answered without a

@@ -73,6 +73,7 @@ impl Runtime {
         redis_limiter: Option<RedisLimiter>,
         keys: Keys,
         objects: Objects,
+        faults: fastack_core::faults::SharedFaults,
     ) -> Result<Self> {
         let ingest = IngestQueue::new(INGEST_QUEUE_CAPACITY, config.ingest_split_rows);
         let emitter = config.amqp_url.as_ref().map(|_| Emitter {
@@ -101,6 +102,7 @@ impl Runtime {
             webhooks: RwLock::new(None),
             tracked_subscribers: DashMap::new(),
             idempotency: context::IdempotencyCache::default(),
+            faults,
         });
         let (root, root_task) = Actor::spawn(None, RootActor, RootArgs { ctx: ctx.clone() })
             .await

@@ -6,15 +6,25 @@
 //! (fast path) and by a periodic tick (recovery path, rows accepted by other
 //! nodes, lease renewal). A crash loses nothing: the inbox is durable and
 //! the supervisor restarts the processor.
+//!
+//! Poison events: when the database refuses a batch because of its values,
+//! the processor goes one row at a time to find the row at fault, counts a
+//! failed attempt on it (kept in the inbox row) and retries it with
+//! backoff; after `FASTACK_PROCESS_MAX_ATTEMPTS` the row moves to
+//! quarantine and the tenant's later events go on. Every accepted event is
+//! stored or in quarantine, never silently stuck.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use chrono::Duration;
-use fastack_core::{Error as CoreError, store::ProcessRequest};
+use fastack_core::{
+    Error as CoreError,
+    store::{ProcessOutcome, ProcessRequest},
+};
 use fastack_entities::TenantId;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::context::{Ctx, TenantShared};
 
@@ -39,6 +49,26 @@ pub struct ProcessorState {
     /// lease. Woken rounds read from a little below it (see
     /// [`straggler_window`]); ticks read the whole inbox of the tenant.
     cursor: Option<i64>,
+    /// A row that failed processing waits until then for its next attempt.
+    retry_at: Option<Instant>,
+}
+
+/// Wait before the next attempt of an event that failed `attempts` times:
+/// 100 ms doubling, at most 2 s (five attempts take about 1.5 s).
+fn retry_delay(attempts: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(100u64 << attempts.saturating_sub(1).min(4))
+        .min(std::time::Duration::from_secs(2))
+}
+
+/// How a round ended.
+enum Round {
+    /// Nothing (more) to do now.
+    Done,
+    /// The database refused the batch of the rows above `after_seq`.
+    Refused {
+        error: CoreError,
+        after_seq: Option<i64>,
+    },
 }
 
 /// How far below its cursor a woken round starts reading. Inbox rows are
@@ -61,6 +91,147 @@ pub enum ProcessorMsg {
     Tick,
 }
 
+impl ProcessorActor {
+    /// The request of one processing transaction of at most `limit` rows.
+    async fn request(state: &ProcessorState, after_seq: Option<i64>, limit: u32) -> ProcessRequest {
+        let ctx = &state.ctx;
+        let tenant = state.shared.tenant();
+        ProcessRequest {
+            tenant_id: state.tenant_id,
+            node_id: ctx.node_id,
+            retention_class: ctx.config.plans.retention_for(&tenant) as i16,
+            limit,
+            now: ctx.now(),
+            lease_ttl: Duration::from_std(ctx.config.lease_ttl).unwrap_or(Duration::seconds(10)),
+            emit_tracked: ctx.tracked_emit(state.tenant_id).await,
+            after_seq,
+            faults: ctx.faults.clone(),
+        }
+    }
+
+    /// Processes batches of `limit` rows until the inbox is drained.
+    async fn drain(
+        state: &mut ProcessorState,
+        mut after_seq: Option<i64>,
+        limit: u32,
+    ) -> Result<Round, ActorProcessingErr> {
+        loop {
+            let req = Self::request(state, after_seq, limit).await;
+            match state.ctx.store.process_batch(&req).await {
+                Ok(out) => {
+                    if out.consumed == 0 {
+                        return Ok(Round::Done);
+                    }
+                    Self::processed(state, &out);
+                    if let Some(last) = out.last_seq {
+                        // Continue right after this batch: rows below it
+                        // were either just consumed or are stragglers.
+                        after_seq = Some(last);
+                    }
+                    if out.consumed < limit as usize {
+                        return Ok(Round::Done);
+                    }
+                }
+                Err(CoreError::LeaseLost) => {
+                    info!(tenant = %state.tenant_id, "processing lease lost");
+                    state.holding = false;
+                    state.cursor = None;
+                    return Ok(Round::Done);
+                }
+                Err(error) if error.is_refusal() => {
+                    return Ok(Round::Refused { error, after_seq });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn processed(state: &mut ProcessorState, out: &ProcessOutcome) {
+        let ctx = &state.ctx;
+        if let Some(last) = out.last_seq {
+            state.cursor = Some(state.cursor.map_or(last, |c| c.max(last)));
+        }
+        ctx.metrics
+            .events_processed
+            .inc_by(out.appended.len() as u64);
+        let done = chrono::Utc::now();
+        for received in &out.received {
+            let lag = (done - *received).num_microseconds().unwrap_or(0).max(0);
+            ctx.metrics
+                .processing_lag_seconds
+                .observe(lag as f64 / 1_000_000.0);
+        }
+        debug!(
+            tenant = %state.tenant_id,
+            consumed = out.consumed,
+            appended = out.appended.len(),
+            already_processed = out.already_processed,
+            "processed batch"
+        );
+    }
+
+    /// The database refused a batch: process one row at a time up to the
+    /// row at fault, count its failed attempt, and after the last attempt
+    /// move it to quarantine and go on with the rest at once.
+    async fn isolate(
+        myself: &ActorRef<ProcessorMsg>,
+        state: &mut ProcessorState,
+        mut after_seq: Option<i64>,
+    ) -> Result<(), ActorProcessingErr> {
+        let ctx = state.ctx.clone();
+        loop {
+            let (error, at) = match Self::drain(state, after_seq, 1).await? {
+                Round::Done => return Ok(()),
+                Round::Refused { error, after_seq } => (error, after_seq),
+            };
+            let Some((seq, event_id)) = ctx.store.next_inbox_row(state.tenant_id, at).await? else {
+                return Ok(());
+            };
+            let reason = fastack_core::redact::redact(&error.to_string());
+            let attempts = ctx
+                .store
+                .record_process_failure(state.tenant_id, seq, &reason)
+                .await?;
+            warn!(
+                op = "process event",
+                tenant = %state.tenant_id,
+                event = %event_id,
+                seq,
+                attempt = attempts,
+                max_attempts = ctx.config.process_max_attempts,
+                %error,
+                "processing an event failed"
+            );
+            if attempts < ctx.config.process_max_attempts {
+                let delay = retry_delay(attempts);
+                state.retry_at = Some(Instant::now() + delay);
+                myself.send_after(delay, || ProcessorMsg::Work);
+                return Ok(());
+            }
+            if let Some(q) = ctx
+                .store
+                .quarantine(state.tenant_id, seq, ctx.now())
+                .await?
+            {
+                ctx.metrics.quarantined_events.inc();
+                warn!(
+                    tenant = %state.tenant_id,
+                    event = %q.event_id,
+                    attempts = q.attempts,
+                    error = %q.error,
+                    "event moved to quarantine; the tenant's later events go on \
+                     (fastack admin quarantine list --tenant <tenant>)"
+                );
+            }
+            // The rest of the inbox, in batches again.
+            match Self::drain(state, Some(seq), ctx.config.process_batch).await? {
+                Round::Done => return Ok(()),
+                Round::Refused { after_seq: at, .. } => after_seq = at,
+            }
+        }
+    }
+}
+
 impl Actor for ProcessorActor {
     type Msg = ProcessorMsg;
     type State = ProcessorState;
@@ -81,6 +252,7 @@ impl Actor for ProcessorActor {
             last_round: None,
             gathering: false,
             cursor: None,
+            retry_at: None,
         })
     }
 
@@ -153,67 +325,21 @@ impl Actor for ProcessorActor {
         if !state.holding {
             return Ok(());
         }
+        if state.retry_at.is_some_and(|at| Instant::now() < at) {
+            // A failed row waits for its next attempt (a Work is scheduled).
+            return Ok(());
+        }
         let window = straggler_window(ctx);
-        let mut after_seq = if tick {
+        let after_seq = if tick {
             None
         } else {
             state.cursor.map(|c| c.saturating_sub(window))
         };
-        let tenant = state.shared.tenant();
-        let retention = ctx.config.plans.retention_for(&tenant);
-        let emit_tracked = ctx.tracked_emit(state.tenant_id).await;
-        loop {
-            let now = ctx.now();
-            let req = ProcessRequest {
-                tenant_id: state.tenant_id,
-                node_id: ctx.node_id,
-                retention_class: retention as i16,
-                limit: ctx.config.process_batch,
-                now,
-                lease_ttl: ttl,
-                emit_tracked,
-                after_seq,
-            };
-            match ctx.store.process_batch(&req).await {
-                Ok(out) => {
-                    if out.consumed == 0 {
-                        break;
-                    }
-                    if let Some(last) = out.last_seq {
-                        state.cursor = Some(state.cursor.map_or(last, |c| c.max(last)));
-                        // Continue right after this batch: rows below it
-                        // were either just consumed or are stragglers.
-                        after_seq = Some(last);
-                    }
-                    ctx.metrics
-                        .events_processed
-                        .inc_by(out.appended.len() as u64);
-                    let done = chrono::Utc::now();
-                    for received in &out.received {
-                        let lag = (done - *received).num_microseconds().unwrap_or(0).max(0);
-                        ctx.metrics
-                            .processing_lag_seconds
-                            .observe(lag as f64 / 1_000_000.0);
-                    }
-                    debug!(
-                        tenant = %state.tenant_id,
-                        consumed = out.consumed,
-                        appended = out.appended.len(),
-                        already_processed = out.already_processed,
-                        "processed batch"
-                    );
-                    if out.consumed < ctx.config.process_batch as usize {
-                        break;
-                    }
-                }
-                Err(CoreError::LeaseLost) => {
-                    info!(tenant = %state.tenant_id, "processing lease lost");
-                    state.holding = false;
-                    state.cursor = None;
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            }
+        state.retry_at = None;
+        if let Round::Refused { after_seq, .. } =
+            Self::drain(state, after_seq, ctx.config.process_batch).await?
+        {
+            Self::isolate(&myself, state, after_seq).await?;
         }
         state.last_round = Some(std::time::Instant::now());
         Ok(())

@@ -165,9 +165,13 @@ impl Actor for WebhookDispatcherActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let client = http_client(
+            args.ctx.config.webhook_allow_private,
+            args.ctx.config.webhook_proxy.as_deref(),
+        )?;
         *args.ctx.webhooks.write() = Some(myself);
         Ok(WebhookDispatcherState {
-            client: http_client(args.ctx.config.webhook_allow_private),
+            client,
             ctx: args.ctx,
             workers: HashMap::new(),
             worker_ids: HashMap::new(),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use fastack_core::{admin, auth::hash_key};
-use fastack_entities::{ApiKeyId, EndpointId, Plan, Tenant};
+use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan, Tenant};
 use poem::{
     Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get, handler,
     http::StatusCode,
@@ -212,6 +212,61 @@ async fn deliveries(
     ok(StatusCode::OK, &list)
 }
 
+#[derive(Deserialize)]
+struct QuarantineQuery {
+    limit: Option<u32>,
+}
+
+#[handler]
+async fn list_quarantine(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    Query(q): Query<QuarantineQuery>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let list = state
+        .store
+        .list_quarantine(t.id, q.limit.unwrap_or(100).clamp(1, 1000))
+        .await?;
+    ok(StatusCode::OK, &list)
+}
+
+#[handler]
+async fn show_quarantined(
+    state: Data<&SharedState>,
+    Path((t, event)): Path<(String, String)>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let event: EventId = parse_id(&event, "quarantined event")?;
+    match state.store.get_quarantined(t.id, event).await? {
+        Some(q) => ok(StatusCode::OK, &q),
+        None => Err(ApiError::not_found("quarantined event")),
+    }
+}
+
+#[handler]
+async fn retry_quarantined(
+    state: Data<&SharedState>,
+    Path((t, event)): Path<(String, String)>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let event: EventId = parse_id(&event, "quarantined event")?;
+    admin::retry_quarantined(state.store.as_ref(), t.id, event).await?;
+    state.runtime.ctx().wake(t.id);
+    ok(StatusCode::OK, &json!({"event_id": event, "retried": true}))
+}
+
+#[handler]
+async fn drop_quarantined(
+    state: Data<&SharedState>,
+    Path((t, event)): Path<(String, String)>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let event: EventId = parse_id(&event, "quarantined event")?;
+    admin::drop_quarantined(state.store.as_ref(), t.id, event).await?;
+    ok(StatusCode::OK, &json!({"event_id": event, "dropped": true}))
+}
+
 /// Constant-time check of the admin token (compares digests).
 fn token_ok(req: &Request, token: &str) -> bool {
     let Some(given) = req
@@ -249,6 +304,19 @@ pub fn app(state: SharedState, token: Arc<str>) -> impl Endpoint {
         .at("/admin/v1/webhooks/:id/enable", post(enable_webhook))
         .at("/admin/v1/webhooks/:id/rotate-secret", post(rotate_webhook))
         .at("/admin/v1/tenants/:tenant/deliveries", get(deliveries))
+        .at("/admin/v1/tenants/:tenant/quarantine", get(list_quarantine))
+        .at(
+            "/admin/v1/tenants/:tenant/quarantine/:event",
+            get(show_quarantined),
+        )
+        .at(
+            "/admin/v1/tenants/:tenant/quarantine/:event/retry",
+            post(retry_quarantined),
+        )
+        .at(
+            "/admin/v1/tenants/:tenant/quarantine/:event/drop",
+            post(drop_quarantined),
+        )
         .around(move |next, req| {
             let token = token.clone();
             async move {

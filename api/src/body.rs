@@ -1,20 +1,30 @@
-//! The request body extractor of the ingest endpoints: bytes under the 4 MiB
-//! request limit, documented in OpenAPI with the schema of `T`, parsed and
-//! validated by the handler (so every problem has a typed answer).
+//! The request body extractor of the JSON endpoints: `application/json`
+//! only (415 otherwise), bytes under the 4 MiB request limit, read within
+//! the body timeout (408 otherwise), documented in OpenAPI with the schema
+//! of `T`, parsed and validated by the handler (so every problem has a
+//! typed answer).
 
 use std::marker::PhantomData;
 
 use bytes::Bytes;
-use fastack_core::validate::MAX_REQUEST_BYTES;
-use poem::{Request, RequestBody, error::ReadBodyError};
+use fastack_core::{
+    json::{parse_strict, unstorable},
+    validate::{FieldError, MAX_REQUEST_BYTES},
+};
+use poem::{
+    Request, RequestBody,
+    error::ReadBodyError,
+    http::{StatusCode, header},
+};
 use poem_openapi::{
     ApiExtractor, ApiExtractorType, ExtractParamOptions,
     registry::{MetaMediaType, MetaRequest, Registry},
     types::Type,
 };
+use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use crate::problem::ApiError;
+use crate::{problem::ApiError, state::SharedState};
 
 /// Oversized bodies up to this size are read to the end before the 413.
 const DRAIN_LIMIT: usize = 4 * MAX_REQUEST_BYTES;
@@ -24,12 +34,35 @@ pub struct JsonBody<T> {
     _schema: PhantomData<T>,
 }
 
-impl<T> JsonBody<T> {
-    /// Parses the body as JSON; a syntax error is a 400 `invalid_json`.
-    pub fn parse<V: serde::de::DeserializeOwned>(&self) -> Result<V, ApiError> {
-        serde_json::from_slice(&self.bytes)
-            .map_err(|e| ApiError::invalid_json(format!("request body is not valid JSON: {e}")))
+/// A JSON body as a value, under the edge's rules: storable text (422
+/// naming each place), then no repeated member names (400).
+pub fn json_value(bytes: &[u8]) -> Result<Value, ApiError> {
+    let findings = unstorable(bytes);
+    if !findings.is_empty() {
+        return Err(ApiError::validation(
+            findings
+                .into_iter()
+                .map(|f| FieldError {
+                    field: f.pointer,
+                    index: None,
+                    code: f.problem.code(),
+                    message: f.problem.message().to_owned(),
+                })
+                .collect(),
+        ));
     }
+    parse_strict(bytes)
+        .map_err(|e| ApiError::invalid_json(format!("request body is not valid JSON: {e}")))
+}
+
+/// Whether a `content-type` names JSON: `application/json`, parameters
+/// such as `charset=utf-8` allowed.
+pub fn is_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+    })
 }
 
 impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
@@ -57,12 +90,42 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
         body: &mut RequestBody,
         _param_opts: ExtractParamOptions<Self::ParamType>,
     ) -> poem::Result<Self> {
+        let content_type = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        if !is_json(content_type) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!(
+                    "the body must be sent as `content-type: application/json` (got {})",
+                    content_type.map_or("none".to_owned(), |c| format!("`{c}`"))
+                ),
+            )
+            .into());
+        }
         let too_large = || {
             ApiError::payload_too_large(format!("request body is over {} bytes", MAX_REQUEST_BYTES))
         };
+        let timeout = request
+            .data::<SharedState>()
+            .map_or(std::time::Duration::from_secs(30), |s| {
+                s.config.body_timeout
+            });
+        let timed_out = || {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the body was not received within {} s",
+                    timeout.as_secs_f64()
+                ),
+            )
+        };
         let declared = request
             .headers()
-            .get("content-length")
+            .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         if declared.is_some_and(|len| len > MAX_REQUEST_BYTES) {
@@ -70,14 +133,15 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             // the 413 instead of a connection reset; refuse huge ones at once.
             if declared.is_some_and(|len| len <= DRAIN_LIMIT) {
                 let mut reader = body.take()?.into_async_read().take(DRAIN_LIMIT as u64);
-                let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+                let mut sink = tokio::io::sink();
+                let drain = tokio::io::copy(&mut reader, &mut sink);
+                let _ = tokio::time::timeout(timeout, drain).await;
             }
             return Err(too_large().into());
         }
-        let bytes = body
-            .take()?
-            .into_bytes_limit(MAX_REQUEST_BYTES)
+        let bytes = tokio::time::timeout(timeout, body.take()?.into_bytes_limit(MAX_REQUEST_BYTES))
             .await
+            .map_err(|_| timed_out())?
             .map_err(|e| match e {
                 ReadBodyError::PayloadTooLarge => too_large(),
                 other => ApiError::bad_request(
@@ -92,5 +156,20 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             bytes,
             _schema: PhantomData,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_json_media_types() {
+        assert!(is_json(Some("application/json")));
+        assert!(is_json(Some("Application/JSON; charset=utf-8")));
+        assert!(!is_json(Some("text/plain")));
+        assert!(!is_json(Some("application/x-www-form-urlencoded")));
+        assert!(!is_json(Some("application/jsonx")));
+        assert!(!is_json(None));
     }
 }

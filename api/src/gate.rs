@@ -6,6 +6,11 @@
 //!
 //! Rate limiting fails open: if Redis cannot be reached the request is let
 //! through (and logged), so a cache outage never stops ingestion.
+//!
+//! Requests without a valid key draw on their client address's budget
+//! (`FASTACK_UNAUTH_RPS`); an address that spent it gets 429 without a key
+//! lookup. A refused request's body is read (up to [`DRAIN_LIMIT`]) before
+//! the answer, so a keep-alive client keeps its connection.
 
 use std::sync::Arc;
 
@@ -73,6 +78,58 @@ fn attach(resp: &mut Response, decision: &Decision) {
     resp.headers_mut().insert("ratelimit", state);
 }
 
+/// Bodies of refused requests up to this size are read before the answer.
+pub const DRAIN_LIMIT: u64 = 1024 * 1024;
+
+/// Reads and drops what is left of a request's body (bounded in size and
+/// time): answering before the body is read makes HTTP/1.1 close the
+/// connection, which costs a well-behaved client a reconnect.
+async fn drain(req: &mut Request, timeout: std::time::Duration) {
+    use tokio::io::AsyncReadExt;
+    let declared = req
+        .headers()
+        .get(poem::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared == Some(0) || declared.is_some_and(|n| n > DRAIN_LIMIT) {
+        return;
+    }
+    let mut body = req.take_body().into_async_read().take(DRAIN_LIMIT);
+    let mut sink = tokio::io::sink();
+    let _ = tokio::time::timeout(timeout, tokio::io::copy(&mut body, &mut sink)).await;
+}
+
+fn client_ip(req: &Request) -> Option<std::net::IpAddr> {
+    req.remote_addr().as_socket_addr().map(|a| a.ip())
+}
+
+/// A 429 for an address over its unauthenticated budget.
+fn too_many_unauthenticated(retry_after: u64) -> ApiError {
+    let mut err = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!(
+            "too many requests without a valid API key from this address; retry after {retry_after} s"
+        ),
+    );
+    err.retry_after = Some(retry_after);
+    err
+}
+
+/// The answer to a request without a valid key: 401, or 429 once its
+/// address has spent its budget.
+async fn refuse_unauthenticated(state: &SharedState, req: &mut Request, detail: &str) -> Response {
+    let err = match client_ip(req).and_then(|ip| state.unauthenticated.charge(ip)) {
+        Some(retry) => {
+            state.metrics.refused("unauthenticated_limit");
+            too_many_unauthenticated(retry)
+        }
+        None => ApiError::unauthorized(detail),
+    };
+    drain(req, state.config.body_timeout).await;
+    err.into_response()
+}
+
 /// Authentication and rate limiting in front of the `/v1/` routes.
 pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Response> {
     if !req.uri().path().starts_with("/v1/") {
@@ -82,15 +139,38 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
         .data::<SharedState>()
         .cloned()
         .expect("app state is installed before the gate");
-    let Some(secret) = bearer(&req) else {
-        return Err(ApiError::unauthorized("missing `Authorization: Bearer <api key>`").into());
+    let Some(secret) = bearer(&req).map(str::to_owned) else {
+        return Ok(refuse_unauthenticated(
+            &state,
+            &mut req,
+            "missing `Authorization: Bearer <api key>`",
+        )
+        .await);
     };
-    let principal = state
-        .keys
-        .authenticate(secret)
-        .await
-        .map_err(ApiError::from)?
-        .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
+    let principal = match state.keys.cached(&secret) {
+        Some(Some(principal)) => Some(principal),
+        known => {
+            // Not known to be valid: an address that spent its budget on
+            // bad keys gets no lookup.
+            if let Some(retry) = client_ip(&req).and_then(|ip| state.unauthenticated.exhausted(ip))
+            {
+                state.metrics.refused("unauthenticated_limit");
+                drain(&mut req, state.config.body_timeout).await;
+                return Ok(too_many_unauthenticated(retry).into_response());
+            }
+            match known {
+                Some(_) => None,
+                None => state
+                    .keys
+                    .authenticate(&secret)
+                    .await
+                    .map_err(ApiError::from)?,
+            }
+        }
+    };
+    let Some(principal) = principal else {
+        return Ok(refuse_unauthenticated(&state, &mut req, "unknown or revoked API key").await);
+    };
     let shared = state
         .runtime
         .tenant(&principal.tenant)
@@ -131,6 +211,7 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
             ),
         );
         err.retry_after = Some(decision.retry_after_secs);
+        drain(&mut req, state.config.body_timeout).await;
         let mut resp = err.into_response();
         attach(&mut resp, &decision);
         return Ok(resp);

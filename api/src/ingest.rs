@@ -9,13 +9,12 @@ use fastack_actors::{IngestError, ItemOutcome};
 use fastack_core::{
     store::IngestRow,
     validate::{
-        FieldError, MAX_BATCH_ITEMS, MAX_EVENT_BYTES, ValidationContext, fingerprint,
-        validate_event,
+        EnvelopeError, FieldError, MAX_BATCH_ITEMS, MAX_EVENT_BYTES, ValidationContext,
+        batch_items, event_from_json, fingerprint, item_pointer,
     },
 };
 use fastack_entities::{EventId, EventKind, NewEvent};
 use poem::http::StatusCode;
-use serde_json::{Value, value::RawValue};
 
 use crate::{dto::Ack, gate::Authed, problem::ApiError, state::AppState};
 
@@ -33,7 +32,7 @@ fn conflict(index: Option<usize>, key: &str) -> ApiError {
         format!("idempotency_key `{key}` was already used with a different payload"),
     );
     err.errors.push(FieldError {
-        field: "idempotency_key".to_owned(),
+        field: format!("{}/idempotency_key", item_pointer(index)),
         index,
         code: "idempotency_key_conflict",
         message: "already used with a different payload".to_owned(),
@@ -53,40 +52,24 @@ pub fn single(
             "an event may be at most {MAX_EVENT_BYTES} bytes"
         )));
     }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::invalid_json(format!("request body is not valid JSON: {e}")))?;
     let mut errors = Vec::new();
     let ctx = context(state, auth);
-    validate_event(value, Some(kind), None, &ctx, &mut errors)
+    event_from_json(bytes, Some(kind), None, &ctx, &mut errors)
+        .map_err(|e| ApiError::invalid_json(format!("request body is not valid JSON: {e}")))?
         .ok_or_else(|| ApiError::validation(errors))
 }
 
 /// Validates a batch: 1–500 items, each at most 32 KiB, all valid.
 pub fn batch(state: &AppState, auth: &Authed, bytes: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Envelope<'a> {
-        #[serde(borrow)]
-        batch: Vec<&'a RawValue>,
-    }
-    let envelope: Envelope<'_> = serde_json::from_slice(bytes).map_err(|e| {
-        if e.is_data() {
-            let mut err = ApiError::validation(vec![FieldError {
-                field: "batch".to_owned(),
-                index: None,
-                code: "invalid_type",
-                message: format!("expected {{\"batch\": [ … ]}}: {e}"),
-            }]);
-            err.detail = "expected {\"batch\": [ … ]}".to_owned();
-            err
-        } else {
-            ApiError::invalid_json(format!("request body is not valid JSON: {e}"))
+    let items = batch_items(bytes).map_err(|e| match e {
+        EnvelopeError::Json(message) => {
+            ApiError::invalid_json(format!("request body is not valid JSON: {message}"))
         }
+        EnvelopeError::Shape(field) => ApiError::validation(vec![field]),
     })?;
-    let items = envelope.batch;
     if items.is_empty() {
         return Err(ApiError::validation(vec![FieldError {
-            field: "batch".to_owned(),
+            field: "/batch".to_owned(),
             index: None,
             code: "invalid_length",
             message: "a batch needs at least one item".to_owned(),
@@ -106,7 +89,7 @@ pub fn batch(state: &AppState, auth: &Authed, bytes: &[u8]) -> Result<Vec<NewEve
         .enumerate()
         .filter(|(_, raw)| raw.get().len() > MAX_EVENT_BYTES)
         .map(|(i, _)| FieldError {
-            field: String::new(),
+            field: item_pointer(Some(i)),
             index: Some(i),
             code: "payload_too_large",
             message: format!("an event may be at most {MAX_EVENT_BYTES} bytes"),
@@ -124,11 +107,9 @@ pub fn batch(state: &AppState, auth: &Authed, bytes: &[u8]) -> Result<Vec<NewEve
     let mut errors = Vec::new();
     let mut events = Vec::with_capacity(items.len());
     for (i, raw) in items.into_iter().enumerate() {
-        let value: Value = serde_json::from_str(raw.get())
+        let parsed = event_from_json(raw.get().as_bytes(), None, Some(i), &ctx, &mut errors)
             .map_err(|e| ApiError::invalid_json(format!("batch item {i}: {e}")))?;
-        if let Some(ev) = validate_event(value, None, Some(i), &ctx, &mut errors) {
-            events.push(ev);
-        }
+        events.extend(parsed);
     }
     if !errors.is_empty() {
         return Err(ApiError::validation(errors));
@@ -203,6 +184,15 @@ pub async fn accept(
             Err(IngestError::Conflict { index }) => {
                 let i = row_index[index];
                 return Err(conflict(index_of(i), &events[i].idempotency_key));
+            }
+            Err(IngestError::Refused { reason }) => {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_payload",
+                    format!(
+                        "the event store cannot keep this request's values; nothing of it was accepted ({reason})"
+                    ),
+                ));
             }
             Err(IngestError::Unavailable) => {
                 return Err(ApiError::unavailable(

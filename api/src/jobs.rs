@@ -191,9 +191,14 @@ pub enum ExportResult {
 
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
+/// An error at body member `field` (a JSON pointer; `""`: the body).
 fn field(field: &str, code: &'static str, message: impl Into<String>) -> FieldError {
     FieldError {
-        field: field.to_owned(),
+        field: if field.is_empty() {
+            String::new()
+        } else {
+            format!("/{field}")
+        },
         index: None,
         code,
         message: message.into(),
@@ -202,8 +207,7 @@ fn field(field: &str, code: &'static str, message: impl Into<String>) -> FieldEr
 
 /// Validates an export request the same way events are validated.
 fn parse_export(bytes: &[u8]) -> Result<(ExportParams, Map<String, Value>), ApiError> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::invalid_json(format!("request body is not valid JSON: {e}")))?;
+    let value = crate::body::json_value(bytes)?;
     let Value::Object(mut obj) = value else {
         return Err(ApiError::validation(vec![field(
             "",

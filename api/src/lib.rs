@@ -7,6 +7,7 @@ pub mod dto;
 pub mod gate;
 pub mod ingest;
 pub mod jobs;
+pub mod listener;
 pub mod problem;
 pub mod routes;
 pub mod server;

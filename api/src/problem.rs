@@ -17,14 +17,17 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// One offending field of a request.
 #[derive(Clone, Debug, Object, Serialize)]
 pub struct ProblemField {
-    /// The field, as named in the request (`occurred_at`, `user_id`, …).
+    /// Where: a JSON pointer into the request body (`/user_id`,
+    /// `/properties/amount`, `/batch/3/occurred_at`; `""` is the body
+    /// itself), or the name of a query parameter (`from`).
     pub field: String,
     /// Batch item index, for `/v1/core/batch`.
     #[oai(skip_serializing_if_is_none)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<usize>,
     /// Stable reason: `required`, `invalid_type`, `invalid_length`,
-    /// `invalid_timestamp`, `unknown_field`, `occurred_at_in_future`, …
+    /// `invalid_timestamp`, `invalid_character`, `invalid_number`,
+    /// `unknown_field`, `occurred_at_in_future`, …
     pub code: String,
     pub message: String,
 }
@@ -210,13 +213,17 @@ impl ResponseError for ApiError {
 
 impl ApiResponse for ApiError {
     fn meta() -> MetaResponses {
-        let statuses: [(u16, &str); 8] = [
+        let statuses: [(u16, &str); 10] = [
             (
                 400,
-                "Malformed JSON, bad query, or a batch over 500 items (`batch_too_large`)",
+                "Malformed JSON or a repeated member name (`invalid_json`), bad query (`invalid_query`), or a batch over 500 items (`batch_too_large`)",
             ),
             (401, "Missing, unknown or revoked API key (`unauthorized`)"),
             (404, "Not found, or not this tenant's (`not_found`)"),
+            (
+                408,
+                "The body did not arrive within the body timeout (`request_timeout`)",
+            ),
             (
                 409,
                 "Idempotency key reused with a different payload (`idempotency_key_conflict`)",
@@ -226,10 +233,17 @@ impl ApiResponse for ApiError {
                 "Event over 32 KiB or request over 4 MiB (`payload_too_large`)",
             ),
             (
-                422,
-                "Invalid fields, named in `errors` (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`)",
+                415,
+                "The body is not `application/json` (`unsupported_media_type`)",
             ),
-            (429, "Rate limited (`rate_limited`); see `Retry-After`"),
+            (
+                422,
+                "Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included",
+            ),
+            (
+                429,
+                "Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; see `Retry-After`",
+            ),
             (
                 503,
                 "Temporarily unavailable (`unavailable`); nothing was accepted, retry",
@@ -281,6 +295,7 @@ pub fn to_problem(err: poem::Error) -> Response {
         StatusCode::NOT_FOUND => "not_found",
         StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::UNAUTHORIZED => "unauthorized",
         s if s.is_client_error() => "invalid_request",

@@ -1,25 +1,30 @@
 //! Starting and stopping a node: storage, the supervision tree, the HTTP
 //! listener. Used by `fastack serve` and, in process, by the tests.
 
-use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use fastack_actors::Runtime;
 use fastack_core::{
-    Config, admin, auth::KeyCache, clock::SharedClock, crypto::Keys, metrics::Metrics,
-    objects::Objects, ratelimit::RedisLimiter, store,
+    Config, admin,
+    auth::KeyCache,
+    clock::SharedClock,
+    crypto::Keys,
+    faults::{Faults, SharedFaults},
+    metrics::Metrics,
+    objects::Objects,
+    ratelimit::RedisLimiter,
+    store,
 };
-use poem::{
-    EndpointExt, Route,
-    listener::{Acceptor, Listener, TcpListener},
-};
+use poem::{EndpointExt, Route};
 use poem_openapi::OpenApiService;
-use tokio::{sync::oneshot, task::JoinHandle};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tracing::{info, warn};
 
 use crate::{
     Error, Result,
     gate::{gate, observe},
     jobs::JobsApi,
+    listener::Limits,
     routes::CoreApi,
     state::{AppState, SharedState},
 };
@@ -47,7 +52,7 @@ pub struct Server {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     state: SharedState,
-    shutdown: Vec<oneshot::Sender<()>>,
+    stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
@@ -67,9 +72,7 @@ impl Server {
 
     /// Stops accepting, lets in-flight requests finish, stops the actors.
     pub async fn stop(mut self) {
-        for tx in self.shutdown.drain(..) {
-            let _ = tx.send(());
-        }
+        let _ = self.stop.send(true);
         for task in self.tasks.drain(..) {
             match task.await {
                 Ok(Err(error)) => warn!(%error, "http server stopped with an error"),
@@ -110,29 +113,12 @@ async fn shutdown_signal() {
     }
 }
 
-/// Writes the bootstrap key readable by its owner only.
-fn write_secret_file(path: &Path, secret: &str) -> Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options
-        .open(path)
-        .map_err(|e| fastack_core::Error::io(path.display().to_string(), e))?;
-    file.write_all(format!("{secret}\n").as_bytes())
-        .map_err(|e| fastack_core::Error::io(path.display().to_string(), e))?;
-    Ok(())
-}
-
 /// What a caller may inject when starting a node (tests: a manual clock,
-/// object storage with faults).
+/// object storage with faults, storage faults).
 pub struct StartOptions {
     pub clock: SharedClock,
     pub objects: Option<Objects>,
+    pub faults: SharedFaults,
 }
 
 impl Default for StartOptions {
@@ -140,19 +126,30 @@ impl Default for StartOptions {
         StartOptions {
             clock: fastack_core::clock::system(),
             objects: None,
+            faults: Faults::new(),
         }
     }
 }
 
-/// Opens storage (migrating it), bootstraps an empty embedded database,
-/// starts the actors and binds the listener.
+/// Binds the listeners first (a port in use fails before anything is
+/// written), then opens storage (migrating it), bootstraps an empty
+/// embedded database, starts the actors and serves.
 pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     let clock = options.clock;
-    if config.is_embedded() {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| fastack_core::Error::io(config.data_dir.display().to_string(), e))?;
-    }
     config.check_streaming()?;
+    let listener = bind(config.listen).await?;
+    let admin_listener = match &config.admin_token {
+        Some(_) => {
+            if !config.admin_listen.ip().is_loopback() {
+                warn!(addr = %config.admin_listen, "the admin listener is reachable beyond this machine; keep it on a private network");
+            }
+            Some(bind(config.admin_listen).await?)
+        }
+        None => None,
+    };
+    if config.is_embedded() {
+        fastack_core::private::ensure_dir(&config.data_dir)?;
+    }
     let keys = Keys::load(&config)?;
     let objects = match options.objects {
         Some(o) => o,
@@ -164,7 +161,7 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         && let Some((tenant, key)) = admin::bootstrap(store.as_ref()).await?
     {
         let path = config.data_dir.join("bootstrap-key");
-        write_secret_file(&path, &key.secret)?;
+        fastack_core::private::write_secret(&path, &key.secret)?;
         info!(tenant = %tenant.id, path = %path.display(), "created tenant `default`; its API key is in the bootstrap-key file");
     }
     fastack_core::retention::ensure_window(store.as_ref(), &config, clock.now()).await?;
@@ -191,14 +188,16 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         redis_limiter,
         keys,
         objects,
+        options.faults,
     )
     .await?;
     let state: SharedState = Arc::new(AppState {
         keys: KeyCache::new(store.clone(), config.key_cache_ttl),
+        unauthenticated: fastack_core::ratelimit::ClientLimiter::new(config.unauth_rps),
         config: config.clone(),
         store,
         runtime,
-        metrics,
+        metrics: metrics.clone(),
         clock,
     });
 
@@ -213,59 +212,55 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         .around(observe)
         .data(state.clone());
 
-    let mut shutdown = Vec::new();
+    let limits = Limits {
+        header_timeout: config.header_timeout,
+        idle_timeout: config.idle_timeout,
+        max_connections: config.max_connections,
+    };
+    let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
-    let addr = serve(config.listen, app, &mut shutdown, &mut tasks).await?;
-    let admin_addr = match &config.admin_token {
-        Some(token) => {
+    let addr = local_addr(&listener, config.listen)?;
+    tasks.push(tokio::spawn(crate::listener::serve(
+        listener,
+        app,
+        limits,
+        metrics.clone(),
+        stopped.clone(),
+    )));
+    let admin_addr = match (admin_listener, &config.admin_token) {
+        (Some(admin_listener), Some(token)) => {
+            let a = local_addr(&admin_listener, config.admin_listen)?;
             let admin = crate::admin::app(state.clone(), Arc::from(token.as_str()));
-            let a = serve(config.admin_listen, admin, &mut shutdown, &mut tasks).await?;
+            tasks.push(tokio::spawn(crate::listener::serve(
+                admin_listener,
+                admin,
+                limits,
+                metrics,
+                stopped,
+            )));
             info!(addr = %a, "admin listener up");
             Some(a)
         }
-        None => None,
+        _ => None,
     };
     info!(%addr, node = %config.node_id, embedded = config.is_embedded(), "fastack listening");
     Ok(Server {
         addr,
         admin_addr,
         state,
-        shutdown,
+        stop,
         tasks,
     })
 }
 
-/// Binds `at` and serves `app` until told to stop.
-async fn serve(
-    at: SocketAddr,
-    app: impl poem::Endpoint + 'static,
-    shutdown: &mut Vec<oneshot::Sender<()>>,
-    tasks: &mut Vec<JoinHandle<std::io::Result<()>>>,
-) -> Result<SocketAddr> {
-    let acceptor = TcpListener::bind(at)
-        .into_acceptor()
+async fn bind(at: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(at)
         .await
-        .map_err(|source| Error::Bind { addr: at, source })?;
-    let addr = acceptor
+        .map_err(|source| Error::Bind { addr: at, source })
+}
+
+fn local_addr(listener: &TcpListener, at: SocketAddr) -> Result<SocketAddr> {
+    listener
         .local_addr()
-        .first()
-        .and_then(|a| a.as_socket_addr().copied())
-        .ok_or(Error::Bind {
-            addr: at,
-            source: std::io::Error::other("listener has no socket address"),
-        })?;
-    let (tx, rx) = oneshot::channel::<()>();
-    tasks.push(tokio::spawn(async move {
-        poem::Server::new_with_acceptor(acceptor)
-            .run_with_graceful_shutdown(
-                app,
-                async move {
-                    let _ = rx.await;
-                },
-                Some(Duration::from_secs(10)),
-            )
-            .await
-    }));
-    shutdown.push(tx);
-    Ok(addr)
+        .map_err(|source| Error::Bind { addr: at, source })
 }

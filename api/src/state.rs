@@ -3,10 +3,15 @@
 use std::sync::Arc;
 
 use fastack_actors::Runtime;
-use fastack_core::{Config, auth::KeyCache, clock::SharedClock, metrics::Metrics, store::Store};
+use fastack_core::{
+    Config, auth::KeyCache, clock::SharedClock, metrics::Metrics, ratelimit::ClientLimiter,
+    store::Store,
+};
 
 pub struct AppState {
     pub config: Config,
+    /// Budget of requests without a valid key, per client address.
+    pub unauthenticated: ClientLimiter,
     pub store: Store,
     pub runtime: Runtime,
     pub keys: KeyCache,

@@ -193,3 +193,35 @@ pub async fn set_webhook_enabled(
         .await?
         .ok_or(Error::NotFound { what: "endpoint" })
 }
+
+/// Puts a quarantined event back into its tenant's inbox (same event id,
+/// so its idempotency key still answers it).
+pub async fn retry_quarantined(
+    store: &dyn Storage,
+    tenant: TenantId,
+    event: fastack_entities::EventId,
+) -> Result<()> {
+    if store.retry_quarantined(tenant, event).await? {
+        Ok(())
+    } else {
+        Err(Error::NotFound {
+            what: "quarantined event",
+        })
+    }
+}
+
+/// Discards a quarantined event for good. Its idempotency key stays taken:
+/// a retry of the same request answers the same id as a duplicate.
+pub async fn drop_quarantined(
+    store: &dyn Storage,
+    tenant: TenantId,
+    event: fastack_entities::EventId,
+) -> Result<()> {
+    if store.drop_quarantined(tenant, event).await? {
+        Ok(())
+    } else {
+        Err(Error::NotFound {
+            what: "quarantined event",
+        })
+    }
+}

@@ -5,6 +5,10 @@
 //! secrets). The cache trusts a lookup for `ttl` (default 2 s): a revoked key
 //! stops working within that bound, and a hot key costs one database read
 //! per `ttl`, shared by concurrent requests.
+//!
+//! Only valid keys enter that cache: a flood of random keys cannot evict the
+//! keys in use. Unknown and revoked keys are remembered for a second in a
+//! small cache of their own, so repeating one costs no database read.
 
 use std::{
     sync::Arc,
@@ -60,13 +64,18 @@ pub struct Principal {
 #[derive(Clone)]
 struct Cached {
     fetched: Instant,
-    principal: Option<Arc<Principal>>,
+    principal: Arc<Principal>,
 }
+
+/// How long an unknown or revoked key is answered without a lookup.
+const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 
 pub struct KeyCache {
     store: Store,
     ttl: Duration,
     cache: quick_cache::sync::Cache<[u8; 32], Cached>,
+    /// Keys that were unknown or revoked, and when that was looked up.
+    unknown: quick_cache::sync::Cache<[u8; 32], Instant>,
 }
 
 impl std::fmt::Debug for KeyCache {
@@ -81,43 +90,63 @@ impl KeyCache {
             store,
             ttl,
             cache: quick_cache::sync::Cache::new(100_000),
+            unknown: quick_cache::sync::Cache::new(10_000),
         }
     }
 
-    /// The principal of a bearer secret, or `None` when the key is unknown
-    /// or revoked.
-    pub async fn authenticate(&self, secret: &str) -> Result<Option<Arc<Principal>>> {
+    /// The principal of a secret when the cache knows it: `Some(None)` for
+    /// a key known to be unknown or revoked, `None` when a lookup is due.
+    pub fn cached(&self, secret: &str) -> Option<Option<Arc<Principal>>> {
         if !secret.starts_with(KEY_PREFIX) || secret.len() > 128 {
-            return Ok(None);
+            return Some(None);
         }
         let hash = hash_key(secret);
-        if let Some(hit) = self.cache.get(&hash) {
-            if hit.fetched.elapsed() < self.ttl {
-                return Ok(hit.principal);
-            }
-            self.cache.remove(&hash);
+        if let Some(hit) = self.cache.get(&hash)
+            && hit.fetched.elapsed() < self.ttl
+        {
+            return Some(Some(hit.principal));
         }
-        let store = self.store.clone();
-        let loaded = self
-            .cache
-            .get_or_insert_async(&hash, async move {
-                let record = store.lookup_api_key(&hash).await?;
-                let principal = record.and_then(|r| {
-                    r.key.revoked_at.is_none().then(|| {
-                        Arc::new(Principal {
-                            key_id: r.key.id,
-                            tenant: r.tenant,
-                            key_rate_limit: r.key.rate_limit_rps,
-                        })
-                    })
-                });
-                Ok::<_, crate::error::Error>(Cached {
-                    fetched: Instant::now(),
-                    principal,
+        if let Some(at) = self.unknown.get(&hash)
+            && at.elapsed() < NEGATIVE_TTL
+        {
+            return Some(None);
+        }
+        None
+    }
+
+    /// The principal of a bearer secret, or `None` when the key is unknown
+    /// or revoked. Concurrent lookups of one key share one database read.
+    pub async fn authenticate(&self, secret: &str) -> Result<Option<Arc<Principal>>> {
+        if let Some(known) = self.cached(secret) {
+            return Ok(known);
+        }
+        let hash = hash_key(secret);
+        self.cache.remove(&hash);
+        let guard = match self.cache.get_value_or_guard_async(&hash).await {
+            Ok(hit) => return Ok(Some(hit.principal)),
+            Err(guard) => guard,
+        };
+        let record = self.store.lookup_api_key(&hash).await?;
+        let principal = record.and_then(|r| {
+            r.key.revoked_at.is_none().then(|| {
+                Arc::new(Principal {
+                    key_id: r.key.id,
+                    tenant: r.tenant,
+                    key_rate_limit: r.key.rate_limit_rps,
                 })
             })
-            .await?;
-        Ok(loaded.principal)
+        });
+        match &principal {
+            Some(p) => {
+                let _ = guard.insert(Cached {
+                    fetched: Instant::now(),
+                    principal: p.clone(),
+                });
+            }
+            // Dropping the guard inserts nothing: only valid keys are cached.
+            None => self.unknown.insert(hash, Instant::now()),
+        }
+        Ok(principal)
     }
 }
 

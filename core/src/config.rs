@@ -50,7 +50,32 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "FASTACK_ADMIN_TOKEN",
         "(unset: admin listener off)",
-        "bearer token of the admin listener",
+        "bearer token of the admin listener; at least 24 characters",
+    ),
+    (
+        "FASTACK_HEADER_TIMEOUT_MS",
+        "10000",
+        "a request's headers must arrive within this, from its first byte",
+    ),
+    (
+        "FASTACK_BODY_TIMEOUT_MS",
+        "30000",
+        "a request's body must arrive within this (408 `request_timeout`)",
+    ),
+    (
+        "FASTACK_IDLE_TIMEOUT_MS",
+        "60000",
+        "a keep-alive connection with no request in flight is closed after this",
+    ),
+    (
+        "FASTACK_MAX_CONNECTIONS",
+        "4096",
+        "open connections per listener; further clients wait in the accept queue",
+    ),
+    (
+        "FASTACK_UNAUTH_RPS",
+        "50",
+        "requests per second per client address without a valid API key (then 429)",
     ),
     (
         "FASTACK_AMQP_URL",
@@ -109,6 +134,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "allow webhook endpoints on private/loopback addresses",
     ),
     (
+        "FASTACK_WEBHOOK_PROXY",
+        "(none: direct)",
+        "egress proxy for webhook deliveries; the proxy then enforces which addresses are reachable (environment proxies are ignored)",
+    ),
+    (
         "FASTACK_NODE_ID",
         "(random per start)",
         "this node's id in processing leases",
@@ -154,6 +184,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "inbox rows a processor handles per transaction",
     ),
     (
+        "FASTACK_PROCESS_MAX_ATTEMPTS",
+        "5",
+        "an event that fails processing this many times moves to quarantine",
+    ),
+    (
         "FASTACK_TENANT_IDLE_SECS",
         "300",
         "an idle tenant's actors stop after this and restart on demand",
@@ -185,8 +220,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// How and where the node runs.
-#[derive(Clone, Debug)]
+/// How and where the node runs. `Debug` prints secrets as `[redacted]`.
+#[derive(Clone)]
 pub struct Config {
     pub database_url: Option<String>,
     pub data_dir: PathBuf,
@@ -195,6 +230,11 @@ pub struct Config {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     pub admin_token: Option<String>,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub unauth_rps: u32,
     pub amqp_url: Option<String>,
     pub job_events_exchange: String,
     pub core_events_exchange: String,
@@ -207,6 +247,7 @@ pub struct Config {
     pub repair_interval: Duration,
     pub partition_interval: Duration,
     pub webhook_allow_private: bool,
+    pub webhook_proxy: Option<String>,
     pub node_id: NodeId,
     pub bootstrap: bool,
     pub processing: bool,
@@ -216,6 +257,7 @@ pub struct Config {
     pub process_gather: Duration,
     pub lease_ttl: Duration,
     pub process_batch: u32,
+    pub process_max_attempts: u32,
     pub tenant_idle: Duration,
     pub ingest_max_rows: usize,
     pub ingest_concurrency: Option<usize>,
@@ -223,8 +265,8 @@ pub struct Config {
     pub plans: PlanTable,
 }
 
-/// Credentials of an S3-compatible bucket.
-#[derive(Clone, Debug, Default)]
+/// Credentials of an S3-compatible bucket. `Debug` hides the secret.
+#[derive(Clone, Default)]
 pub struct S3Settings {
     pub endpoint: Option<String>,
     pub region: Option<String>,
@@ -285,6 +327,11 @@ impl Default for Config {
             listen: "127.0.0.1:8080".parse().expect("static address"),
             admin_listen: "127.0.0.1:8081".parse().expect("static address"),
             admin_token: None,
+            header_timeout: Duration::from_millis(10_000),
+            body_timeout: Duration::from_millis(30_000),
+            idle_timeout: Duration::from_millis(60_000),
+            max_connections: 4096,
+            unauth_rps: 50,
             amqp_url: None,
             job_events_exchange: "fastack.job.events".to_owned(),
             core_events_exchange: "fastack.core.events".to_owned(),
@@ -297,6 +344,7 @@ impl Default for Config {
             repair_interval: Duration::from_millis(30_000),
             partition_interval: Duration::from_millis(3_600_000),
             webhook_allow_private: false,
+            webhook_proxy: None,
             node_id: NodeId::new(),
             bootstrap: true,
             processing: true,
@@ -306,6 +354,7 @@ impl Default for Config {
             process_gather: Duration::from_millis(25),
             lease_ttl: Duration::from_millis(10_000),
             process_batch: 500,
+            process_max_attempts: 5,
             tenant_idle: Duration::from_secs(300),
             ingest_max_rows: 4_000,
             ingest_concurrency: None,
@@ -363,6 +412,11 @@ impl Config {
             "FASTACK_LISTEN" => self.listen = parse(key, &value)?,
             "FASTACK_ADMIN_LISTEN" => self.admin_listen = parse(key, &value)?,
             "FASTACK_ADMIN_TOKEN" => self.admin_token = non_empty(value),
+            "FASTACK_HEADER_TIMEOUT_MS" => self.header_timeout = millis(key, &value)?,
+            "FASTACK_BODY_TIMEOUT_MS" => self.body_timeout = millis(key, &value)?,
+            "FASTACK_IDLE_TIMEOUT_MS" => self.idle_timeout = millis(key, &value)?,
+            "FASTACK_MAX_CONNECTIONS" => self.max_connections = parse(key, &value)?,
+            "FASTACK_UNAUTH_RPS" => self.unauth_rps = parse(key, &value)?,
             "FASTACK_AMQP_URL" => self.amqp_url = non_empty(value),
             "FASTACK_JOB_EVENTS_EXCHANGE" => self.job_events_exchange = value,
             "FASTACK_CORE_EVENTS_EXCHANGE" => self.core_events_exchange = value,
@@ -380,6 +434,7 @@ impl Config {
             "FASTACK_WEBHOOK_ALLOW_PRIVATE" => {
                 self.webhook_allow_private = parse_bool(key, &value)?
             }
+            "FASTACK_WEBHOOK_PROXY" => self.webhook_proxy = non_empty(value),
             "FASTACK_NODE_ID" => self.node_id = parse(key, &value)?,
             "FASTACK_BOOTSTRAP" => self.bootstrap = parse_bool(key, &value)?,
             "FASTACK_PROCESSING" => self.processing = parse_bool(key, &value)?,
@@ -389,6 +444,7 @@ impl Config {
             "FASTACK_PROCESS_GATHER_MS" => self.process_gather = millis(key, &value)?,
             "FASTACK_LEASE_TTL_MS" => self.lease_ttl = millis(key, &value)?,
             "FASTACK_PROCESS_BATCH" => self.process_batch = parse(key, &value)?,
+            "FASTACK_PROCESS_MAX_ATTEMPTS" => self.process_max_attempts = parse(key, &value)?,
             "FASTACK_TENANT_IDLE_SECS" => {
                 self.tenant_idle = Duration::from_secs(parse(key, &value)?)
             }
@@ -445,6 +501,20 @@ impl Config {
         if self.process_batch == 0 || self.ingest_max_rows == 0 {
             return Err(Error::Config("batch sizes must be positive".to_owned()));
         }
+        if self.process_max_attempts == 0 || self.max_connections == 0 || self.unauth_rps == 0 {
+            return Err(Error::Config(
+                "FASTACK_PROCESS_MAX_ATTEMPTS, FASTACK_MAX_CONNECTIONS and FASTACK_UNAUTH_RPS must be positive"
+                    .to_owned(),
+            ));
+        }
+        if let Some(token) = &self.admin_token
+            && token.chars().count() < MIN_ADMIN_TOKEN_CHARS
+        {
+            return Err(Error::Config(format!(
+                "FASTACK_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_CHARS} characters \
+                 (e.g. `head -c 24 /dev/urandom | base64`)"
+            )));
+        }
         Ok(())
     }
 
@@ -490,6 +560,89 @@ impl Config {
             Some(path) => PathBuf::from(path.trim_start_matches("//")),
             None => self.data_dir.join("fastack.db"),
         }
+    }
+}
+
+/// The admin token guards every tenant; a short one is guessable.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 24;
+
+const REDACTED: &str = "[redacted]";
+
+/// A URL with its password (if any) replaced, for logs and `Debug`.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some(REDACTED));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => REDACTED.to_owned(),
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret = |v: &Option<String>| v.as_ref().map(|_| REDACTED);
+        let url = |v: &Option<String>| v.as_deref().map(redact_url);
+        f.debug_struct("Config")
+            .field("database_url", &url(&self.database_url))
+            .field("data_dir", &self.data_dir)
+            .field("redis_url", &url(&self.redis_url))
+            .field("redis_prefix", &self.redis_prefix)
+            .field("listen", &self.listen)
+            .field("admin_listen", &self.admin_listen)
+            .field("admin_token", &secret(&self.admin_token))
+            .field("header_timeout", &self.header_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("unauth_rps", &self.unauth_rps)
+            .field("amqp_url", &url(&self.amqp_url))
+            .field("job_events_exchange", &self.job_events_exchange)
+            .field("core_events_exchange", &self.core_events_exchange)
+            .field("cloudevents_source", &self.cloudevents_source)
+            .field("enc_key", &secret(&self.enc_key))
+            .field("storage_url", &self.storage_url)
+            .field("s3", &self.s3)
+            .field("single_tenant", &self.single_tenant)
+            .field("job_concurrency", &self.job_concurrency)
+            .field("repair_interval", &self.repair_interval)
+            .field("partition_interval", &self.partition_interval)
+            .field("webhook_allow_private", &self.webhook_allow_private)
+            .field(
+                "webhook_proxy",
+                &self.webhook_proxy.as_deref().map(redact_url),
+            )
+            .field("node_id", &self.node_id)
+            .field("bootstrap", &self.bootstrap)
+            .field("processing", &self.processing)
+            .field("log", &self.log)
+            .field("key_cache_ttl", &self.key_cache_ttl)
+            .field("poll_interval", &self.poll_interval)
+            .field("process_gather", &self.process_gather)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("process_batch", &self.process_batch)
+            .field("process_max_attempts", &self.process_max_attempts)
+            .field("tenant_idle", &self.tenant_idle)
+            .field("ingest_max_rows", &self.ingest_max_rows)
+            .field("ingest_concurrency", &self.ingest_concurrency)
+            .field("ingest_split_rows", &self.ingest_split_rows)
+            .field("plans", &self.plans)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| REDACTED),
+            )
+            .finish()
     }
 }
 
@@ -595,6 +748,38 @@ mod tests {
         assert!(err.to_string().contains("FASTACK_LISTEN"));
         let err = Config::from_vars(vars(&[("FASTACK_DATABASE_URL", "mysql://x")])).unwrap_err();
         assert!(err.to_string().contains("must start with"));
+    }
+
+    #[test]
+    fn debug_never_shows_secrets_and_short_admin_tokens_are_refused() {
+        let cfg = Config::from_vars(vars(&[
+            (
+                "FASTACK_DATABASE_URL",
+                "postgres://app:pg-pass-123@db/fastack",
+            ),
+            ("FASTACK_REDIS_URL", "redis://:redis-pass-456@cache:6379"),
+            ("FASTACK_ADMIN_TOKEN", "admin-token-abcdefghijklmnop"),
+            (
+                "FASTACK_ENC_KEY",
+                "ZmFzdGFjay10ZXN0LW1hc3Rlci1rZXktMzItYnl0ZXMh",
+            ),
+            ("FASTACK_S3_SECRET_ACCESS_KEY", "s3-secret-789"),
+        ]))
+        .unwrap();
+        let shown = format!("{cfg:?}");
+        for secret in [
+            "pg-pass-123",
+            "redis-pass-456",
+            "admin-token-abcdefghijklmnop",
+            "ZmFzdGFjay10ZXN0",
+            "s3-secret-789",
+        ] {
+            assert!(!shown.contains(secret), "{secret} leaked: {shown}");
+        }
+        assert!(shown.contains("[redacted]"));
+        assert!(shown.contains("db/fastack"));
+        let err = Config::from_vars(vars(&[("FASTACK_ADMIN_TOKEN", "short")])).unwrap_err();
+        assert!(err.to_string().contains("at least 24"), "{err}");
     }
 
     #[test]

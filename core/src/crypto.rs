@@ -16,8 +16,6 @@
 //! last-segment flag), so large exports never sit in memory whole and a
 //! truncated object fails to decrypt.
 
-use std::path::Path;
-
 use aes_gcm::{
     Aes256Gcm, Key, Nonce,
     aead::{Aead, KeyInit},
@@ -124,7 +122,7 @@ impl Keys {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut key = [0u8; 32];
                 rand::rng().fill_bytes(&mut key);
-                write_private(
+                crate::private::write_secret(
                     &path,
                     &base64::engine::general_purpose::STANDARD.encode(key),
                 )?;
@@ -135,29 +133,6 @@ impl Keys {
         };
         Keys::from_master(&bytes)
     }
-}
-
-/// Writes a file readable by its owner only.
-pub fn write_private(path: &Path, contents: &str) -> Result<()> {
-    use std::io::Write;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options
-        .open(path)
-        .map_err(|e| Error::io(path.display().to_string(), e))?;
-    file.write_all(format!("{contents}\n").as_bytes())
-        .map_err(|e| Error::io(path.display().to_string(), e))?;
-    file.sync_all()
-        .map_err(|e| Error::io(path.display().to_string(), e))?;
-    Ok(())
 }
 
 pub fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {

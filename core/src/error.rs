@@ -7,7 +7,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("database error")]
+    /// Shown with the SQLSTATE, constraint and table when the database
+    /// answered (never the statement's values), else with what failed.
+    #[error("database error: {}", describe_sqlx(.0))]
     Database(#[from] sqlx::Error),
     #[error("migration failed")]
     Migration(#[from] sea_orm::DbErr),
@@ -39,6 +41,29 @@ pub enum Error {
     Signature(&'static str),
     #[error("amqp error")]
     Amqp(#[from] lapin::Error),
+    /// A fault injected by a test (see [`crate::faults`]); never raised in
+    /// production.
+    #[error("injected fault: {0}")]
+    Injected(String),
+}
+
+/// What a sqlx error says, without bound values: SQLSTATE, constraint,
+/// table and the server's message (PostgreSQL puts row values in its
+/// `detail`, which is left out).
+pub fn describe_sqlx(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Database(db) => {
+            let mut out = format!("[{}] {}", db.code().unwrap_or_default(), db.message());
+            if let Some(c) = db.constraint() {
+                out.push_str(&format!(" (constraint {c})"));
+            }
+            if let Some(t) = db.table() {
+                out.push_str(&format!(" (table {t})"));
+            }
+            out
+        }
+        other => other.to_string(),
+    }
 }
 
 impl Error {
@@ -46,6 +71,39 @@ impl Error {
         Error::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// Whether the database refused the statement because of the values in
+    /// it (a constraint, a value it cannot store) rather than because it is
+    /// unreachable or busy: the same rows would fail the same way again, so
+    /// they belong to one request or one event, not to everyone.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => {
+                use sqlx::error::ErrorKind;
+                let code = db.code();
+                let code = code.as_deref().unwrap_or_default();
+                match db.kind() {
+                    ErrorKind::UniqueViolation
+                    | ErrorKind::ForeignKeyViolation
+                    | ErrorKind::NotNullViolation
+                    | ErrorKind::CheckViolation => true,
+                    _ => match code.parse::<u32>() {
+                        // SQLite: the primary result code is the low byte;
+                        // CONSTRAINT, TOOBIG, MISMATCH, RANGE.
+                        Ok(n) => matches!(n & 0xff, 19 | 18 | 20 | 25),
+                        // PostgreSQL SQLSTATE: class 22 (data exception),
+                        // 23 (integrity constraint violation).
+                        Err(_) => {
+                            code.len() == 5 && (code.starts_with("22") || code.starts_with("23"))
+                        }
+                    },
+                }
+            }
+            Error::Database(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => true,
+            Error::Corrupt(_) | Error::Injected(_) => true,
+            _ => false,
         }
     }
 }
@@ -56,7 +114,7 @@ impl ServiceError for Error {
             Error::NotFound { .. } => 404,
             Error::Conflict(_) => 409,
             Error::Config(_) => 500,
-            Error::Corrupt(_) | Error::Protocol(_) => 500,
+            Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => 500,
             Error::Signature(_) => 401,
             Error::Database(_)
             | Error::Migration(_)
@@ -73,7 +131,9 @@ impl ServiceError for Error {
         match self {
             Error::NotFound { .. } => "not_found",
             Error::Conflict(_) => "conflict",
-            Error::Config(_) | Error::Corrupt(_) | Error::Protocol(_) => "internal",
+            Error::Config(_) | Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => {
+                "internal"
+            }
             Error::Signature(_) => "invalid_signature",
             _ => "unavailable",
         }

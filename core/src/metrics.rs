@@ -59,6 +59,9 @@ pub struct Metrics {
     pub events_repaired: Counter,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_first_attempt_lag_seconds: Histogram,
+    pub quarantined_events: Counter,
+    pub group_commit_splits: Counter,
+    pub requests_refused: Family<OutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -193,8 +196,30 @@ impl Metrics {
             "children restarted by their supervisor after a failure",
             actor_restarts.clone(),
         );
+        let quarantined_events = Counter::default();
+        registry.register(
+            "quarantined_events",
+            "accepted events moved to quarantine after failing processing repeatedly",
+            quarantined_events.clone(),
+        );
+        let group_commit_splits = Counter::default();
+        registry.register(
+            "group_commit_splits",
+            "group commits split in two to isolate a request the database refused",
+            group_commit_splits.clone(),
+        );
+        let requests_refused = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "requests_refused",
+            "requests or connections refused before reaching a handler, by reason \
+             (unauthenticated_limit, header_timeout, connection_cap, address_guard)",
+            requests_refused.clone(),
+        );
         Metrics {
             registry,
+            quarantined_events,
+            group_commit_splits,
+            requests_refused,
             http_requests,
             http_duration,
             events_accepted,
@@ -216,6 +241,12 @@ impl Metrics {
             webhook_attempts,
             webhook_first_attempt_lag_seconds,
         }
+    }
+
+    pub fn refused(&self, outcome: &'static str) {
+        self.requests_refused
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 
     pub fn restarted(&self, actor: &'static str) {

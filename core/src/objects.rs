@@ -27,6 +27,9 @@ pub struct Objects {
     /// Where, for logs (no credentials).
     pub location: String,
     fault: Option<WriteFault>,
+    /// The directory of local storage: objects written there are made
+    /// owner-only (object_store creates files with the process umask).
+    local_root: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -42,13 +45,22 @@ fn storage_err(e: object_store::Error) -> Error {
 }
 
 fn local(path: &std::path::Path) -> Result<Objects> {
-    std::fs::create_dir_all(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+    crate::private::ensure_dir(path)?;
     let store = LocalFileSystem::new_with_prefix(path).map_err(storage_err)?;
     Ok(Objects {
         store: Arc::new(store),
         location: path.display().to_string(),
         fault: None,
+        local_root: Some(path.to_owned()),
     })
+}
+
+/// Makes a local object owner-only once written.
+fn restrict(local_root: Option<&std::path::Path>, path: &str) -> Result<()> {
+    match local_root {
+        Some(root) => crate::private::restrict_file(&root.join(path)),
+        None => Ok(()),
+    }
 }
 
 impl Objects {
@@ -98,6 +110,7 @@ impl Objects {
                     store,
                     location: format!("s3://{bucket}/{prefix}"),
                     fault: None,
+                    local_root: None,
                 })
             }
             Some(path) => local(std::path::Path::new(path)),
@@ -118,7 +131,7 @@ impl Objects {
             .put(&ObjectPath::from(path), PutPayload::from(bytes))
             .await
             .map_err(storage_err)?;
-        Ok(())
+        restrict(self.local_root.as_deref(), path)
     }
 
     pub async fn get(&self, path: &str) -> Result<Bytes> {
@@ -157,6 +170,7 @@ impl Objects {
         ObjectWriter {
             inner: BufWriter::new(self.store.clone(), ObjectPath::from(path)),
             fault: self.fault.clone(),
+            local: self.local_root.as_ref().map(|r| r.join(path)),
         }
     }
 }
@@ -164,6 +178,8 @@ impl Objects {
 pub struct ObjectWriter {
     inner: BufWriter,
     fault: Option<WriteFault>,
+    /// The file being written, on local storage.
+    local: Option<std::path::PathBuf>,
 }
 
 impl ObjectWriter {
@@ -184,7 +200,11 @@ impl ObjectWriter {
         self.inner
             .shutdown()
             .await
-            .map_err(|e| Error::Storage(e.to_string()))
+            .map_err(|e| Error::Storage(e.to_string()))?;
+        match &self.local {
+            Some(file) => crate::private::restrict_file(file),
+            None => Ok(()),
+        }
     }
 
     pub async fn abort(mut self) {

@@ -171,6 +171,61 @@ impl LocalCells {
     }
 }
 
+/// Requests without a valid API key, per client address, on this node: a
+/// flood of random keys from one address is answered 429 without touching
+/// the database once its budget (`FASTACK_UNAUTH_RPS`, burst the same) is
+/// spent. Requests with a valid key never draw on it.
+#[derive(Debug)]
+pub struct ClientLimiter {
+    base: Instant,
+    quota: Quota,
+    cells: Mutex<HashMap<std::net::IpAddr, i64>>,
+}
+
+/// Addresses remembered at most; idle ones are dropped beyond it.
+const MAX_CLIENTS: usize = 100_000;
+
+impl ClientLimiter {
+    pub fn new(rate_per_sec: u32) -> Self {
+        ClientLimiter {
+            base: Instant::now(),
+            quota: Quota {
+                rate_per_sec,
+                burst: rate_per_sec,
+            },
+            cells: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.base.elapsed().as_micros() as i64
+    }
+
+    /// Seconds to wait when the address has spent its budget (nothing is
+    /// consumed), `None` while it has some left.
+    pub fn exhausted(&self, ip: std::net::IpAddr) -> Option<u64> {
+        let now = self.now();
+        let tat = self.cells.lock().get(&ip).copied();
+        let step = gcra(now, tat, self.quota);
+        (!step.allowed).then(|| ceil_secs(step.retry_us).max(1))
+    }
+
+    /// Charges one unauthenticated request; `Some(retry after s)` when over.
+    pub fn charge(&self, ip: std::net::IpAddr) -> Option<u64> {
+        let now = self.now();
+        let mut cells = self.cells.lock();
+        let step = gcra(now, cells.get(&ip).copied(), self.quota);
+        if !step.allowed {
+            return Some(ceil_secs(step.retry_us).max(1));
+        }
+        if cells.len() >= MAX_CLIENTS {
+            cells.retain(|_, tat| *tat > now);
+        }
+        cells.insert(ip, step.new_tat);
+        None
+    }
+}
+
 /// Longest a leased token stays usable; unused ones are then given up.
 const LEASE_TTL: Duration = Duration::from_secs(1);
 /// A lease covers about this much of the recent local request rate.
@@ -430,6 +485,24 @@ mod tests {
         rate_per_sec: 10,
         burst: 3,
     };
+
+    #[test]
+    fn unauthenticated_budget_per_address() {
+        let limiter = ClientLimiter::new(3);
+        let a: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let b: std::net::IpAddr = "192.0.2.2".parse().unwrap();
+        assert_eq!(limiter.exhausted(a), None);
+        for _ in 0..3 {
+            assert_eq!(limiter.charge(a), None);
+        }
+        assert!(limiter.exhausted(a).is_some());
+        assert!(limiter.charge(a).is_some());
+        assert_eq!(
+            limiter.charge(b),
+            None,
+            "another address has its own budget"
+        );
+    }
 
     #[test]
     fn burst_then_steady_rate() {

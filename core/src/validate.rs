@@ -67,19 +67,59 @@ const IDENTIFY_FIELDS: &[&str] = &[
 ];
 
 struct Collector<'a> {
+    /// JSON pointer of the event in the request body (`""` or `/batch/3`).
+    base: String,
     index: Option<usize>,
     errors: &'a mut Vec<FieldError>,
 }
 
 impl Collector<'_> {
+    /// An error at member `field` of the event (`""`: the event itself).
     fn push(&mut self, field: &str, code: &'static str, message: impl Into<String>) {
+        let field = if field.is_empty() {
+            self.base.clone()
+        } else {
+            format!("{}/{}", self.base, crate::json::pointer_token(field))
+        };
         self.errors.push(FieldError {
-            field: field.to_owned(),
+            field,
             index: self.index,
             code,
             message: message.into(),
         });
     }
+}
+
+/// The JSON pointer of batch item `index` in the request body, or of the
+/// body itself.
+pub fn item_pointer(index: Option<usize>) -> String {
+    index.map_or_else(String::new, |i| format!("/batch/{i}"))
+}
+
+/// The whole edge rule for one event's JSON text (a request body, or one
+/// batch item): storable text ([`crate::json::unstorable`]), strict JSON
+/// (no repeated member names), then [`validate_event`]. `Err` is a syntax
+/// error of the text (a 400); field errors are appended to `errors`.
+pub fn event_from_json(
+    text: &[u8],
+    expected: Option<EventKind>,
+    index: Option<usize>,
+    ctx: &ValidationContext,
+    errors: &mut Vec<FieldError>,
+) -> Result<Option<NewEvent>, serde_json::Error> {
+    let findings = crate::json::unstorable(text);
+    if !findings.is_empty() {
+        let base = item_pointer(index);
+        errors.extend(findings.into_iter().map(|f| FieldError {
+            field: format!("{base}{}", f.pointer),
+            index,
+            code: f.problem.code(),
+            message: f.problem.message().to_owned(),
+        }));
+        return Ok(None);
+    }
+    let value = crate::json::parse_strict(text)?;
+    Ok(validate_event(value, expected, index, ctx, errors))
 }
 
 /// Validates one event. `expected` is the endpoint's kind (`None` for batch
@@ -93,7 +133,11 @@ pub fn validate_event(
     errors: &mut Vec<FieldError>,
 ) -> Option<NewEvent> {
     let before = errors.len();
-    let mut c = Collector { index, errors };
+    let mut c = Collector {
+        base: item_pointer(index),
+        index,
+        errors,
+    };
     let Value::Object(mut obj) = value else {
         c.push("", "invalid_type", "an event must be a JSON object");
         return None;
@@ -156,11 +200,10 @@ pub fn validate_event(
         EventKind::Track => string_field(&mut obj, "event", true, MAX_EVENT_NAME_CHARS, &mut c),
         EventKind::Identify => None,
     };
+    let ids_before = c.errors.len();
     let user_id = string_field(&mut obj, "user_id", false, MAX_ID_CHARS, &mut c);
     let anonymous_id = string_field(&mut obj, "anonymous_id", false, MAX_ID_CHARS, &mut c);
-    let ids_ok = !c.errors[before..]
-        .iter()
-        .any(|e| e.field == "user_id" || e.field == "anonymous_id");
+    let ids_ok = c.errors.len() == ids_before;
     if ids_ok && user_id.is_none() && anonymous_id.is_none() {
         c.push(
             "user_id",
@@ -285,6 +328,13 @@ fn string_field(
                     format!("`{field}` must be 1 to {max_chars} characters"),
                 );
                 None
+            } else if s.chars().any(is_control) {
+                c.push(
+                    field,
+                    "invalid_character",
+                    format!("`{field}` must not contain control characters (U+0000–U+001F, U+007F–U+009F)"),
+                );
+                None
             } else {
                 Some(s)
             }
@@ -296,12 +346,123 @@ fn string_field(
     }
 }
 
-/// RFC 3339 with an explicit offset, truncated to microseconds (what storage
-/// keeps, so what the caller reads back equals what the fingerprint saw).
+/// Why a batch body is not `{"batch": [ … ]}`.
+#[derive(Debug)]
+pub enum EnvelopeError {
+    /// Not JSON (a 400 `invalid_json`).
+    Json(String),
+    /// JSON of the wrong shape (a 422 naming the place).
+    Shape(FieldError),
+}
+
+/// The items of a batch body, still as raw JSON text: each is checked by
+/// [`event_from_json`] like a single event.
+pub fn batch_items(body: &[u8]) -> Result<Vec<&serde_json::value::RawValue>, EnvelopeError> {
+    use serde_json::value::RawValue;
+    let shape = |field: &str, code: &'static str, message: &str| {
+        EnvelopeError::Shape(FieldError {
+            field: field.to_owned(),
+            index: None,
+            code,
+            message: message.to_owned(),
+        })
+    };
+    let json = |e: serde_json::Error| EnvelopeError::Json(e.to_string());
+    let whole: &RawValue = serde_json::from_slice(body).map_err(json)?;
+    if !whole.get().trim_start().starts_with('{') {
+        return Err(shape(
+            "",
+            "invalid_type",
+            "the body must be a JSON object {\"batch\": [ … ]} holding 1 to 500 events",
+        ));
+    }
+    let members: Vec<(String, &RawValue)> = serde_json::from_str::<Members<'_>>(whole.get())
+        .map_err(json)?
+        .0;
+    let mut batch = None;
+    for (name, value) in members {
+        if name != "batch" {
+            return Err(shape(
+                &format!("/{}", crate::json::pointer_token(&name)),
+                "unknown_field",
+                &format!("unknown field `{name}`: the body is {{\"batch\": [ … ]}}"),
+            ));
+        }
+        if batch.replace(value).is_some() {
+            return Err(EnvelopeError::Json(
+                "duplicate member name `batch`".to_owned(),
+            ));
+        }
+    }
+    let Some(batch) = batch else {
+        return Err(shape(
+            "/batch",
+            "required",
+            "`batch` is required: an array of 1 to 500 events",
+        ));
+    };
+    if !batch.get().starts_with('[') {
+        return Err(shape(
+            "/batch",
+            "invalid_type",
+            "`batch` must be an array of 1 to 500 events",
+        ));
+    }
+    serde_json::from_str(batch.get()).map_err(json)
+}
+
+/// An object's members in order, values left as raw text.
+struct Members<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Members<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    out.push(entry);
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// C0 and C1 control characters and DEL: refused in ids, keys and event
+/// names (they are identifiers, shown in logs and consoles); property and
+/// trait values may hold them (JSON escapes them).
+fn is_control(c: char) -> bool {
+    c.is_control()
+}
+
+/// RFC 3339 with an explicit offset, normalised once so that one value
+/// decides both the partition and the stored instant (see [`normalize`]).
 pub fn parse_timestamp(s: &str) -> Option<DateTime<FixedOffset>> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.trunc_subsecs(6))
+    DateTime::parse_from_rfc3339(s).ok().map(normalize)
+}
+
+/// What storage keeps of an instant: microseconds (finer digits are
+/// truncated), and a leap second (`23:59:60.5`) read as the last
+/// microsecond of the second before it (`23:59:59.999999`), so it stays in
+/// the day and month it was written in and sorts after that second. The
+/// caller's offset is kept.
+pub fn normalize(t: DateTime<FixedOffset>) -> DateTime<FixedOffset> {
+    use chrono::Timelike;
+    let t = t.trunc_subsecs(6);
+    if t.nanosecond() >= 1_000_000_000 {
+        t.with_nanosecond(999_999_000).unwrap_or(t)
+    } else {
+        t
+    }
 }
 
 /// SHA-256 over the event's content: type, name, ids, properties/traits and
@@ -408,11 +569,11 @@ mod tests {
         );
         assert!(ev.is_none());
         let fields: Vec<(&str, &str)> = errors.iter().map(|e| (e.field.as_str(), e.code)).collect();
-        assert!(fields.contains(&("occured_at", "unknown_field")));
-        assert!(fields.contains(&("event", "invalid_length")));
-        assert!(fields.contains(&("user_id", "invalid_type")));
-        assert!(fields.contains(&("properties", "invalid_type")));
-        assert!(fields.contains(&("occurred_at", "required")));
+        assert!(fields.contains(&("/occured_at", "unknown_field")));
+        assert!(fields.contains(&("/event", "invalid_length")));
+        assert!(fields.contains(&("/user_id", "invalid_type")));
+        assert!(fields.contains(&("/properties", "invalid_type")));
+        assert!(fields.contains(&("/occurred_at", "required")));
     }
 
     #[test]
@@ -420,7 +581,7 @@ mod tests {
         let mut v = track();
         v.as_object_mut().unwrap().remove("user_id");
         let (_, errors) = run(v, Some(EventKind::Track));
-        assert_eq!(errors[0].field, "user_id");
+        assert_eq!(errors[0].field, "/user_id");
         assert_eq!(errors[0].code, "required");
     }
 
@@ -449,7 +610,7 @@ mod tests {
     #[test]
     fn batch_items_need_a_type_and_endpoints_check_it() {
         let (_, errors) = run(track(), None);
-        assert_eq!(errors[0].field, "type");
+        assert_eq!(errors[0].field, "/type");
         let mut v = track();
         v["type"] = json!("identify");
         let (_, errors) = run(v, Some(EventKind::Track));
@@ -472,7 +633,7 @@ mod tests {
             json!({"user_id": "u", "event": "x", "occurred_at": "2026-11-30T10:00:00Z", "idempotency_key": "k"}),
             Some(EventKind::Identify),
         );
-        assert_eq!(errors[0].field, "event");
+        assert_eq!(errors[0].field, "/event");
     }
 
     #[test]
@@ -493,5 +654,164 @@ mod tests {
         let (c, _) = run(reordered, Some(EventKind::Track));
         let (a, _) = run(track(), Some(EventKind::Track));
         assert_ne!(fingerprint(&a.unwrap()), fingerprint(&c.unwrap()));
+    }
+
+    #[test]
+    fn control_characters_are_refused_in_identifiers_only() {
+        for (field, value) in [
+            ("user_id", "u\u{1}"),
+            ("idempotency_key", "k\n2"),
+            ("event", "Order\u{7f}"),
+            ("anonymous_id", "a\u{85}"),
+        ] {
+            let mut v = track();
+            v[field] = json!(value);
+            let (ev, errors) = run(v, Some(EventKind::Track));
+            assert!(ev.is_none(), "{field}");
+            assert_eq!(errors[0].field, format!("/{field}"));
+            assert_eq!(errors[0].code, "invalid_character");
+        }
+        let mut v = track();
+        v["properties"] = json!({"note": "line 1\nline 2\u{1}", "tab\tname": 1});
+        let (ev, errors) = run(v, Some(EventKind::Track));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(ev.unwrap().properties["note"], "line 1\nline 2\u{1}");
+    }
+
+    fn from_json(text: &str, index: Option<usize>) -> (Option<NewEvent>, Vec<FieldError>) {
+        let mut errors = Vec::new();
+        let ev = event_from_json(text.as_bytes(), None, index, &ctx(), &mut errors)
+            .expect("well-formed JSON");
+        (ev, errors)
+    }
+
+    #[test]
+    fn the_edge_rule_names_places_by_pointer_in_batches() {
+        let (ev, errors) = from_json(
+            r#"{"type":"track","event":"E","user_id":"u","occurred_at":"2026-11-30T10:00:00Z",
+                "idempotency_key":"k","properties":{"a":{"b\u0000":1},"n":123456789012345678901234567890}}"#,
+            Some(3),
+        );
+        assert!(ev.is_none());
+        let got: Vec<(&str, &str, Option<usize>)> = errors
+            .iter()
+            .map(|e| (e.field.as_str(), e.code, e.index))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/batch/3/properties/a/b\u{0}", "invalid_character", Some(3)),
+                ("/batch/3/properties/n", "invalid_number", Some(3)),
+            ]
+        );
+        let mut errors = Vec::new();
+        let dup = event_from_json(
+            br#"{"type":"track","type":"identify"}"#,
+            None,
+            None,
+            &ctx(),
+            &mut errors,
+        );
+        assert!(
+            dup.unwrap_err()
+                .to_string()
+                .contains("duplicate member name `type`")
+        );
+    }
+
+    #[test]
+    fn batch_envelopes_say_what_is_expected() {
+        let shape = |body: &str| match batch_items(body.as_bytes()) {
+            Err(EnvelopeError::Shape(f)) => (f.field, f.code),
+            other => panic!("{body}: {other:?}"),
+        };
+        assert_eq!(shape("[]"), (String::new(), "invalid_type"));
+        assert_eq!(shape("{}"), ("/batch".to_owned(), "required"));
+        assert_eq!(
+            shape(r#"{"batch":{}}"#),
+            ("/batch".to_owned(), "invalid_type")
+        );
+        assert_eq!(
+            shape(r#"{"batch":[],"x":1}"#),
+            ("/x".to_owned(), "unknown_field")
+        );
+        assert!(matches!(
+            batch_items(br#"{"batch":[],"batch":[]}"#),
+            Err(EnvelopeError::Json(m)) if m.contains("duplicate")
+        ));
+        assert!(matches!(batch_items(b"{"), Err(EnvelopeError::Json(_))));
+        let items = batch_items(br#"{"batch":[{"a":1}, 2]}"#).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[1].get(), "2");
+    }
+
+    #[test]
+    fn leap_seconds_stay_in_their_second_and_month() {
+        let t = parse_timestamp("2026-11-30T23:59:60Z").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-11-30T23:59:59.999999+00:00");
+        let t = parse_timestamp("2026-12-01T00:59:60.5+01:00").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-12-01T00:59:59.999999+01:00");
+        assert_eq!(
+            t.with_timezone(&Utc).to_rfc3339(),
+            "2026-11-30T23:59:59.999999+00:00"
+        );
+        let t = parse_timestamp("2026-11-30T23:59:59.123456789Z").unwrap();
+        assert_eq!(t.timestamp_subsec_nanos(), 123_456_000);
+    }
+
+    mod boundaries {
+        use super::super::*;
+        use chrono::{Datelike, Timelike};
+        use proptest::prelude::*;
+
+        /// The stored instant (microseconds) and the partition month come
+        /// from the same value: the month of the stored instant.
+        fn consistent(t: DateTime<FixedOffset>) {
+            use chrono::TimeZone;
+            let utc = t.with_timezone(&Utc);
+            let micros = utc.timestamp_micros();
+            let stored = Utc.timestamp_micros(micros).single().unwrap();
+            assert_eq!(stored, utc, "{t}");
+            assert_eq!(
+                (stored.year(), stored.month()),
+                (utc.year(), utc.month()),
+                "{t}"
+            );
+            assert!(t.nanosecond() < 1_000_000_000, "{t}");
+            assert_eq!(t.nanosecond() % 1_000, 0, "{t}");
+        }
+
+        proptest! {
+            #[test]
+            fn every_month_boundary_with_leap_seconds_and_extreme_offsets(
+                year in 2000i32..2040,
+                month in 1u32..=12,
+                offset_min in prop::sample::select(vec![-14 * 60, -12 * 60, -570, 0, 345, 14 * 60, 23 * 60 + 59, -(23 * 60 + 59)]),
+                second in prop::sample::select(vec!["59", "60"]),
+                frac in prop::sample::select(vec!["", ".5", ".999999", ".999999999", ".000000001"]),
+                side in 0u8..3,
+            ) {
+                // The last second of the month in UTC, seen from `offset_min`.
+                let month_end = Utc.with_ymd_and_hms(year, month, 1, 0, 0, 0).unwrap()
+                    .checked_add_months(chrono::Months::new(1)).unwrap();
+                let base = month_end - Duration::seconds(1) + Duration::seconds(i64::from(side) - 1);
+                let offset = FixedOffset::east_opt(offset_min * 60).unwrap();
+                let local = base.with_timezone(&offset);
+                let text = format!(
+                    "{}:{second}{frac}{}",
+                    local.format("%Y-%m-%dT%H:%M"),
+                    if offset_min == 0 { "Z".to_owned() } else { local.format("%:z").to_string() }
+                );
+                let t = parse_timestamp(&text).unwrap();
+                consistent(t);
+                // A leap second reads as the end of the second before it.
+                if second == "60" {
+                    prop_assert_eq!(t.second(), 59);
+                    prop_assert_eq!(t.nanosecond(), 999_999_000);
+                }
+                prop_assert_eq!(t.offset().local_minus_utc(), offset_min * 60);
+            }
+        }
+        use chrono::TimeZone;
     }
 }

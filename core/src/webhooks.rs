@@ -174,37 +174,82 @@ pub fn retry_delay(attempt: u32) -> Option<Duration> {
     Some(Duration::milliseconds(base_ms + jitter))
 }
 
-/// Addresses a webhook must not reach (SSRF): loopback, private,
-/// link-local (cloud metadata lives there), shared, unspecified, multicast.
+/// Whether a webhook may not reach `ip` (SSRF guard). An allow-list: only
+/// globally routable unicast addresses pass. IPv6 forms that carry an IPv4
+/// address (mapped, translated, compatible, NAT64, 6to4, Teredo) are judged
+/// by the IPv4 address they carry.
 pub fn is_forbidden(ip: IpAddr) -> bool {
+    !is_global_unicast(ip)
+}
+
+/// Globally routable unicast: not loopback, private, shared, link-local,
+/// site-local, unique-local, documentation, benchmarking, reserved,
+/// multicast, broadcast or unspecified.
+pub fn is_global_unicast(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => forbidden_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return forbidden_v4(v4);
-            }
-            let seg0 = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (seg0 & 0xfe00) == 0xfc00 // unique local (includes fd00:ec2::254)
-                || (seg0 & 0xffc0) == 0xfe80 // link-local
-                || v6 == Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0xa9fe, 0xa9fe)
-        }
+        IpAddr::V4(v4) => global_v4(v4),
+        IpAddr::V6(v6) => global_v6(v6),
     }
 }
 
-fn forbidden_v4(ip: Ipv4Addr) -> bool {
-    let o = ip.octets();
-    ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || ip.is_broadcast()
-        || ip.is_multicast()
-        || o[0] == 0
-        || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64.0.0/10 shared
-        || (o[0] == 192 && o[1] == 0 && o[2] == 0) // IETF protocol assignments
+fn global_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(a == 0 // "this network"
+        || a == 10
+        || a == 127
+        || (a == 100 && (b & 0xc0) == 64) // 100.64.0.0/10 shared (CGNAT)
+        || (a == 169 && b == 254) // link-local, cloud metadata
+        || (a == 172 && (b & 0xf0) == 16)
+        || (a == 192 && b == 168)
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 192 && b == 0 && c == 2) // TEST-NET-1
+        || (a == 192 && b == 88 && c == 99) // 6to4 relay anycast
+        || (a == 198 && (b & 0xfe) == 18) // 198.18.0.0/15 benchmarking
+        || (a == 198 && b == 51 && c == 100) // TEST-NET-2
+        || (a == 203 && b == 0 && c == 113) // TEST-NET-3
+        || a >= 224) // multicast 224/4, reserved 240/4, broadcast
+}
+
+/// The IPv4 address an IPv6 address carries, for the forms that carry one.
+/// Teredo carries two (server and client); both must be global.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Vec<Ipv4Addr>> {
+    let s = ip.segments();
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    match s {
+        // ::ffff:a.b.c.d (mapped) and ::ffff:0:a.b.c.d (translated)
+        [0, 0, 0, 0, 0, 0xffff, _, _] | [0, 0, 0, 0, 0xffff, 0, _, _] => Some(vec![low]),
+        // ::a.b.c.d (compatible, deprecated); :: and ::1 are not IPv4
+        [0, 0, 0, 0, 0, 0, hi, lo] if (hi, lo) > (0, 1) => Some(vec![low]),
+        // NAT64: 64:ff9b::/96 and the local-use 64:ff9b:1::/48
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] | [0x64, 0xff9b, 1, ..] => Some(vec![low]),
+        // 6to4: 2002:AABB:CCDD::/48 carries AA.BB.CC.DD
+        [0x2002, hi, lo, ..] => Some(vec![Ipv4Addr::new(
+            (hi >> 8) as u8,
+            hi as u8,
+            (lo >> 8) as u8,
+            lo as u8,
+        )]),
+        // Teredo: 2001:0::/32, server in bits 32..64, client inverted last
+        [0x2001, 0, hi, lo, ..] => Some(vec![
+            Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8),
+            Ipv4Addr::from(!u32::from(low)),
+        ]),
+        _ => None,
+    }
+}
+
+fn global_v6(ip: Ipv6Addr) -> bool {
+    if let Some(v4s) = embedded_v4(ip) {
+        return v4s.into_iter().all(global_v4);
+    }
+    let s = ip.segments();
+    // Global unicast is 2000::/3; everything else (loopback, unspecified,
+    // ULA fc00::/7, link-local fe80::/10, site-local fec0::/10, multicast,
+    // discard 100::/64) is not.
+    (s[0] & 0xe000) == 0x2000
+        && !((s[0] == 0x2001 && s[1] < 0x0200) // 2001::/23 IETF protocol assignments, benchmarking
+            || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+            || (s[0] == 0x3fff && s[1] < 0x1000)) // documentation (RFC 9637)
 }
 
 /// Checks an endpoint URL at registration: http(s) only, and (unless
@@ -365,24 +410,71 @@ mod tests {
     }
 
     #[test]
-    fn forbidden_addresses() {
+    fn only_global_unicast_addresses_are_allowed() {
         for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
+            // IPv4 special-purpose space
             "0.0.0.0",
+            "0.1.2.3",
+            "10.1.2.3",
             "100.64.0.1",
+            "100.127.255.254",
+            "127.0.0.1",
+            "127.255.255.255",
+            "169.254.169.254",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.88.99.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "198.51.100.7",
+            "203.0.113.9",
+            "224.0.0.1",
+            "239.255.255.250",
+            "240.0.0.1",
+            "255.255.255.255",
+            // IPv6 special-purpose space
+            "::",
             "::1",
-            "fe80::1",
+            "100::1",
+            "fc00::1",
             "fd00:ec2::254",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+            "2001:2::1",
+            "2001:db8::1",
+            "3fff::1",
+            // IPv6 forms carrying a forbidden IPv4 address
             "::ffff:127.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "::127.0.0.1",
+            "::169.254.169.254",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::a00:1",
+            "2002:7f00:1::",
+            "2002:a00:1::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         ] {
-            assert!(is_forbidden(ip.parse().unwrap()), "{ip}");
+            assert!(is_forbidden(ip.parse().unwrap()), "{ip} must be refused");
         }
-        for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {
-            assert!(!is_forbidden(ip.parse().unwrap()), "{ip}");
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "1.1.1.1",
+            "100.128.0.1",
+            "172.32.0.1",
+            "198.20.0.1",
+            "2606:4700::1111",
+            "2a00:1450:4001:82a::200e",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
+            assert!(!is_forbidden(ip.parse().unwrap()), "{ip} must be allowed");
         }
     }
 

@@ -9,7 +9,7 @@ pub mod webhook;
 pub use ids::{ApiKeyId, ContactId, DeliveryId, EndpointId, EventId, JobId, NodeId, TenantId};
 pub use job::{Job, JobKind, JobStatus};
 pub use model::{
-    ApiKey, Contact, EventKind, IdentityKind, NewEvent, Plan, PlanLimits, StoredEvent, Tenant,
-    UnknownPlan,
+    ApiKey, Contact, EventKind, IdentityKind, NewEvent, Plan, PlanLimits, QuarantinedEvent,
+    StoredEvent, Tenant, UnknownPlan,
 };
 pub use webhook::{Attempt, Delivery, DeliveryStatus, Endpoint};

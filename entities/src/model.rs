@@ -202,3 +202,27 @@ impl IdentityKind {
         }
     }
 }
+
+/// An accepted event that processing refused again and again, set aside
+/// with why so its tenant's later events go on (`fastack admin quarantine`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuarantinedEvent {
+    pub tenant_id: TenantId,
+    /// The id its `202` answered; kept on retry, so duplicates stay exact.
+    pub event_id: EventId,
+    /// The accepted event as queued: JSON of a [`NewEvent`], or the raw text
+    /// when it is not JSON.
+    pub payload: Value,
+    pub received_at: DateTime<Utc>,
+    /// The last processing error (redacted like job errors).
+    pub error: String,
+    pub attempts: u32,
+    pub quarantined_at: DateTime<Utc>,
+}
+
+impl QuarantinedEvent {
+    /// Reads a stored payload: JSON when it parses, else the text itself.
+    pub fn payload_value(text: &str) -> Value {
+        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    }
+}

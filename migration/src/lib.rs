@@ -13,6 +13,7 @@ mod m20261130_000003_default_tripwire;
 mod m20261130_000004_webhooks;
 mod m20261130_000005_ingest_fast_path;
 mod m20261130_000006_queue_vacuum;
+mod m20261201_000007_quarantine;
 
 pub struct Migrator;
 
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000004_webhooks::Migration),
             Box::new(m20261130_000005_ingest_fast_path::Migration),
             Box::new(m20261130_000006_queue_vacuum::Migration),
+            Box::new(m20261201_000007_quarantine::Migration),
         ]
     }
 }

@@ -281,7 +281,7 @@ async fn batch_is_all_or_nothing(app: TestApp) {
     let a = app.post("/v1/core/batch", &app.t.key, &bad).await;
     assert_eq!(a.status, 422, "{}", a.body);
     assert_eq!(a.body["errors"][0]["index"], 1);
-    assert_eq!(a.body["errors"][0]["field"], "occurred_at");
+    assert_eq!(a.body["errors"][0]["field"], "/batch/1/occurred_at");
 
     // A conflicting item (its key taken with other content) rejects the
     // whole batch, and releases the other items' keys.
@@ -348,7 +348,7 @@ async fn bad_input_gets_typed_problems(app: TestApp) {
         .map(|e| e["field"].as_str().unwrap())
         .collect();
     assert!(
-        fields.contains(&"event") && fields.contains(&"user_id"),
+        fields.contains(&"/event") && fields.contains(&"/user_id"),
         "{fields:?}"
     );
 
@@ -367,7 +367,7 @@ async fn bad_input_gets_typed_problems(app: TestApp) {
     let a = app.post("/v1/core/track", &key, &unknown).await;
     check(&a, 422, "invalid_payload");
     assert_eq!(a.body["errors"][0]["code"], "unknown_field");
-    assert_eq!(a.body["errors"][0]["field"], "occured_at");
+    assert_eq!(a.body["errors"][0]["field"], "/occured_at");
 
     let mut future = track("x", "u", now + chrono::Duration::hours(25));
     let a = app.post("/v1/core/track", &key, &future).await;

@@ -51,6 +51,7 @@ async fn app_at_with(
     let options = StartOptions {
         clock: clock.clone(),
         objects,
+        ..StartOptions::default()
     };
     let app = spawn_with(db, options, |c| {
         if let Some(b) = s3 {
@@ -400,6 +401,7 @@ async fn corrupted_upload_keeps_the_partition(backend: Backend) {
         StartOptions {
             clock: clock.clone(),
             objects: Some(objects),
+            ..StartOptions::default()
         },
         |_| {},
     )

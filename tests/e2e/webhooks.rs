@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Backend, TestApp, TestDb, answer, bin_path, eventually, spawn_on, track};
 
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
 /// What a receiver does with a request.
 #[derive(Clone, Copy, Debug)]

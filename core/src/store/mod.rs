@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use fastack_entities::{
     ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, Endpoint, EndpointId,
-    EventId, IdentityKind, Job, JobId, JobStatus, NewEvent, NodeId, StoredEvent, Tenant, TenantId,
+    EventId, IdentityKind, Job, JobId, JobStatus, NewEvent, NodeId, QuarantinedEvent, StoredEvent,
+    Tenant, TenantId,
 };
 
 use crate::{
@@ -379,6 +380,18 @@ pub struct ProcessRequest {
     /// tenant's oldest row). Lets a processor start its index scan near the
     /// live rows instead of walking every row deleted since the last vacuum.
     pub after_seq: Option<i64>,
+    /// Faults a test armed (none in production).
+    pub faults: crate::faults::SharedFaults,
+}
+
+impl ProcessRequest {
+    /// Fails the transaction when a test armed a fault for one of these
+    /// events (called by every backend once the batch is read, so the
+    /// rollback is the real one).
+    pub fn check_faults(&self, events: &[(EventId, NewEvent, DateTime<Utc>)]) -> Result<()> {
+        self.faults
+            .check_processing(events.iter().map(|(_, e, _)| e.idempotency_key.as_str()))
+    }
 }
 
 /// What one processing transaction did.
@@ -618,6 +631,38 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         endpoint: Option<EndpointId>,
         limit: u32,
     ) -> Result<Vec<Delivery>>;
+
+    // --- quarantine ---------------------------------------------------------
+
+    /// The tenant's first inbox row above `after_seq`: `(seq, event id)`.
+    async fn next_inbox_row(
+        &self,
+        tenant: TenantId,
+        after_seq: Option<i64>,
+    ) -> Result<Option<(i64, EventId)>>;
+    /// Counts a failed processing attempt of an inbox row and keeps its
+    /// error; returns the attempts so far (0 when the row is gone).
+    async fn record_process_failure(&self, tenant: TenantId, seq: i64, error: &str) -> Result<u32>;
+    /// Moves an inbox row to quarantine in one transaction; `None` when the
+    /// row is gone.
+    async fn quarantine(
+        &self,
+        tenant: TenantId,
+        seq: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<QuarantinedEvent>>;
+    /// The tenant's quarantined events, oldest first.
+    async fn list_quarantine(&self, tenant: TenantId, limit: u32) -> Result<Vec<QuarantinedEvent>>;
+    async fn get_quarantined(
+        &self,
+        tenant: TenantId,
+        event: EventId,
+    ) -> Result<Option<QuarantinedEvent>>;
+    /// Puts a quarantined event back into the inbox, same id and payload,
+    /// attempts from zero, in one transaction. Returns whether it was there.
+    async fn retry_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool>;
+    /// Discards a quarantined event for good.
+    async fn drop_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool>;
 }
 
 pub fn archive_row(
@@ -716,9 +761,13 @@ pub fn v7_floor(at: DateTime<Utc>) -> uuid::Uuid {
     uuid::Uuid::from_bytes(bytes)
 }
 
-/// Decodes an inbox payload.
+/// Decodes an inbox payload. The instant is normalised again, so rows
+/// queued by a release that kept leap seconds are stored like new ones.
 pub(crate) fn decode_payload(payload: &str) -> Result<NewEvent> {
-    serde_json::from_str(payload).map_err(|e| Error::Corrupt(format!("inbox payload: {e}")))
+    let mut event: NewEvent =
+        serde_json::from_str(payload).map_err(|e| Error::Corrupt(format!("inbox payload: {e}")))?;
+    event.occurred_at = crate::validate::normalize(event.occurred_at);
+    Ok(event)
 }
 
 /// Maps a unique-violation to a conflict with a readable message.

@@ -16,7 +16,7 @@ use chrono::{DateTime, Duration, FixedOffset, Utc};
 use fastack_entities::{
     ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
     EndpointId, EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId,
-    Plan, StoredEvent, Tenant, TenantId,
+    Plan, QuarantinedEvent, StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxPostgresConnector;
@@ -795,6 +795,7 @@ impl Storage for PgStore {
                 row.try_get("received_at")?,
             ));
         }
+        req.check_faults(&items)?;
         // Second fence: an event processed by an earlier attempt whose inbox
         // delete was lost is skipped here.
         let ids: Vec<Uuid> = items.iter().map(|(id, _, _)| id.0).collect();
@@ -1820,6 +1821,131 @@ impl Storage for PgStore {
             })
             .collect()
     }
+    async fn next_inbox_row(
+        &self,
+        tenant: TenantId,
+        after_seq: Option<i64>,
+    ) -> Result<Option<(i64, EventId)>> {
+        let row = sqlx::query(
+            "SELECT seq, event_id FROM inbox WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT 1",
+        )
+        .bind(tenant.0)
+        .bind(after_seq.unwrap_or(i64::MIN))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok((r.try_get("seq")?, EventId(r.try_get("event_id")?))))
+            .transpose()
+    }
+
+    async fn record_process_failure(&self, tenant: TenantId, seq: i64, error: &str) -> Result<u32> {
+        let attempts: Option<i32> = sqlx::query_scalar(
+            "UPDATE inbox SET attempts = attempts + 1, last_error = $3 \
+             WHERE tenant_id = $1 AND seq = $2 RETURNING attempts",
+        )
+        .bind(tenant.0)
+        .bind(seq)
+        .bind(error)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(attempts.unwrap_or(0).max(0) as u32)
+    }
+
+    async fn quarantine(
+        &self,
+        tenant: TenantId,
+        seq: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<QuarantinedEvent>> {
+        // One statement: the row leaves the inbox and enters quarantine
+        // together, or neither happens.
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "WITH moved AS (DELETE FROM inbox WHERE tenant_id = $1 AND seq = $2 \
+                 RETURNING tenant_id, event_id, payload, received_at, \
+                           coalesce(last_error, 'unknown error') AS error, attempts) \
+             INSERT INTO quarantine ({QUARANTINE_COLUMNS}) \
+             SELECT tenant_id, event_id, payload, received_at, error, attempts, $3 FROM moved \
+             ON CONFLICT (tenant_id, event_id) DO UPDATE SET payload = EXCLUDED.payload, \
+                 received_at = EXCLUDED.received_at, error = EXCLUDED.error, \
+                 attempts = EXCLUDED.attempts, quarantined_at = EXCLUDED.quarantined_at \
+             RETURNING {QUARANTINE_COLUMNS}"
+        )))
+        .bind(tenant.0)
+        .bind(seq)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(quarantined_from_row).transpose()
+    }
+
+    async fn list_quarantine(&self, tenant: TenantId, limit: u32) -> Result<Vec<QuarantinedEvent>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE tenant_id = $1 \
+             ORDER BY quarantined_at, event_id LIMIT $2"
+        )))
+        .bind(tenant.0)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(quarantined_from_row)
+        .collect()
+    }
+
+    async fn get_quarantined(
+        &self,
+        tenant: TenantId,
+        event: EventId,
+    ) -> Result<Option<QuarantinedEvent>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE tenant_id = $1 AND event_id = $2"
+        )))
+        .bind(tenant.0)
+        .bind(event.0)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(quarantined_from_row)
+        .transpose()
+    }
+
+    async fn retry_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool> {
+        let done = sqlx::query(
+            "WITH q AS (DELETE FROM quarantine WHERE tenant_id = $1 AND event_id = $2 \
+                 RETURNING tenant_id, event_id, payload, received_at) \
+             INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+             SELECT tenant_id, event_id, payload, received_at FROM q",
+        )
+        .bind(tenant.0)
+        .bind(event.0)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn drop_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM quarantine WHERE tenant_id = $1 AND event_id = $2")
+            .bind(tenant.0)
+            .bind(event.0)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+const QUARANTINE_COLUMNS: &str =
+    "tenant_id, event_id, payload, received_at, error, attempts, quarantined_at";
+
+fn quarantined_from_row(row: &PgRow) -> Result<QuarantinedEvent> {
+    let payload: String = row.try_get("payload")?;
+    Ok(QuarantinedEvent {
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        event_id: EventId(row.try_get("event_id")?),
+        payload: QuarantinedEvent::payload_value(&payload),
+        received_at: row.try_get("received_at")?,
+        error: row.try_get("error")?,
+        attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+        quarantined_at: row.try_get("quarantined_at")?,
+    })
 }
 
 /// One group commit on `conn`: the fast path (every key new, one statement

@@ -18,7 +18,7 @@ use chrono::{DateTime, Duration, FixedOffset, TimeZone, Utc};
 use fastack_entities::{
     ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
     EndpointId, EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId,
-    Plan, StoredEvent, Tenant, TenantId,
+    Plan, QuarantinedEvent, StoredEvent, Tenant, TenantId,
 };
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
@@ -270,7 +270,12 @@ impl SqliteStore {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
+            crate::private::ensure_dir(dir)?;
+        }
+        // Owner-only from the start: SQLite gives its WAL and shared-memory
+        // files the database file's permissions.
+        if path != Path::new(":memory:") {
+            crate::private::create_file(path)?;
         }
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -652,6 +657,7 @@ impl SqliteStore {
                 from_us(row.try_get("received_at")?)?,
             ));
         }
+        req.check_faults(&items)?;
         let mut fresh: HashSet<Uuid> = HashSet::with_capacity(items.len());
         for chunk in items.chunks(MAX_PARAMS / 3) {
             let sql = format!(
@@ -1964,6 +1970,156 @@ impl Storage for SqliteStore {
         }
         Ok(out)
     }
+    async fn next_inbox_row(
+        &self,
+        tenant: TenantId,
+        after_seq: Option<i64>,
+    ) -> Result<Option<(i64, EventId)>> {
+        let row = sqlx::query(
+            "SELECT seq, event_id FROM inbox WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT 1",
+        )
+        .bind(tenant.0)
+        .bind(after_seq.unwrap_or(i64::MIN))
+        .fetch_optional(&self.writer)
+        .await?;
+        row.map(|r| Ok((r.try_get("seq")?, EventId(r.try_get("event_id")?))))
+            .transpose()
+    }
+
+    async fn record_process_failure(&self, tenant: TenantId, seq: i64, error: &str) -> Result<u32> {
+        let attempts: Option<i64> = sqlx::query_scalar(
+            "UPDATE inbox SET attempts = attempts + 1, last_error = $3 \
+             WHERE tenant_id = $1 AND seq = $2 RETURNING attempts",
+        )
+        .bind(tenant.0)
+        .bind(seq)
+        .bind(error)
+        .fetch_optional(&self.writer)
+        .await?;
+        Ok(attempts.unwrap_or(0).max(0) as u32)
+    }
+
+    async fn quarantine(
+        &self,
+        tenant: TenantId,
+        seq: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<QuarantinedEvent>> {
+        let mut tx = self.writer.begin().await?;
+        let moved = sqlx::query(
+            "DELETE FROM inbox WHERE tenant_id = $1 AND seq = $2 \
+             RETURNING tenant_id, event_id, payload, received_at, \
+                       coalesce(last_error, 'unknown error') AS error, attempts",
+        )
+        .bind(tenant.0)
+        .bind(seq)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(moved) = moved else {
+            return Ok(None);
+        };
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO quarantine ({QUARANTINE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (tenant_id, event_id) DO UPDATE SET payload = excluded.payload, \
+                 received_at = excluded.received_at, error = excluded.error, \
+                 attempts = excluded.attempts, quarantined_at = excluded.quarantined_at \
+             RETURNING {QUARANTINE_COLUMNS}"
+        )))
+        .bind(moved.try_get::<Uuid, _>("tenant_id")?)
+        .bind(moved.try_get::<Uuid, _>("event_id")?)
+        .bind(moved.try_get::<String, _>("payload")?)
+        .bind(moved.try_get::<i64, _>("received_at")?)
+        .bind(moved.try_get::<String, _>("error")?)
+        .bind(moved.try_get::<i64, _>("attempts")?)
+        .bind(us(now))
+        .fetch_one(&mut *tx)
+        .await?;
+        let out = quarantined_from_row(&row)?;
+        tx.commit().await?;
+        Ok(Some(out))
+    }
+
+    async fn list_quarantine(&self, tenant: TenantId, limit: u32) -> Result<Vec<QuarantinedEvent>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE tenant_id = $1 \
+             ORDER BY quarantined_at, event_id LIMIT $2"
+        )))
+        .bind(tenant.0)
+        .bind(limit as i64)
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(quarantined_from_row)
+        .collect()
+    }
+
+    async fn get_quarantined(
+        &self,
+        tenant: TenantId,
+        event: EventId,
+    ) -> Result<Option<QuarantinedEvent>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE tenant_id = $1 AND event_id = $2"
+        )))
+        .bind(tenant.0)
+        .bind(event.0)
+        .fetch_optional(&self.reader)
+        .await?
+        .as_ref()
+        .map(quarantined_from_row)
+        .transpose()
+    }
+
+    async fn retry_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool> {
+        let mut tx = self.writer.begin().await?;
+        let moved = sqlx::query(
+            "DELETE FROM quarantine WHERE tenant_id = $1 AND event_id = $2 \
+             RETURNING payload, received_at",
+        )
+        .bind(tenant.0)
+        .bind(event.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(moved) = moved else {
+            return Ok(false);
+        };
+        sqlx::query(
+            "INSERT INTO inbox (tenant_id, event_id, payload, received_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(tenant.0)
+        .bind(event.0)
+        .bind(moved.try_get::<String, _>("payload")?)
+        .bind(moved.try_get::<i64, _>("received_at")?)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn drop_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM quarantine WHERE tenant_id = $1 AND event_id = $2")
+            .bind(tenant.0)
+            .bind(event.0)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+const QUARANTINE_COLUMNS: &str =
+    "tenant_id, event_id, payload, received_at, error, attempts, quarantined_at";
+
+fn quarantined_from_row(row: &SqliteRow) -> Result<QuarantinedEvent> {
+    let payload: String = row.try_get("payload")?;
+    Ok(QuarantinedEvent {
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        event_id: EventId(row.try_get("event_id")?),
+        payload: QuarantinedEvent::payload_value(&payload),
+        received_at: from_us(row.try_get("received_at")?)?,
+        error: row.try_get("error")?,
+        attempts: row.try_get::<i64, _>("attempts")?.max(0) as u32,
+        quarantined_at: from_us(row.try_get("quarantined_at")?)?,
+    })
 }
 
 #[cfg(test)]
