@@ -166,6 +166,9 @@ struct Phase {
     head_started: AtomicU64,
     /// Last read or write: the idle timeout counts from here.
     last_activity: AtomicU64,
+    /// A read that waited while a request was in flight (no deadline was
+    /// armed then): woken when the request ends, so the idle deadline is.
+    parked: parking_lot::Mutex<Option<std::task::Waker>>,
 }
 
 impl Phase {
@@ -175,6 +178,7 @@ impl Phase {
             in_flight: AtomicUsize::new(0),
             head_started: AtomicU64::new(0),
             last_activity: AtomicU64::new(0),
+            parked: parking_lot::Mutex::new(None),
         }
     }
 
@@ -194,6 +198,9 @@ impl Phase {
     fn end(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.touch();
+        if let Some(reader) = self.parked.lock().take() {
+            reader.wake();
+        }
     }
 
     fn touch(&self) {
@@ -255,6 +262,11 @@ impl AsyncRead for TimedIo {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let Some((at, head)) = self.phase.deadline(&self.limits) else {
+                    *self.phase.parked.lock() = Some(cx.waker().clone());
+                    // The request may have ended meanwhile: look again.
+                    if self.phase.in_flight.load(Ordering::Acquire) == 0 {
+                        cx.waker().wake_by_ref();
+                    }
                     return Poll::Pending;
                 };
                 if self.deadline.deadline() != at {

@@ -89,16 +89,14 @@ impl Error {
                     | ErrorKind::ForeignKeyViolation
                     | ErrorKind::NotNullViolation
                     | ErrorKind::CheckViolation => true,
-                    _ => match code.parse::<u32>() {
-                        // SQLite: the primary result code is the low byte;
-                        // CONSTRAINT, TOOBIG, MISMATCH, RANGE.
-                        Ok(n) => matches!(n & 0xff, 19 | 18 | 20 | 25),
-                        // PostgreSQL SQLSTATE: class 22 (data exception),
-                        // 23 (integrity constraint violation).
-                        Err(_) => {
-                            code.len() == 5 && (code.starts_with("22") || code.starts_with("23"))
-                        }
-                    },
+                    // PostgreSQL SQLSTATE (always five characters): class
+                    // 22 (data exception), 23 (integrity constraint).
+                    _ if code.len() == 5 => code.starts_with("22") || code.starts_with("23"),
+                    // SQLite result codes (at most four digits): the primary
+                    // code is the low byte; CONSTRAINT, TOOBIG, MISMATCH, RANGE.
+                    _ => code
+                        .parse::<u32>()
+                        .is_ok_and(|n| matches!(n & 0xff, 19 | 18 | 20 | 25)),
                 }
             }
             Error::Database(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => true,

@@ -189,6 +189,11 @@ struct Scanner<'a> {
     findings: Vec<Finding>,
 }
 
+/// Deeper than this the scan stops (the parser refuses such a document:
+/// serde_json's own limit is 128), so a hostile body cannot exhaust the
+/// stack.
+const MAX_DEPTH: usize = 128;
+
 impl Scanner<'_> {
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.text.get(self.pos) {
@@ -221,8 +226,11 @@ impl Scanner<'_> {
         self.findings.push(Finding { pointer, problem });
     }
 
-    /// Returns false when the text is not well-formed here.
+    /// Returns false when the text is not well-formed here (or too deep).
     fn value(&mut self) -> bool {
+        if self.path.len() > MAX_DEPTH {
+            return false;
+        }
         self.skip_ws();
         match self.peek() {
             Some(b'{') => self.object(),
@@ -379,11 +387,50 @@ impl Scanner<'_> {
         let Ok(text) = std::str::from_utf8(&self.text[start..end]) else {
             return false;
         };
+        if !is_number_syntax(text) {
+            return false;
+        }
         if !number_is_exact(text) {
             self.report(Unstorable::InexactNumber, None);
         }
         true
     }
+}
+
+/// JSON's number grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn is_number_syntax(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = usize::from(b.first() == Some(&b'-'));
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while b.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        *i - start
+    };
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => {
+            digits(&mut i);
+        }
+        _ => return false,
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    }
+    i == b.len()
 }
 
 fn hex4(s: &[u8]) -> Option<u16> {
@@ -540,6 +587,22 @@ mod tests {
             found(r#"{"properties":{"big":123456789012345678901234567890,"ok":[1.5]}}"#),
             vec![("/properties/big".to_owned(), Unstorable::InexactNumber)]
         );
+    }
+
+    #[test]
+    fn malformed_numbers_and_deep_nesting_stop_the_scan_without_findings() {
+        for bad in [
+            "{\"a\":1e}",
+            "{\"a\":-0.}",
+            "{\"a\":01}",
+            "{\"a\":1.5e+}",
+            "[--1]",
+        ] {
+            assert!(found(bad).is_empty(), "{bad}");
+        }
+        let deep = format!("{}\"\\u0000\"{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(unstorable(deep.as_bytes()).is_empty());
+        assert!(is_number_syntax("-0.5e-7") && is_number_syntax("10") && !is_number_syntax("1."));
     }
 
     #[test]

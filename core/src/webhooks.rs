@@ -246,10 +246,9 @@ fn global_v6(ip: Ipv6Addr) -> bool {
     // Global unicast is 2000::/3; everything else (loopback, unspecified,
     // ULA fc00::/7, link-local fe80::/10, site-local fec0::/10, multicast,
     // discard 100::/64) is not.
-    (s[0] & 0xe000) == 0x2000
-        && !((s[0] == 0x2001 && s[1] < 0x0200) // 2001::/23 IETF protocol assignments, benchmarking
-            || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-            || (s[0] == 0x3fff && s[1] < 0x1000)) // documentation (RFC 9637)
+    let protocol_assignments = s[0] == 0x2001 && s[1] < 0x0200; // 2001::/23, benchmarking
+    let documentation = (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] == 0x3fff && s[1] < 0x1000);
+    (s[0] & 0xe000) == 0x2000 && !protocol_assignments && !documentation
 }
 
 /// Checks an endpoint URL at registration: http(s) only, and (unless

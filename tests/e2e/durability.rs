@@ -5,60 +5,28 @@
 use std::{
     collections::{HashMap, HashSet},
     net::SocketAddr,
-    process::Stdio,
     sync::Arc,
     time::Duration,
 };
 
+use crate::helpers::{Backend, Node, TestDb, answer, eventually, make_tenant, track, urlenc};
 use chrono::Utc;
 use fastack_entities::Plan;
 use futures::future::join_all;
 use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncBufReadExt, BufReader},
-    process::{Child, Command},
-};
-
-use crate::helpers::{Backend, TestDb, answer, bin_path, eventually, make_tenant, track, urlenc};
-
-struct Node {
-    child: Child,
-    addr: SocketAddr,
-}
 
 async fn start_node(db: &TestDb, processing: bool) -> Node {
-    let mut cmd = Command::new(bin_path());
-    cmd.arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(db.env())
-        .env("FASTACK_LISTEN", "127.0.0.1:0")
-        .env("FASTACK_POLL_INTERVAL_MS", "200")
-        .env("FASTACK_LEASE_TTL_MS", "2000")
-        .env("FASTACK_PROCESSING", processing.to_string())
-        .env("FASTACK_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("spawn fastack serve");
-    let stderr = child.stderr.take().expect("stderr piped");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.expect("read stderr") {
-            if line.contains("fastack listening")
-                && let Some(rest) = line.split("addr=").nth(1)
-            {
-                let addr = rest.split_whitespace().next().unwrap();
-                return addr.parse::<SocketAddr>().expect("listening address");
-            }
-        }
-        panic!("server exited before listening");
-    })
+    Node::start(
+        db,
+        &[
+            ("FASTACK_LEASE_TTL_MS", "2000"),
+            (
+                "FASTACK_PROCESSING",
+                if processing { "true" } else { "false" },
+            ),
+        ],
+    )
     .await
-    .expect("server starts within 30 s");
-    // Keep draining the log so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Node { child, addr }
 }
 
 fn item(key: &str, at: chrono::DateTime<Utc>) -> Value {

@@ -503,3 +503,51 @@ macro_rules! on_both_backends {
 pub fn bin_path() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fastack"))
 }
+
+/// A `fastack serve` child process on a test database (crash tests kill it
+/// with `kill -9`).
+pub struct Node {
+    pub child: tokio::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl Node {
+    /// Starts the binary with the database's environment plus `extra`, and
+    /// waits until it listens.
+    pub async fn start(db: &TestDb, extra: &[(&str, &str)]) -> Node {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let mut cmd = tokio::process::Command::new(bin_path());
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(db.env())
+            .env("FASTACK_LISTEN", "127.0.0.1:0")
+            .env("FASTACK_POLL_INTERVAL_MS", "200")
+            .env("FASTACK_LOG", "info")
+            .envs(extra.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn fastack serve");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.expect("read stderr") {
+                if line.contains("fastack listening")
+                    && let Some(rest) = line.split("addr=").nth(1)
+                {
+                    let addr = rest.split_whitespace().next().unwrap();
+                    return addr
+                        .parse::<std::net::SocketAddr>()
+                        .expect("listening address");
+                }
+            }
+            panic!("server exited before listening");
+        })
+        .await
+        .expect("server starts within 30 s");
+        // Keep draining the log so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Node { child, addr }
+    }
+}
