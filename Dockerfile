@@ -4,7 +4,8 @@ COPY . .
 RUN cargo build --release --bin fastack
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
+# curl: the compose healthcheck probes /readyz with it.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/fastack /usr/local/bin/fastack
 EXPOSE 8080 8081
 ENTRYPOINT ["fastack"]

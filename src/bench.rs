@@ -59,8 +59,11 @@ pub enum Backend {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// What each request is (see benches/README.md).
     #[arg(long, value_enum, default_value = "track")]
     pub profile: Profile,
+    /// Storage of the server under test: embedded SQLite, or PostgreSQL
+    /// and Redis (`--postgres`, `--redis`).
     #[arg(long, value_enum, default_value = "sqlite")]
     pub backend: Backend,
     /// Requests per second (open loop); omit for closed loop.
@@ -79,6 +82,7 @@ pub struct BenchArgs {
     /// created on it and dropped afterwards).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
     pub postgres: String,
+    /// Redis for `--backend postgres` (the run uses a key prefix of its own).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     pub redis: String,
     /// Measure time from send to readable via GET /v1/core/events on a
@@ -102,6 +106,7 @@ pub struct BenchArgs {
     /// Write the JSON report here (it is also printed with `--json`).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Extra `FASTACK_*=value` settings for the server under test.

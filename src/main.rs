@@ -30,6 +30,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node (embedded SQLite by default; FASTACK_DATABASE_URL for PostgreSQL).
+    ///
+    /// Every setting is a FASTACK_* environment variable (or a line of the
+    /// TOML file FASTACK_CONFIG names); `fastack config` lists them all with
+    /// their defaults.
     Serve,
     /// Apply database migrations and create the current partition window.
     Migrate,
@@ -37,7 +41,9 @@ enum Command {
     Openapi,
     /// Print the configuration settings as a Markdown table.
     Config,
-    /// Tenants and API keys.
+    /// Operate a deployment: tenants, API keys, webhooks, deliveries,
+    /// quarantine, partitions and retention (on the storage the FASTACK_*
+    /// settings name).
     Admin(AdminArgs),
     /// Derived keys consumers need to verify what fastack sends.
     #[command(subcommand)]
@@ -101,8 +107,10 @@ enum AdminCommand {
         /// Tenant id or name.
         #[arg(long)]
         tenant: String,
+        /// Only this endpoint's deliveries (its id).
         #[arg(long)]
         endpoint: Option<EndpointId>,
+        /// Most deliveries listed, newest first.
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
@@ -115,6 +123,9 @@ enum WebhookCommand {
         /// Tenant id or name.
         #[arg(long)]
         tenant: String,
+        /// Where deliveries are POSTed: an http(s) URL on a globally
+        /// routable address (FASTACK_WEBHOOK_ALLOW_PRIVATE=true allows
+        /// private ones).
         #[arg(long)]
         url: String,
         /// Comma-separated: job.completed, job.failed, core.event.tracked
@@ -124,22 +135,28 @@ enum WebhookCommand {
     },
     /// List endpoints (all, or one tenant's).
     List {
+        /// Tenant id or name (default: every tenant).
         #[arg(long)]
         tenant: Option<String>,
     },
     /// Stop deliveries to an endpoint (its pending deliveries fail).
     Disable {
+        /// The endpoint's id.
         #[arg(long)]
         endpoint: EndpointId,
+        /// Why, shown in `webhook list`.
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Resume deliveries to a disabled endpoint (events from now on).
     Enable {
+        /// The endpoint's id.
         #[arg(long)]
         endpoint: EndpointId,
     },
     /// A new secret; the old one keeps signing alongside for 24 hours.
     RotateSecret {
+        /// The endpoint's id.
         #[arg(long)]
         endpoint: EndpointId,
     },
@@ -206,10 +223,12 @@ enum RetentionCommand {
 enum TenantCommand {
     /// Create a tenant.
     Create {
+        /// A unique name (1 to 100 characters); commands take it or the id.
         #[arg(long)]
         name: String,
-        #[arg(long, default_value = "free")]
-        plan: Plan,
+        /// Rate limit and retention (README "Plans").
+        #[arg(long, value_enum, default_value = "free")]
+        plan: PlanArg,
         /// Keep events longer than the plan's default (enterprise).
         #[arg(long)]
         retention_months: Option<u32>,
@@ -221,11 +240,31 @@ enum TenantCommand {
         /// Tenant id or name.
         #[arg(long)]
         tenant: String,
-        #[arg(long)]
-        plan: Plan,
+        /// The new plan (its rate limit applies at once).
+        #[arg(long, value_enum)]
+        plan: PlanArg,
+        /// Keep events longer than the plan's default (enterprise).
         #[arg(long)]
         retention_months: Option<u32>,
     },
+}
+
+/// A plan on the command line (clap lists the values in `--help`).
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PlanArg {
+    Free,
+    Pro,
+    Enterprise,
+}
+
+impl From<PlanArg> for Plan {
+    fn from(p: PlanArg) -> Plan {
+        match p {
+            PlanArg::Free => Plan::Free,
+            PlanArg::Pro => Plan::Pro,
+            PlanArg::Enterprise => Plan::Enterprise,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -241,11 +280,13 @@ enum KeyCommand {
     },
     /// List a tenant's keys (never the secrets).
     List {
+        /// Tenant id or name.
         #[arg(long)]
         tenant: String,
     },
     /// Revoke a key: it stops working within a few seconds.
     Revoke {
+        /// The key's id (from `key list`), not its secret.
         #[arg(long)]
         key: ApiKeyId,
     },
@@ -290,7 +331,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             plan,
             retention_months,
         }) => {
-            let t = admin::create_tenant(store, &name, plan, retention_months).await?;
+            let t = admin::create_tenant(store, &name, plan.into(), retention_months).await?;
             print(json, &t, |t| {
                 format!("created tenant {} ({}, plan {})", t.name, t.id, t.plan)
             })
@@ -321,7 +362,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         }) => {
             let t = admin::resolve_tenant(store, &tenant).await?;
             store
-                .update_tenant_plan(t.id, plan, retention_months)
+                .update_tenant_plan(t.id, plan.into(), retention_months)
                 .await?;
             let t = admin::resolve_tenant(store, &t.id.to_string()).await?;
             print(json, &t, |t| {
@@ -536,11 +577,14 @@ async fn webhook_command(
     let keys = fastack_core::crypto::Keys::load(config)?;
     let show_secret = |e: &admin::CreatedEndpoint| {
         format!(
-            "endpoint {} ({}) for {}\n\n    {}\n\nThis signing secret is shown once: store it now.",
+            "endpoint {} ({}) for {}\n\n    {}\n\nThis signing secret is shown once: store it now.{}",
             e.endpoint.id,
             e.endpoint.url,
             e.endpoint.events.join(","),
-            e.secret
+            e.secret,
+            e.warning
+                .as_ref()
+                .map_or(String::new(), |w| format!("\nNote: {w}."))
         )
     };
     match cmd {

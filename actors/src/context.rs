@@ -50,9 +50,6 @@ pub struct Ctx {
     pub job_runner: RwLock<Option<ActorRef<JobRunnerMsg>>>,
     pub partition_manager: RwLock<Option<ActorRef<PartitionManagerMsg>>>,
     pub webhooks: RwLock<Option<ActorRef<WebhookDispatcherMsg>>>,
-    /// Per tenant: does an endpoint subscribe to `core.event.tracked`?
-    /// (checked every few seconds, not per batch).
-    pub tracked_subscribers: DashMap<TenantId, (std::time::Instant, bool)>,
     pub idempotency: IdempotencyCache,
     /// Faults a test armed (see `fastack_core::faults`); none in production.
     pub faults: fastack_core::faults::SharedFaults,
@@ -77,34 +74,6 @@ impl Ctx {
         Emit {
             publish: self.emitter.is_some(),
             fanout: true,
-        }
-    }
-
-    /// Who takes a tenant's `core.event.tracked` events: the relay with
-    /// AMQP, the fan-out when an endpoint of the tenant subscribes.
-    pub async fn tracked_emit(&self, tenant: TenantId) -> Emit {
-        const FRESH: std::time::Duration = std::time::Duration::from_secs(2);
-        let cached = self
-            .tracked_subscribers
-            .get(&tenant)
-            .filter(|e| e.0.elapsed() < FRESH)
-            .map(|e| e.1);
-        let fanout = match cached {
-            Some(v) => v,
-            None => {
-                let v = self
-                    .store
-                    .tenant_subscribes(tenant, "core.event.tracked")
-                    .await
-                    .unwrap_or(true);
-                self.tracked_subscribers
-                    .insert(tenant, (std::time::Instant::now(), v));
-                v
-            }
-        };
-        Emit {
-            publish: self.emitter.is_some(),
-            fanout,
         }
     }
 

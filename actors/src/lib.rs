@@ -100,7 +100,6 @@ impl Runtime {
             job_runner: RwLock::new(None),
             partition_manager: RwLock::new(None),
             webhooks: RwLock::new(None),
-            tracked_subscribers: DashMap::new(),
             idempotency: context::IdempotencyCache::default(),
             faults,
         });

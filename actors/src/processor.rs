@@ -93,7 +93,7 @@ pub enum ProcessorMsg {
 
 impl ProcessorActor {
     /// The request of one processing transaction of at most `limit` rows.
-    async fn request(state: &ProcessorState, after_seq: Option<i64>, limit: u32) -> ProcessRequest {
+    fn request(state: &ProcessorState, after_seq: Option<i64>, limit: u32) -> ProcessRequest {
         let ctx = &state.ctx;
         let tenant = state.shared.tenant();
         ProcessRequest {
@@ -103,7 +103,7 @@ impl ProcessorActor {
             limit,
             now: ctx.now(),
             lease_ttl: Duration::from_std(ctx.config.lease_ttl).unwrap_or(Duration::seconds(10)),
-            emit_tracked: ctx.tracked_emit(state.tenant_id).await,
+            publish_tracked: ctx.emitter.is_some(),
             after_seq,
             faults: ctx.faults.clone(),
         }
@@ -116,7 +116,7 @@ impl ProcessorActor {
         limit: u32,
     ) -> Result<Round, ActorProcessingErr> {
         loop {
-            let req = Self::request(state, after_seq, limit).await;
+            let req = Self::request(state, after_seq, limit);
             match state.ctx.store.process_batch(&req).await {
                 Ok(out) => {
                     if out.consumed == 0 {

@@ -130,13 +130,7 @@ async fn add_webhook(
         events.as_deref(),
         state.config.webhook_allow_private,
     )
-    .await
-    .map_err(|e| match e {
-        fastack_core::Error::Config(m) => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_endpoint", m)
-        }
-        other => ApiError::from(other),
-    })?;
+    .await?;
     ok(StatusCode::CREATED, &created)
 }
 

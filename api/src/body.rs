@@ -24,7 +24,10 @@ use poem_openapi::{
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use crate::{problem::ApiError, state::SharedState};
+use crate::{
+    problem::{ApiError, ProblemCode},
+    state::SharedState,
+};
 
 /// Oversized bodies up to this size are read to the end before the 413.
 const DRAIN_LIMIT: usize = 4 * MAX_REQUEST_BYTES;
@@ -97,7 +100,7 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
         if !is_json(content_type) {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ProblemCode::UnsupportedMediaType,
                 format!(
                     "the body must be sent as `content-type: application/json` (got {})",
                     content_type.map_or("none".to_owned(), |c| format!("`{c}`"))
@@ -116,7 +119,7 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
         let timed_out = || {
             ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
+                ProblemCode::RequestTimeout,
                 format!(
                     "the body was not received within {} s",
                     timeout.as_secs_f64()
@@ -145,7 +148,7 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             .map_err(|e| match e {
                 ReadBodyError::PayloadTooLarge => too_large(),
                 other => ApiError::bad_request(
-                    "invalid_request",
+                    ProblemCode::InvalidRequest,
                     format!("could not read the body: {other}"),
                 ),
             })?;

@@ -27,7 +27,7 @@ use poem_openapi::{SecurityScheme, auth::Bearer};
 use tracing::warn;
 
 use crate::{
-    problem::{ApiError, to_problem},
+    problem::{ApiError, ProblemCode, to_problem},
     state::SharedState,
 };
 
@@ -53,11 +53,22 @@ fn bearer(req: &Request) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// The IETF draft headers. The policy describes the burst: `q` is what an
+/// idle client may send at once, `w` the seconds the plan's rate takes to
+/// refill it, so the remaining count `r` never exceeds `q`.
 fn headers(decision: &Decision) -> (HeaderValue, HeaderValue) {
     let policy = decision
         .policies
         .iter()
-        .map(|p| format!("\"{}\";q={};w=1", p.name, p.quota.rate_per_sec))
+        .map(|p| {
+            let rate = p.quota.rate_per_sec.max(1);
+            format!(
+                "\"{}\";q={};w={}",
+                p.name,
+                p.quota.burst,
+                p.quota.burst.div_ceil(rate).max(1)
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let state = decision
@@ -107,7 +118,7 @@ fn client_ip(req: &Request) -> Option<std::net::IpAddr> {
 fn too_many_unauthenticated(retry_after: u64) -> ApiError {
     let mut err = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
-        "rate_limited",
+        ProblemCode::RateLimited,
         format!(
             "too many requests without a valid API key from this address; retry after {retry_after} s"
         ),
@@ -204,7 +215,7 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
     if !decision.allowed {
         let mut err = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
+            ProblemCode::RateLimited,
             format!(
                 "rate limit exceeded; retry after {} s",
                 decision.retry_after_secs

@@ -16,7 +16,12 @@ use fastack_core::{
 use fastack_entities::{EventId, EventKind, NewEvent};
 use poem::http::StatusCode;
 
-use crate::{dto::Ack, gate::Authed, problem::ApiError, state::AppState};
+use crate::{
+    dto::Ack,
+    gate::Authed,
+    problem::{ApiError, ProblemCode},
+    state::AppState,
+};
 
 fn context(state: &AppState, auth: &Authed) -> ValidationContext {
     ValidationContext {
@@ -28,7 +33,7 @@ fn context(state: &AppState, auth: &Authed) -> ValidationContext {
 fn conflict(index: Option<usize>, key: &str) -> ApiError {
     let mut err = ApiError::new(
         StatusCode::CONFLICT,
-        "idempotency_key_conflict",
+        ProblemCode::IdempotencyKeyConflict,
         format!("idempotency_key `{key}` was already used with a different payload"),
     );
     err.errors.push(FieldError {
@@ -77,7 +82,7 @@ pub fn batch(state: &AppState, auth: &Authed, bytes: &[u8]) -> Result<Vec<NewEve
     }
     if items.len() > MAX_BATCH_ITEMS {
         return Err(ApiError::bad_request(
-            "batch_too_large",
+            ProblemCode::BatchTooLarge,
             format!(
                 "a batch holds at most {MAX_BATCH_ITEMS} items; this one has {}",
                 items.len()
@@ -188,7 +193,7 @@ pub async fn accept(
             Err(IngestError::Refused { reason }) => {
                 return Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_payload",
+                    ProblemCode::InvalidPayload,
                     format!(
                         "the event store cannot keep this request's values; nothing of it was accepted ({reason})"
                     ),

@@ -22,7 +22,12 @@ use poem_openapi::{
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::{body::JsonBody, gate::ApiKeyAuth, problem::ApiError, state::SharedState};
+use crate::{
+    body::JsonBody,
+    gate::ApiKeyAuth,
+    problem::{ApiError, ProblemCode},
+    state::SharedState,
+};
 
 #[derive(Tags)]
 enum Tag {
@@ -379,7 +384,7 @@ impl JobsApi {
             None => None,
             Some(s) => Some(s.parse::<JobStatus>().map_err(|_| {
                 let mut e = ApiError::bad_request(
-                    "invalid_query",
+                    ProblemCode::InvalidQuery,
                     "`status` must be queued, processing, completed or failed",
                 );
                 e.errors
@@ -390,7 +395,7 @@ impl JobsApi {
         let limit = limit.0.unwrap_or(50);
         if !(1..=500).contains(&limit) {
             return Err(ApiError::bad_request(
-                "invalid_query",
+                ProblemCode::InvalidQuery,
                 "`limit` must be 1 to 500",
             ));
         }
@@ -425,7 +430,7 @@ impl JobsApi {
             _ => {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
-                    "job_not_completed",
+                    ProblemCode::JobNotCompleted,
                     format!(
                         "job {} is {}, there is no result to download",
                         job.id, job.status
@@ -463,7 +468,7 @@ mod tests {
             parse_export(br#"{"from":"2026-12-01T00:00:00Z","to":"2026-11-01T00:00:00Z","x":1}"#)
                 .unwrap_err();
         let fields: Vec<&str> = e.errors.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, vec!["x", "to"]);
+        assert_eq!(fields, vec!["/x", "/to"]);
         assert!(parse_export(b"[]").is_err());
     }
 }

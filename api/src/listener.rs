@@ -166,9 +166,18 @@ struct Phase {
     head_started: AtomicU64,
     /// Last read or write: the idle timeout counts from here.
     last_activity: AtomicU64,
-    /// A read that waited while a request was in flight (no deadline was
-    /// armed then): woken when the request ends, so the idle deadline is.
-    parked: parking_lot::Mutex<Option<std::task::Waker>>,
+}
+
+/// What a waiting read is timed against.
+enum Deadline {
+    /// Between requests: close at this instant.
+    Idle(Instant),
+    /// A request's headers are arriving: close at this instant.
+    Head(Instant),
+    /// A request is in flight: no limit, but look again then (hyper may not
+    /// poll the read again when the request ends, and the idle deadline
+    /// must still be armed).
+    Recheck(Instant),
 }
 
 impl Phase {
@@ -178,7 +187,6 @@ impl Phase {
             in_flight: AtomicUsize::new(0),
             head_started: AtomicU64::new(0),
             last_activity: AtomicU64::new(0),
-            parked: parking_lot::Mutex::new(None),
         }
     }
 
@@ -198,9 +206,6 @@ impl Phase {
     fn end(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.touch();
-        if let Some(reader) = self.parked.lock().take() {
-            reader.wake();
-        }
     }
 
     fn touch(&self) {
@@ -218,18 +223,17 @@ impl Phase {
         self.last_activity.store(now, Ordering::Release);
     }
 
-    /// The socket deadline now, and whether it is the header timeout; none
-    /// while a request is handled.
-    fn deadline(&self, limits: &Limits) -> Option<(Instant, bool)> {
+    /// What a read waiting now is timed against.
+    fn deadline(&self, limits: &Limits) -> Deadline {
         if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
+            return Deadline::Recheck(Instant::now() + limits.idle_timeout);
         }
         match self.head_started.load(Ordering::Acquire) {
             0 => {
                 let since = self.last_activity.load(Ordering::Acquire);
-                Some((self.at(since) + limits.idle_timeout, false))
+                Deadline::Idle(self.at(since) + limits.idle_timeout)
             }
-            started => Some((self.at(started) + limits.header_timeout, true)),
+            started => Deadline::Head(self.at(started) + limits.header_timeout),
         }
     }
 }
@@ -261,32 +265,33 @@ impl AsyncRead for TimedIo {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                let Some((at, head)) = self.phase.deadline(&self.limits) else {
-                    *self.phase.parked.lock() = Some(cx.waker().clone());
-                    // The request may have ended meanwhile: look again.
-                    if self.phase.in_flight.load(Ordering::Acquire) == 0 {
-                        cx.waker().wake_by_ref();
+                loop {
+                    let (at, head) = match self.phase.deadline(&self.limits) {
+                        Deadline::Idle(at) => (at, Some(false)),
+                        Deadline::Head(at) => (at, Some(true)),
+                        Deadline::Recheck(at) => (at, None),
+                    };
+                    if self.deadline.deadline() != at {
+                        self.deadline.as_mut().reset(at);
                     }
-                    return Poll::Pending;
-                };
-                if self.deadline.deadline() != at {
-                    self.deadline.as_mut().reset(at);
-                }
-                match self.deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => {
+                    if self.deadline.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let Some(head) = head else {
+                        // A long request: look again later.
+                        continue;
+                    };
+                    if head {
+                        self.metrics.refused("header_timeout");
+                    }
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
                         if head {
-                            self.metrics.refused("header_timeout");
-                        }
-                        Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            if head {
-                                "request headers not received in time"
-                            } else {
-                                "idle connection"
-                            },
-                        )))
-                    }
-                    Poll::Pending => Poll::Pending,
+                            "request headers not received in time"
+                        } else {
+                            "idle connection"
+                        },
+                    )));
                 }
             }
         }

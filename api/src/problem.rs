@@ -6,13 +6,109 @@
 use fastack_core::{ServiceError, validate::FieldError};
 use poem::{IntoResponse, Response, error::ResponseError, http::StatusCode};
 use poem_openapi::{
-    ApiResponse, Object,
+    ApiResponse, Enum, Object,
     registry::{MetaMediaType, MetaResponse, MetaResponses, MetaSchemaRef, Registry},
     types::Type,
 };
 use serde::Serialize;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Every `code` a problem answer can carry, on the tenant API and the admin
+/// listener. The README's list and the OpenAPI `Problem.code` enum are
+/// checked against it by a test, so the set stays complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Enum, Serialize)]
+#[oai(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemCode {
+    Unauthorized,
+    InvalidJson,
+    InvalidPayload,
+    InvalidQuery,
+    InvalidRequest,
+    BatchTooLarge,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    RequestTimeout,
+    RateLimited,
+    IdempotencyKeyConflict,
+    OccurredAtInFuture,
+    OccurredAtOutOfRetention,
+    JobNotCompleted,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    InvalidEndpoint,
+    InvalidSignature,
+    Unavailable,
+    Internal,
+}
+
+impl ProblemCode {
+    pub const ALL: [ProblemCode; 21] = [
+        ProblemCode::Unauthorized,
+        ProblemCode::InvalidJson,
+        ProblemCode::InvalidPayload,
+        ProblemCode::InvalidQuery,
+        ProblemCode::InvalidRequest,
+        ProblemCode::BatchTooLarge,
+        ProblemCode::PayloadTooLarge,
+        ProblemCode::UnsupportedMediaType,
+        ProblemCode::RequestTimeout,
+        ProblemCode::RateLimited,
+        ProblemCode::IdempotencyKeyConflict,
+        ProblemCode::OccurredAtInFuture,
+        ProblemCode::OccurredAtOutOfRetention,
+        ProblemCode::JobNotCompleted,
+        ProblemCode::NotFound,
+        ProblemCode::MethodNotAllowed,
+        ProblemCode::Conflict,
+        ProblemCode::InvalidEndpoint,
+        ProblemCode::InvalidSignature,
+        ProblemCode::Unavailable,
+        ProblemCode::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProblemCode::Unauthorized => "unauthorized",
+            ProblemCode::InvalidJson => "invalid_json",
+            ProblemCode::InvalidPayload => "invalid_payload",
+            ProblemCode::InvalidQuery => "invalid_query",
+            ProblemCode::InvalidRequest => "invalid_request",
+            ProblemCode::BatchTooLarge => "batch_too_large",
+            ProblemCode::PayloadTooLarge => "payload_too_large",
+            ProblemCode::UnsupportedMediaType => "unsupported_media_type",
+            ProblemCode::RequestTimeout => "request_timeout",
+            ProblemCode::RateLimited => "rate_limited",
+            ProblemCode::IdempotencyKeyConflict => "idempotency_key_conflict",
+            ProblemCode::OccurredAtInFuture => "occurred_at_in_future",
+            ProblemCode::OccurredAtOutOfRetention => "occurred_at_out_of_retention",
+            ProblemCode::JobNotCompleted => "job_not_completed",
+            ProblemCode::NotFound => "not_found",
+            ProblemCode::MethodNotAllowed => "method_not_allowed",
+            ProblemCode::Conflict => "conflict",
+            ProblemCode::InvalidEndpoint => "invalid_endpoint",
+            ProblemCode::InvalidSignature => "invalid_signature",
+            ProblemCode::Unavailable => "unavailable",
+            ProblemCode::Internal => "internal",
+        }
+    }
+
+    /// The code a lower layer's error names (unknown names are `internal`).
+    pub fn parse(code: &str) -> ProblemCode {
+        ProblemCode::ALL
+            .into_iter()
+            .find(|c| c.as_str() == code)
+            .unwrap_or(ProblemCode::Internal)
+    }
+}
+
+impl std::fmt::Display for ProblemCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One offending field of a request.
 #[derive(Clone, Debug, Object, Serialize)]
@@ -43,7 +139,7 @@ pub struct Problem {
     pub status: u16,
     pub detail: String,
     /// Stable machine-readable error code.
-    pub code: String,
+    pub code: ProblemCode,
     /// Validation errors, one per offending field.
     #[oai(skip_serializing_if_is_none)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,14 +151,14 @@ pub struct Problem {
 #[derive(Clone, Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ProblemCode,
     pub detail: String,
     pub errors: Vec<FieldError>,
     pub retry_after: Option<u64>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ProblemCode, detail: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -73,31 +169,39 @@ impl ApiError {
     }
 
     pub fn unauthorized(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", detail)
+        Self::new(StatusCode::UNAUTHORIZED, ProblemCode::Unauthorized, detail)
     }
 
     pub fn not_found(what: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ProblemCode::NotFound,
             format!("{what} not found"),
         )
     }
 
     pub fn invalid_json(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_json", detail)
+        Self::new(StatusCode::BAD_REQUEST, ProblemCode::InvalidJson, detail)
     }
 
-    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn bad_request(code: ProblemCode, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, detail)
     }
 
     pub fn payload_too_large(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", detail)
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ProblemCode::PayloadTooLarge,
+            detail,
+        )
     }
 
     pub fn unavailable(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProblemCode::Unavailable,
+            detail,
+        )
     }
 
     /// A 422 naming every offending field. When all errors share one of the
@@ -107,9 +211,9 @@ impl ApiError {
             Some(c @ ("occurred_at_in_future" | "occurred_at_out_of_retention"))
                 if errors.iter().all(|e| e.code == c) =>
             {
-                c
+                ProblemCode::parse(c)
             }
-            _ => "invalid_payload",
+            _ => ProblemCode::InvalidPayload,
         };
         let detail = match errors.len() {
             1 => errors[0].message.clone(),
@@ -134,7 +238,7 @@ impl ApiError {
             title: self.title().to_owned(),
             status: self.status.as_u16(),
             detail: self.detail.clone(),
-            code: self.code.to_owned(),
+            code: self.code,
             errors: (!self.errors.is_empty()).then(|| {
                 self.errors
                     .iter()
@@ -160,7 +264,7 @@ impl ApiError {
         } else {
             err.to_string()
         };
-        ApiError::new(status, err.error_code(), detail)
+        ApiError::new(status, ProblemCode::parse(err.error_code()), detail)
     }
 }
 
@@ -271,6 +375,34 @@ impl ApiResponse for ApiError {
     }
 }
 
+/// What a query parameter must be, in our words.
+fn param_expects(name: &str) -> &'static str {
+    match name {
+        "from" | "to" => "an RFC 3339 instant with an offset, e.g. 2026-11-01T00:00:00Z",
+        "limit" => "a positive integer",
+        "contact_id" => "a contact id (a UUID)",
+        "cursor" => "the `next_cursor` of the previous page",
+        "status" => "queued, processing, completed or failed",
+        _ => "a valid value",
+    }
+}
+
+/// The field code and message of a query parameter poem-openapi could not
+/// read (missing, or not of its type), without the framework's wording.
+fn param_problem(name: &str, reason: &str) -> (&'static str, String) {
+    if reason.contains("expects an input value") {
+        (
+            "required",
+            format!("`{name}` is required: {}", param_expects(name)),
+        )
+    } else {
+        (
+            "invalid_value",
+            format!("`{name}` is not valid: expected {}", param_expects(name)),
+        )
+    }
+}
+
 /// Converts any error that reached the top of the stack into a problem
 /// response: ours keep their code; poem's get one from their status.
 pub fn to_problem(err: poem::Error) -> Response {
@@ -278,28 +410,26 @@ pub fn to_problem(err: poem::Error) -> Response {
         return api.as_response();
     }
     if let Some(p) = err.downcast_ref::<poem_openapi::error::ParseParamError>() {
-        let mut api = ApiError::bad_request(
-            "invalid_query",
-            format!("parameter `{}`: {}", p.name, p.reason),
-        );
+        let (code, message) = param_problem(p.name, &p.reason);
+        let mut api = ApiError::bad_request(ProblemCode::InvalidQuery, message.clone());
         api.errors.push(FieldError {
             field: p.name.to_owned(),
             index: None,
-            code: "invalid_value",
-            message: p.reason.clone(),
+            code,
+            message,
         });
         return api.as_response();
     }
     let status = err.status();
     let code = match status {
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::REQUEST_TIMEOUT => "request_timeout",
-        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
-        StatusCode::UNAUTHORIZED => "unauthorized",
-        s if s.is_client_error() => "invalid_request",
-        _ => "internal",
+        StatusCode::NOT_FOUND => ProblemCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ProblemCode::MethodNotAllowed,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ProblemCode::UnsupportedMediaType,
+        StatusCode::REQUEST_TIMEOUT => ProblemCode::RequestTimeout,
+        StatusCode::PAYLOAD_TOO_LARGE => ProblemCode::PayloadTooLarge,
+        StatusCode::UNAUTHORIZED => ProblemCode::Unauthorized,
+        s if s.is_client_error() => ProblemCode::InvalidRequest,
+        _ => ProblemCode::Internal,
     };
     let detail = if status.is_server_error() {
         tracing::error!(error = %err, "unhandled error");

@@ -23,7 +23,7 @@ use crate::{
     },
     gate::ApiKeyAuth,
     ingest,
-    problem::ApiError,
+    problem::{ApiError, ProblemCode},
     state::SharedState,
 };
 
@@ -198,7 +198,7 @@ impl CoreApi {
         if !errors.is_empty() {
             let mut err = ApiError::validation(errors);
             err.status = poem::http::StatusCode::BAD_REQUEST;
-            err.code = "invalid_query";
+            err.code = ProblemCode::InvalidQuery;
             return Err(err);
         }
         let range = range.expect("checked above");
@@ -286,7 +286,7 @@ impl CoreApi {
             (None, Some(a)) => (IdentityKind::Anonymous, a),
             _ => {
                 return Err(ApiError::bad_request(
-                    "invalid_query",
+                    ProblemCode::InvalidQuery,
                     "give exactly one of `user_id` or `anonymous_id`",
                 ));
             }

@@ -105,6 +105,9 @@ pub struct CreatedEndpoint {
     pub endpoint: fastack_entities::Endpoint,
     /// `whsec_…`: shown here once, stored encrypted.
     pub secret: String,
+    /// Something the operator should know (the host does not resolve yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Registers an endpoint after checking its URL (scheme, and no private
@@ -118,8 +121,14 @@ pub async fn add_webhook(
     allow_private: bool,
 ) -> Result<CreatedEndpoint> {
     use crate::webhooks::{Secret, check_url, parse_events};
-    let url = check_url(url, allow_private).await?;
+    let checked = check_url(url, allow_private).await?;
     let events = parse_events(events)?;
+    let url = checked.url;
+    let warning = checked.unresolved.then(|| {
+        "the host does not resolve now; deliveries fail (and are retried) until it does, \
+         and its addresses are checked at every delivery"
+            .to_owned()
+    });
     let secret = Secret::generate();
     let now = Utc::now();
     let endpoint = fastack_entities::Endpoint {
@@ -139,6 +148,7 @@ pub async fn add_webhook(
     Ok(CreatedEndpoint {
         endpoint,
         secret: secret.to_string(),
+        warning,
     })
 }
 
@@ -168,6 +178,7 @@ pub async fn rotate_webhook_secret(
     Ok(CreatedEndpoint {
         endpoint,
         secret: secret.to_string(),
+        warning: None,
     })
 }
 

@@ -23,6 +23,9 @@ pub enum Error {
     },
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A webhook endpoint refused at registration (its URL or events).
+    #[error("endpoint refused: {0}")]
+    InvalidEndpoint(String),
     #[error("{what} not found")]
     NotFound { what: &'static str },
     #[error("{0}")]
@@ -111,6 +114,7 @@ impl ServiceError for Error {
         match self {
             Error::NotFound { .. } => 404,
             Error::Conflict(_) => 409,
+            Error::InvalidEndpoint(_) => 422,
             Error::Config(_) => 500,
             Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => 500,
             Error::Signature(_) => 401,
@@ -129,6 +133,7 @@ impl ServiceError for Error {
         match self {
             Error::NotFound { .. } => "not_found",
             Error::Conflict(_) => "conflict",
+            Error::InvalidEndpoint(_) => "invalid_endpoint",
             Error::Config(_) | Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => {
                 "internal"
             }

@@ -251,40 +251,59 @@ fn global_v6(ip: Ipv6Addr) -> bool {
     (s[0] & 0xe000) == 0x2000 && !protocol_assignments && !documentation
 }
 
+/// An endpoint URL as checked at registration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckedUrl {
+    /// Normalised.
+    pub url: String,
+    /// The host did not resolve at registration. Accepted: the connect-time
+    /// check decides at every delivery (a name may be created after its
+    /// endpoint), and the operator is told.
+    pub unresolved: bool,
+}
+
 /// Checks an endpoint URL at registration: http(s) only, and (unless
-/// private targets are allowed) every address its host resolves to must be
-/// public. Returns the normalised URL.
-pub async fn check_url(url: &str, allow_private: bool) -> Result<String> {
-    let parsed = url::Url::parse(url.trim())
-        .map_err(|e| Error::Config(format!("endpoint URL is not a URL: {e}")))?;
+/// private targets are allowed) an IP literal or every address the host
+/// resolves to now must be globally routable. A host that does not resolve
+/// is accepted with a note: deliveries check the address again at connect
+/// time, whatever the name resolves to then.
+pub async fn check_url(url: &str, allow_private: bool) -> Result<CheckedUrl> {
+    let refused = |m: String| Error::InvalidEndpoint(m);
+    let parsed =
+        url::Url::parse(url.trim()).map_err(|e| refused(format!("the URL is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(Error::Config(
-            "endpoint URL must be http or https".to_owned(),
-        ));
+        return Err(refused("the URL must be http or https".to_owned()));
     }
     let host = parsed
         .host_str()
-        .ok_or_else(|| Error::Config("endpoint URL has no host".to_owned()))?
+        .ok_or_else(|| refused("the URL has no host".to_owned()))?
         .trim_matches(|c| c == '[' || c == ']')
         .to_owned();
+    let mut unresolved = false;
     if !allow_private {
         let port = parsed.port_or_known_default().unwrap_or(443);
         let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
             Ok(ip) => vec![ip],
-            Err(_) => tokio::net::lookup_host((host.as_str(), port))
-                .await
-                .map_err(|e| Error::Config(format!("endpoint host {host} does not resolve: {e}")))?
-                .map(|a| a.ip())
-                .collect(),
+            Err(_) => match tokio::net::lookup_host((host.as_str(), port)).await {
+                Ok(found) => found.map(|a| a.ip()).collect(),
+                Err(_) => {
+                    unresolved = true;
+                    Vec::new()
+                }
+            },
         };
-        if addrs.is_empty() || addrs.iter().any(|ip| is_forbidden(*ip)) {
-            return Err(Error::Config(format!(
-                "endpoint host {host} resolves to a loopback, private or link-local address; \
-                 set FASTACK_WEBHOOK_ALLOW_PRIVATE=true to allow it"
+        if addrs.iter().any(|ip| is_forbidden(*ip)) {
+            return Err(refused(format!(
+                "{host} is or resolves to an address that is not globally routable \
+                 (loopback, private, link-local, reserved…); set FASTACK_WEBHOOK_ALLOW_PRIVATE=true \
+                 where this command runs and on the server to allow it"
             )));
         }
     }
-    Ok(parsed.to_string())
+    Ok(CheckedUrl {
+        url: parsed.to_string(),
+        unresolved,
+    })
 }
 
 /// Parses `--events` (comma-separated), defaulting to the job events.
@@ -301,13 +320,13 @@ pub fn parse_events(events: Option<&str>) -> Result<Vec<String>> {
             .collect(),
     };
     if list.is_empty() {
-        return Err(Error::Config(
+        return Err(Error::InvalidEndpoint(
             "subscribe to at least one event type".to_owned(),
         ));
     }
     for e in &list {
         if !fastack_entities::webhook::EVENT_TYPES.contains(&e.as_str()) {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidEndpoint(format!(
                 "unknown event type `{e}` (expected job.completed, job.failed, core.event.tracked)"
             )));
         }
@@ -494,9 +513,21 @@ mod tests {
         assert!(check_url("http://[::1]/x", false).await.is_err());
         assert!(check_url("http://localhost:8080/x", false).await.is_err());
         assert_eq!(
-            check_url("http://127.0.0.1:9000/hook", true).await.unwrap(),
+            check_url("http://127.0.0.1:9000/hook", true)
+                .await
+                .unwrap()
+                .url,
             "http://127.0.0.1:9000/hook"
         );
+        // A name that does not resolve (yet) is accepted, and said so.
+        let later = check_url("https://hooks.acme.example/fastack", false)
+            .await
+            .unwrap();
+        assert!(later.unresolved);
+        assert!(matches!(
+            check_url("ftp://x", false).await,
+            Err(Error::InvalidEndpoint(_))
+        ));
     }
 
     #[test]

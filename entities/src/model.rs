@@ -31,7 +31,8 @@ impl Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`, not `write_str`: tables align with `{:<10}`.
+        f.pad(self.as_str())
     }
 }
 

@@ -53,7 +53,7 @@ impl DeliveryStatus {
 
 impl fmt::Display for DeliveryStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

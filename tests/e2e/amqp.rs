@@ -108,7 +108,7 @@ pub struct Names {
     pub core: String,
 }
 
-async fn rabbit_reachable() -> bool {
+pub async fn rabbit_reachable() -> bool {
     match Connection::connect(&amqp_url(), ConnectionProperties::default()).await {
         Ok(c) => {
             let _ = c.close(200, "probe".into()).await;

@@ -509,45 +509,67 @@ pub fn bin_path() -> PathBuf {
 pub struct Node {
     pub child: tokio::process::Child,
     pub addr: std::net::SocketAddr,
+    /// The admin listener, when the node has a token.
+    pub admin_addr: Option<std::net::SocketAddr>,
 }
 
 impl Node {
     /// Starts the binary with the database's environment plus `extra`, and
     /// waits until it listens.
     pub async fn start(db: &TestDb, extra: &[(&str, &str)]) -> Node {
+        let mut env: Vec<(String, String)> = vec![
+            ("FASTACK_LISTEN".into(), "127.0.0.1:0".into()),
+            ("FASTACK_POLL_INTERVAL_MS".into(), "200".into()),
+        ];
+        env.extend(db.env());
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Node::start_with(env).await
+    }
+
+    /// Starts the binary with exactly `env` (and `PATH`), and waits until it
+    /// listens.
+    pub async fn start_with(env: Vec<(String, String)>) -> Node {
         use tokio::io::{AsyncBufReadExt, BufReader};
         let mut cmd = tokio::process::Command::new(bin_path());
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(db.env())
-            .env("FASTACK_LISTEN", "127.0.0.1:0")
-            .env("FASTACK_POLL_INTERVAL_MS", "200")
             .env("FASTACK_LOG", "info")
-            .envs(extra.iter().copied())
+            .envs(env)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn fastack serve");
         let stderr = child.stderr.take().expect("stderr piped");
         let mut lines = BufReader::new(stderr).lines();
+        let addr_in = |line: &str| -> Option<std::net::SocketAddr> {
+            let rest = line.split("addr=").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        };
+        let mut admin_addr = None;
+        let mut log = Vec::new();
         let addr = tokio::time::timeout(Duration::from_secs(30), async {
             while let Some(line) = lines.next_line().await.expect("read stderr") {
-                if line.contains("fastack listening")
-                    && let Some(rest) = line.split("addr=").nth(1)
-                {
-                    let addr = rest.split_whitespace().next().unwrap();
-                    return addr
-                        .parse::<std::net::SocketAddr>()
-                        .expect("listening address");
+                if line.contains("admin listener up") {
+                    admin_addr = addr_in(&line);
                 }
+                if line.contains("fastack listening")
+                    && let Some(addr) = addr_in(&line)
+                {
+                    return addr;
+                }
+                log.push(line);
             }
-            panic!("server exited before listening");
+            panic!("server exited before listening:\n{}", log.join("\n"));
         })
         .await
         .expect("server starts within 30 s");
         // Keep draining the log so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Node { child, addr }
+        Node {
+            child,
+            addr,
+            admin_addr,
+        }
     }
 }

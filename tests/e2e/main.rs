@@ -6,6 +6,7 @@ mod helpers;
 
 mod amqp;
 mod durability;
+mod first_hour;
 mod hostile;
 mod identity;
 mod ingest;

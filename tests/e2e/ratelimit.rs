@@ -77,7 +77,7 @@ async fn headers_and_429(app: TestApp) {
     assert_eq!(first.status, 202);
     assert_eq!(
         first.headers["ratelimit-policy"].to_str().unwrap(),
-        "\"tenant\";q=100;w=1, \"key\";q=5;w=1"
+        "\"tenant\";q=200;w=2, \"key\";q=5;w=1"
     );
     let state = first.headers["ratelimit"].to_str().unwrap().to_owned();
     assert!(
@@ -129,7 +129,73 @@ async fn headers_and_429(app: TestApp) {
         r.headers["ratelimit-policy"]
             .to_str()
             .unwrap()
-            .contains("q=50000")
+            .contains("\"tenant\";q=100000;w=2")
     );
     app.cleanup().await;
 }
+
+/// Parses `"name";k=v;k=v, …` into (name, {k: v}).
+fn structured(header: &str) -> Vec<(String, std::collections::HashMap<String, u64>)> {
+    header
+        .split(", ")
+        .map(|item| {
+            let mut parts = item.split(';');
+            let name = parts.next().unwrap().trim_matches('"').to_owned();
+            let params = parts
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap();
+                    (k.to_owned(), v.parse().unwrap())
+                })
+                .collect();
+            (name, params)
+        })
+        .collect()
+}
+
+/// For every plan and a key limit, the policy describes the burst
+/// (`q` = burst over `w` seconds at the plan's rate) and the remaining
+/// count never exceeds the quota, on the first request of an idle tenant
+/// and after some.
+async fn remaining_never_exceeds_the_quota(app: TestApp) {
+    let now = Utc::now();
+    for (plan, key_rps) in [
+        (Plan::Free, None),
+        (Plan::Pro, None),
+        (Plan::Enterprise, None),
+        (Plan::Pro, Some(7)),
+    ] {
+        let t = make_tenant(&app.store, &format!("q-{plan}-{key_rps:?}"), plan, key_rps).await;
+        let limits = fastack_entities::PlanLimits::default_for(plan);
+        for i in 0..3 {
+            let a = app
+                .post(
+                    "/v1/core/track",
+                    &t.key,
+                    &track(&format!("q-{i}"), "u", now),
+                )
+                .await;
+            assert_eq!(a.status, 202);
+            let policy = structured(a.headers["ratelimit-policy"].to_str().unwrap());
+            let state = structured(a.headers["ratelimit"].to_str().unwrap());
+            assert_eq!(policy.len(), state.len());
+            for ((name, p), (sname, s)) in policy.iter().zip(&state) {
+                assert_eq!(name, sname);
+                assert!(
+                    s["r"] <= p["q"],
+                    "{plan} {name}: r={} > q={}",
+                    s["r"],
+                    p["q"]
+                );
+                let (burst, rate) = match name.as_str() {
+                    "tenant" => (limits.burst, limits.rate_per_sec),
+                    _ => (key_rps.unwrap(), key_rps.unwrap()),
+                };
+                assert_eq!(p["q"], u64::from(burst), "{plan} {name}");
+                assert_eq!(p["w"], u64::from(burst.div_ceil(rate)), "{plan} {name}");
+            }
+        }
+    }
+    app.cleanup().await;
+}
+
+crate::on_both_backends!(remaining_never_exceeds_the_quota);

@@ -594,7 +594,24 @@ async fn cli_refuses_private_endpoints_and_shows_the_secret_once() {
         );
         assert!(!ok, "{url} accepted");
         assert!(err.contains("FASTACK_WEBHOOK_ALLOW_PRIVATE"), "{err}");
+        assert!(err.contains("error: endpoint refused:"), "{err}");
     }
+    // The README's production example runs as written: a name that does
+    // not resolve (yet) is registered, with a note.
+    let (ok, out, err) = run(
+        &[
+            "admin",
+            "webhook",
+            "add",
+            "--tenant",
+            "acme",
+            "--url",
+            "https://hooks.acme.example/fastack",
+        ],
+        false,
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("does not resolve"), "{out}");
     let (ok, out, err) = run(
         &[
             "admin",

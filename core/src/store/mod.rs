@@ -365,6 +365,11 @@ pub fn job_event(job: &Job) -> (String, String) {
     )
 }
 
+/// Whether an enabled endpoint of the tenant (`$1`) subscribes to
+/// `core.event.tracked`: the same SQL on both backends.
+pub(crate) const TRACKED_SUBSCRIBED: &str = "EXISTS (SELECT 1 FROM webhook_endpoints e \
+     WHERE e.tenant_id = $1 AND e.enabled AND (',' || e.events || ',') LIKE '%,core.event.tracked,%')";
+
 /// Work for one processing transaction.
 #[derive(Clone, Debug)]
 pub struct ProcessRequest {
@@ -374,8 +379,11 @@ pub struct ProcessRequest {
     pub limit: u32,
     pub now: DateTime<Utc>,
     pub lease_ttl: Duration,
-    /// Who takes `core.event.tracked` rows of this tenant.
-    pub emit_tracked: Emit,
+    /// Whether `core.event.tracked` goes to the AMQP relay (streaming on).
+    /// The webhook fan-out is decided inside the transaction, from the
+    /// tenant's endpoints as they are then: an endpoint added before the
+    /// transaction starts gets its events, on every node.
+    pub publish_tracked: bool,
     /// Read only inbox rows whose `seq` is above this (`None`: from the
     /// tenant's oldest row). Lets a processor start its index scan near the
     /// live rows instead of walking every row deleted since the last vacuum.

@@ -30,8 +30,8 @@ use uuid::Uuid;
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
     Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, OutboxSide, PartitionInfo,
-    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic,
-    archive_row, decode_payload, job_event, map_unique, tracked_body,
+    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TRACKED_SUBSCRIBED,
+    TimeRange, Topic, archive_row, decode_payload, job_event, map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -744,33 +744,37 @@ impl Storage for PgStore {
     }
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
-        let mut tx = if req.emit_tracked.any() {
-            // Outbox rows: events may be out as soon as this commits, so the
-            // commit waits for the WAL flush.
-            self.pool.begin().await?
-        } else {
-            // Safe without waiting for the WAL flush: the inbox rows this
-            // transaction consumes are durable, and a crash loses this whole
-            // transaction or nothing of it, so the rows are simply processed
-            // again. Sent with `BEGIN` in one round trip.
-            self.pool
-                .begin_with("BEGIN; SET LOCAL synchronous_commit = off")
-                .await?
-        };
+        let mut tx = self.pool.begin().await?;
         // Fencing: renew the lease inside the transaction; the row lock
-        // makes a concurrent takeover wait for this commit.
-        let held = sqlx::query(
-            "UPDATE tenant_leases SET expires_at = $3 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
-        )
+        // makes a concurrent takeover wait for this commit. The same
+        // statement reads whether the tenant's endpoints take
+        // `core.event.tracked` now, and sets how this commit is flushed:
+        // with outbox rows, events may be out as soon as it commits, so it
+        // waits for the WAL flush; without, it need not (the inbox rows it
+        // consumes are durable, and a lost transaction is simply done
+        // again).
+        let held = sqlx::query(AssertSqlSafe(format!(
+            "WITH s AS (SELECT {TRACKED_SUBSCRIBED} AS fanout) \
+             UPDATE tenant_leases SET expires_at = $3 FROM s \
+             WHERE tenant_leases.tenant_id = $1 AND tenant_leases.node_id = $2 \
+                   AND tenant_leases.expires_at > $4 \
+             RETURNING s.fanout, set_config('synchronous_commit', \
+                 CASE WHEN s.fanout OR $5 THEN 'on' ELSE 'off' END, true) AS sync"
+        )))
         .bind(req.tenant_id.0)
         .bind(req.node_id.0)
         .bind(req.now + req.lease_ttl)
         .bind(req.now)
-        .execute(&mut *tx)
+        .bind(req.publish_tracked)
+        .fetch_optional(&mut *tx)
         .await?;
-        if held.rows_affected() != 1 {
+        let Some(held) = held else {
             return Err(Error::LeaseLost);
-        }
+        };
+        let emit = Emit {
+            publish: req.publish_tracked,
+            fanout: held.try_get("fanout")?,
+        };
         let rows = sqlx::query(
             "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 AND seq > $3 \
              ORDER BY seq LIMIT $2",
@@ -901,7 +905,7 @@ impl Storage for PgStore {
                     self.partitions.lock().clear();
                 }
             })?;
-            if req.emit_tracked.any() {
+            if emit.any() {
                 let bodies: Vec<String> = todo
                     .iter()
                     .zip(&plan.contact_of)
@@ -932,8 +936,8 @@ impl Storage for PgStore {
                 )
                 .bind(req.tenant_id.0)
                 .bind(req.now)
-                .bind(req.emit_tracked.publish)
-                .bind(req.emit_tracked.fanout)
+                .bind(emit.publish)
+                .bind(emit.fanout)
                 .bind(&ce_ids)
                 .bind(&subjects)
                 .bind(&bodies)

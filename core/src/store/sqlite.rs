@@ -34,8 +34,8 @@ use uuid::Uuid;
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
     Fence, IngestRow, KeepFn, KeyRecord, Month, NewDelivery, OutboxRow, OutboxSide, PartitionInfo,
-    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic,
-    archive_row, decode_payload, job_event, map_unique, tracked_body,
+    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TRACKED_SUBSCRIBED,
+    TimeRange, Topic, archive_row, decode_payload, job_event, map_unique, tracked_body,
 };
 use crate::{
     error::{Error, Result},
@@ -619,6 +619,7 @@ impl SqliteStore {
         &self,
         conn: &mut SqliteConnection,
         req: &ProcessRequest,
+        emit: Emit,
     ) -> Result<ProcessOutcome> {
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let held = sqlx::query(
@@ -740,7 +741,7 @@ impl SqliteStore {
                     q.execute(&mut *tx).await?;
                 }
             }
-            if req.emit_tracked.any() {
+            if emit.any() {
                 const COLS: usize = 10;
                 for (chunk_no, chunk) in todo.chunks(MAX_PARAMS / COLS).enumerate() {
                     let base = chunk_no * (MAX_PARAMS / COLS);
@@ -771,8 +772,8 @@ impl SqliteStore {
                             .bind(body)
                             .bind(None::<Uuid>)
                             .bind(us(req.now))
-                            .bind(req.emit_tracked.publish)
-                            .bind(req.emit_tracked.fanout);
+                            .bind(emit.publish)
+                            .bind(emit.fanout);
                     }
                     q.execute(&mut *tx).await?;
                 }
@@ -1092,17 +1093,29 @@ impl Storage for SqliteStore {
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
         let mut conn = self.writer.acquire().await?;
+        // Whether the tenant's endpoints take `core.event.tracked` now. On
+        // the one writer connection nothing can change the endpoints
+        // between this read and the transaction below.
+        let fanout: bool =
+            sqlx::query_scalar(AssertSqlSafe(format!("SELECT {TRACKED_SUBSCRIBED}")))
+                .bind(req.tenant_id.0)
+                .fetch_one(&mut *conn)
+                .await?;
+        let emit = Emit {
+            publish: req.publish_tracked,
+            fanout,
+        };
         // Processing may skip the fsync at commit: the inbox rows it consumes
         // are durable, and WAL with synchronous=NORMAL loses nothing on a
         // process crash (only the last transactions on power loss, which
         // are then processed again). With outbox rows the commit stays full.
-        let relaxed = !req.emit_tracked.any();
+        let relaxed = !emit.any();
         if relaxed {
             sqlx::query("PRAGMA synchronous = NORMAL")
                 .execute(&mut *conn)
                 .await?;
         }
-        let result = self.process_batch_on(&mut conn, req).await;
+        let result = self.process_batch_on(&mut conn, req, emit).await;
         if relaxed
             && let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
                 .execute(&mut *conn)
