@@ -13,15 +13,20 @@ use serde_json::Value;
 use uuid::Uuid;
 
 /// `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
-/// Unknown fields are rejected (`unknown_field`).
+/// Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
+/// control characters; no string holds NUL; numbers must be storable
+/// exactly (README "Input rules").
 #[derive(Debug, Object)]
 pub struct TrackRequest {
     /// Event name, 1–200 characters.
     #[oai(validator(min_length = 1, max_length = 200))]
     pub event: String,
     /// Your stable user id (1–255 characters).
+    #[oai(validator(min_length = 1, max_length = 255))]
     pub user_id: Option<String>,
-    /// A device or session id for a not yet identified user.
+    /// A device or session id for a not yet identified user (1–255
+    /// characters).
+    #[oai(validator(min_length = 1, max_length = 255))]
     pub anonymous_id: Option<String>,
     /// Free-form event properties.
     pub properties: Option<BTreeMap<String, Value>>,
@@ -36,34 +41,58 @@ pub struct TrackRequest {
     pub sent_at: Option<DateTime<FixedOffset>>,
 }
 
-/// `POST /v1/core/identify`. With both ids, links them (merging contacts).
+/// `POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
+/// required; with both, links them (merging contacts).
 #[derive(Debug, Object)]
 pub struct IdentifyRequest {
+    /// Your stable user id (1–255 characters).
+    #[oai(validator(min_length = 1, max_length = 255))]
     pub user_id: Option<String>,
+    /// A device or session id (1–255 characters).
+    #[oai(validator(min_length = 1, max_length = 255))]
     pub anonymous_id: Option<String>,
     /// Traits merged into the contact (shallow, last write wins).
     pub traits: Option<BTreeMap<String, Value>>,
+    /// When it happened, RFC 3339 with offset (as for track).
     pub occurred_at: DateTime<FixedOffset>,
+    /// Unique per tenant across track, identify and batch (1–255
+    /// characters).
     #[oai(validator(min_length = 1, max_length = 255))]
     pub idempotency_key: String,
+    /// When the client sent it (not part of the idempotency comparison).
     pub sent_at: Option<DateTime<FixedOffset>>,
+}
+
+/// The kind of a batch item (and of a stored event).
+#[derive(Clone, Copy, Debug, poem_openapi::Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum EventType {
+    Track,
+    Identify,
 }
 
 /// One batch item: a track or identify with its `type`.
 #[derive(Debug, Object)]
 pub struct BatchItem {
-    /// `track` or `identify`.
     #[oai(rename = "type")]
-    pub kind: String,
-    /// Required for `track`.
+    pub kind: EventType,
+    /// Required for `track` (1–200 characters).
+    #[oai(validator(min_length = 1, max_length = 200))]
     pub event: Option<String>,
+    /// 1–255 characters; one of `user_id` / `anonymous_id` is required.
+    #[oai(validator(min_length = 1, max_length = 255))]
     pub user_id: Option<String>,
+    /// 1–255 characters.
+    #[oai(validator(min_length = 1, max_length = 255))]
     pub anonymous_id: Option<String>,
     /// For `track`.
     pub properties: Option<BTreeMap<String, Value>>,
     /// For `identify`.
     pub traits: Option<BTreeMap<String, Value>>,
+    /// RFC 3339 with offset.
     pub occurred_at: DateTime<FixedOffset>,
+    /// 1–255 characters, unique per tenant.
+    #[oai(validator(min_length = 1, max_length = 255))]
     pub idempotency_key: String,
     pub sent_at: Option<DateTime<FixedOffset>>,
 }
@@ -90,17 +119,20 @@ pub struct BatchAck {
     pub items: Vec<Ack>,
 }
 
-/// A stored event.
+/// A stored event. Absent fields are left out (never `null`): `event` for
+/// identify, the id the event did not carry, `properties` or `traits`.
+/// `core.event.tracked` bodies and export lines are the same JSON.
 #[derive(Debug, Object)]
 pub struct EventOut {
     pub id: Uuid,
-    /// `track` or `identify`.
     #[oai(rename = "type")]
-    pub kind: String,
+    pub kind: EventType,
     #[oai(skip_serializing_if_is_none)]
     pub event: Option<String>,
     pub contact_id: Uuid,
+    #[oai(skip_serializing_if_is_none)]
     pub user_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
     pub anonymous_id: Option<String>,
     /// For `track`.
     #[oai(skip_serializing_if_is_none)]
@@ -130,7 +162,10 @@ impl From<StoredEvent> for EventOut {
         };
         EventOut {
             id: e.id.0,
-            kind: e.kind.as_str().to_owned(),
+            kind: match e.kind {
+                EventKind::Track => EventType::Track,
+                EventKind::Identify => EventType::Identify,
+            },
             event: e.event,
             contact_id: e.contact_id.0,
             user_id: e.user_id,

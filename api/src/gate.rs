@@ -236,16 +236,69 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
     Ok(resp)
 }
 
-/// Counts and times every request by route template, method and status.
+/// Which methods each documented path takes (from the OpenAPI document),
+/// for the `Allow` header of a 405.
+#[derive(Clone, Debug, Default)]
+pub struct AllowIndex(Arc<Vec<(Vec<String>, String)>>);
+
+impl AllowIndex {
+    pub fn from_spec(spec: &str) -> Self {
+        let mut out = Vec::new();
+        if let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(spec)
+            && let Some(serde_json::Value::Object(paths)) = doc.get("paths")
+        {
+            for (path, item) in paths {
+                let mut methods: Vec<String> = item
+                    .as_object()
+                    .map(|o| o.keys().map(|m| m.to_ascii_uppercase()).collect())
+                    .unwrap_or_default();
+                if methods.iter().any(|m| m == "GET") {
+                    methods.push("HEAD".to_owned());
+                }
+                methods.sort();
+                let segments = path.split('/').map(str::to_owned).collect();
+                out.push((segments, methods.join(", ")));
+            }
+        }
+        AllowIndex(Arc::new(out))
+    }
+
+    /// The methods of the documented path `path` matches (`{param}`
+    /// segments match anything).
+    pub fn methods(&self, path: &str) -> Option<&str> {
+        let segments: Vec<&str> = path.split('/').collect();
+        self.0.iter().find_map(|(template, methods)| {
+            (template.len() == segments.len()
+                && template
+                    .iter()
+                    .zip(&segments)
+                    .all(|(t, s)| t == s || (t.starts_with('{') && t.ends_with('}'))))
+            .then_some(methods.as_str())
+        })
+    }
+}
+
+/// Counts and times every request by route template, method and status;
+/// a 405 gets its `Allow` header here.
 pub async fn observe<E: Endpoint>(next: E, req: Request) -> poem::Result<Response> {
     let started = std::time::Instant::now();
     let route = route_label(req.uri().path());
     let method = method_label(req.method());
     let metrics = req.data::<SharedState>().map(|s| s.metrics.clone());
-    let resp = match next.call(req).await {
+    let allow = req.data::<SharedState>().map(|s| s.allow.clone());
+    let path = req.uri().path().to_owned();
+    let mut resp = match next.call(req).await {
         Ok(r) => r.into_response(),
         Err(e) => to_problem(e),
     };
+    if resp.status() == StatusCode::METHOD_NOT_ALLOWED
+        && let Some(methods) = allow.as_ref().and_then(|a| a.methods(&path))
+    {
+        // RFC 9110: a 405 says which methods the resource takes.
+        if let Ok(v) = HeaderValue::from_str(methods) {
+            resp.headers_mut().insert(poem::http::header::ALLOW, v);
+        }
+    }
     if let Some(metrics) = metrics {
         let labels = fastack_core::metrics::HttpLabels {
             route,
@@ -269,6 +322,12 @@ fn route_label(path: &str) -> &'static str {
         "/v1/core/events" => "/v1/core/events",
         "/v1/core/contacts" => "/v1/core/contacts",
         p if p.starts_with("/v1/core/contacts/") => "/v1/core/contacts/{id}",
+        "/v1/core/exports" => "/v1/core/exports",
+        "/v1/core/jobs" => "/v1/core/jobs",
+        p if p.starts_with("/v1/core/jobs/") && p.ends_with("/result") => {
+            "/v1/core/jobs/{id}/result"
+        }
+        p if p.starts_with("/v1/core/jobs/") => "/v1/core/jobs/{id}",
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",

@@ -312,6 +312,27 @@ fn job_id(raw: &str) -> Result<JobId, ApiError> {
 
 pub struct JobsApi;
 
+/// A job's state, as a query parameter.
+#[derive(Clone, Copy, Debug, poem_openapi::Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Processing,
+    Completed,
+    Failed,
+}
+
+impl From<JobState> for JobStatus {
+    fn from(s: JobState) -> JobStatus {
+        match s {
+            JobState::Queued => JobStatus::Queued,
+            JobState::Processing => JobStatus::Processing,
+            JobState::Completed => JobStatus::Completed,
+            JobState::Failed => JobStatus::Failed,
+        }
+    }
+}
+
 #[OpenApi]
 impl JobsApi {
     /// Export events
@@ -319,7 +340,12 @@ impl JobsApi {
     /// Queues an export of the tenant's events in `[from, to)` as encrypted
     /// NDJSON. The job ends in exactly one terminal event, `job.completed`
     /// or `job.failed`.
-    #[oai(path = "/v1/core/exports", method = "post", tag = "Tag::Jobs")]
+    #[oai(
+        path = "/v1/core/exports",
+        method = "post",
+        operation_id = "create_export",
+        tag = "Tag::Jobs"
+    )]
     async fn create_export(
         &self,
         state: Data<&SharedState>,
@@ -352,7 +378,12 @@ impl JobsApi {
     /// Get a job
     ///
     /// The same document the terminal event carries (AMQP body, webhook body).
-    #[oai(path = "/v1/core/jobs/:id", method = "get", tag = "Tag::Jobs")]
+    #[oai(
+        path = "/v1/core/jobs/:id",
+        method = "get",
+        operation_id = "get_job",
+        tag = "Tag::Jobs"
+    )]
     async fn get_job(
         &self,
         state: Data<&SharedState>,
@@ -371,34 +402,24 @@ impl JobsApi {
     /// List jobs
     ///
     /// Newest first, at most `limit` (default 50, at most 500).
-    #[oai(path = "/v1/core/jobs", method = "get", tag = "Tag::Jobs")]
+    #[oai(
+        path = "/v1/core/jobs",
+        method = "get",
+        operation_id = "list_jobs",
+        tag = "Tag::Jobs"
+    )]
     async fn list_jobs(
         &self,
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
-        /// `queued`, `processing`, `completed` or `failed`.
-        status: Query<Option<String>>,
+        /// Only jobs in this state.
+        status: Query<Option<JobState>>,
+        /// Page size, 1–500 (default 50).
+        #[oai(validator(minimum(value = "1"), maximum(value = "500")))]
         limit: Query<Option<u32>>,
     ) -> Result<RawJson<JobList>, ApiError> {
-        let status = match status.0.as_deref() {
-            None => None,
-            Some(s) => Some(s.parse::<JobStatus>().map_err(|_| {
-                let mut e = ApiError::bad_request(
-                    ProblemCode::InvalidQuery,
-                    "`status` must be queued, processing, completed or failed",
-                );
-                e.errors
-                    .push(field("status", "invalid_value", "unknown status"));
-                e
-            })?),
-        };
+        let status = status.0.map(JobStatus::from);
         let limit = limit.0.unwrap_or(50);
-        if !(1..=500).contains(&limit) {
-            return Err(ApiError::bad_request(
-                ProblemCode::InvalidQuery,
-                "`limit` must be 1 to 500",
-            ));
-        }
         let jobs = state
             .store
             .list_jobs(auth.0.shared.tenant().id, status, limit)
@@ -411,7 +432,12 @@ impl JobsApi {
     ///
     /// The decrypted NDJSON of a completed export; its HMAC is checked before
     /// it is sent. `409 job_not_completed` until then.
-    #[oai(path = "/v1/core/jobs/:id/result", method = "get", tag = "Tag::Jobs")]
+    #[oai(
+        path = "/v1/core/jobs/:id/result",
+        method = "get",
+        operation_id = "get_job_result",
+        tag = "Tag::Jobs"
+    )]
     async fn job_result(
         &self,
         state: Data<&SharedState>,

@@ -379,7 +379,7 @@ impl ApiResponse for ApiError {
 fn param_expects(name: &str) -> &'static str {
     match name {
         "from" | "to" => "an RFC 3339 instant with an offset, e.g. 2026-11-01T00:00:00Z",
-        "limit" => "a positive integer",
+        "limit" => "an integer within the page size range",
         "contact_id" => "a contact id (a UUID)",
         "cursor" => "the `next_cursor` of the previous page",
         "status" => "queued, processing, completed or failed",
@@ -395,6 +395,9 @@ fn param_problem(name: &str, reason: &str) -> (&'static str, String) {
             "required",
             format!("`{name}` is required: {}", param_expects(name)),
         )
+    } else if let Some(rule) = reason.strip_prefix("verification failed. ") {
+        // A schema rule of the parameter (a range, a length).
+        ("invalid_value", format!("`{name}` is out of range: {rule}"))
     } else {
         (
             "invalid_value",

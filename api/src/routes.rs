@@ -1,10 +1,10 @@
 //! The tenant API (`/v1/core/…`) and the ops endpoints, as one poem-openapi
 //! service so the committed spec covers all of them.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, FixedOffset, Utc};
 use fastack_core::{
     store::{EventQuery, TimeRange},
-    validate::{FieldError, parse_timestamp},
+    validate::{FieldError, normalize},
 };
 use fastack_entities::{ContactId, EventId, EventKind, IdentityKind};
 use poem::web::Data;
@@ -67,17 +67,6 @@ pub const MAX_PAGE: u32 = 1000;
 
 pub struct CoreApi;
 
-fn time_param(name: &str, value: &str) -> Result<DateTime<Utc>, FieldError> {
-    parse_timestamp(value)
-        .map(|t| t.with_timezone(&Utc))
-        .ok_or_else(|| FieldError {
-            field: name.to_owned(),
-            index: None,
-            code: "invalid_timestamp",
-            message: format!("`{name}` must be an RFC 3339 timestamp with an offset"),
-        })
-}
-
 #[OpenApi]
 impl CoreApi {
     /// Track an event
@@ -85,7 +74,12 @@ impl CoreApi {
     /// Authenticates, validates, rate-limits, durably queues and answers
     /// 202 with the event id. Same `idempotency_key` and content: the
     /// original id with `duplicate: true`. Same key, other content: 409.
-    #[oai(path = "/v1/core/track", method = "post", tag = "Tag::Ingest")]
+    #[oai(
+        path = "/v1/core/track",
+        method = "post",
+        operation_id = "track",
+        tag = "Tag::Ingest"
+    )]
     async fn track(
         &self,
         state: Data<&SharedState>,
@@ -101,7 +95,12 @@ impl CoreApi {
     ///
     /// Links `user_id` and `anonymous_id` (merging their contacts) and
     /// merges `traits` into the contact. Answered like track.
-    #[oai(path = "/v1/core/identify", method = "post", tag = "Tag::Ingest")]
+    #[oai(
+        path = "/v1/core/identify",
+        method = "post",
+        operation_id = "identify",
+        tag = "Tag::Ingest"
+    )]
     async fn identify(
         &self,
         state: Data<&SharedState>,
@@ -118,7 +117,12 @@ impl CoreApi {
     /// 1–500 track/identify items. All or nothing: one invalid item rejects
     /// the request (422, item indexes in `errors`); 501 items is a 400
     /// `batch_too_large`.
-    #[oai(path = "/v1/core/batch", method = "post", tag = "Tag::Ingest")]
+    #[oai(
+        path = "/v1/core/batch",
+        method = "post",
+        operation_id = "batch",
+        tag = "Tag::Ingest"
+    )]
     async fn batch(
         &self,
         state: Data<&SharedState>,
@@ -135,36 +139,36 @@ impl CoreApi {
     /// Events with `from <= occurred_at < to` (both required: they are the
     /// partition key), ordered by `occurred_at` then id. `contact_id`
     /// includes contacts merged into it.
-    #[oai(path = "/v1/core/events", method = "get", tag = "Tag::Read")]
+    #[oai(
+        path = "/v1/core/events",
+        method = "get",
+        operation_id = "list_events",
+        tag = "Tag::Read"
+    )]
     #[allow(clippy::too_many_arguments)]
     async fn events(
         &self,
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
-        /// Inclusive lower bound of `occurred_at` (RFC 3339).
-        from: Query<String>,
-        /// Exclusive upper bound of `occurred_at` (RFC 3339).
-        to: Query<String>,
+        /// Inclusive lower bound of `occurred_at` (RFC 3339 with an offset).
+        from: Query<DateTime<FixedOffset>>,
+        /// Exclusive upper bound of `occurred_at` (RFC 3339 with an offset).
+        to: Query<DateTime<FixedOffset>>,
+        /// Only this contact's events (and those of contacts merged into it).
         contact_id: Query<Option<Uuid>>,
         /// Only events with this name.
+        #[oai(validator(min_length = 1, max_length = 200))]
         event: Query<Option<String>>,
         /// Page size, 1–1000 (default 100).
+        #[oai(validator(minimum(value = "1"), maximum(value = "1000")))]
         limit: Query<Option<u32>>,
         /// `next_cursor` of the previous page.
         cursor: Query<Option<String>>,
     ) -> Result<Json<EventsPage>, ApiError> {
         let mut errors = Vec::new();
-        let from = time_param("from", &from.0).map_err(|e| errors.push(e)).ok();
-        let to = time_param("to", &to.0).map_err(|e| errors.push(e)).ok();
+        let from = Some(normalize(from.0).with_timezone(&Utc));
+        let to = Some(normalize(to.0).with_timezone(&Utc));
         let limit = limit.0.unwrap_or(DEFAULT_PAGE);
-        if !(1..=MAX_PAGE).contains(&limit) {
-            errors.push(FieldError {
-                field: "limit".to_owned(),
-                index: None,
-                code: "invalid_value",
-                message: format!("`limit` must be 1 to {MAX_PAGE}"),
-            });
-        }
         let after = match cursor.0.as_deref() {
             None => None,
             Some(c) => match decode_cursor(c) {
@@ -255,7 +259,12 @@ impl CoreApi {
     /// Get a contact
     ///
     /// A merged contact's id answers the contact it was merged into.
-    #[oai(path = "/v1/core/contacts/:id", method = "get", tag = "Tag::Read")]
+    #[oai(
+        path = "/v1/core/contacts/:id",
+        method = "get",
+        operation_id = "get_contact",
+        tag = "Tag::Read"
+    )]
     async fn contact(
         &self,
         state: Data<&SharedState>,
@@ -273,12 +282,24 @@ impl CoreApi {
     }
 
     /// Find a contact by user id or anonymous id
-    #[oai(path = "/v1/core/contacts", method = "get", tag = "Tag::Read")]
+    ///
+    /// Give exactly one of `user_id` or `anonymous_id` (400 `invalid_query`
+    /// otherwise).
+    #[oai(
+        path = "/v1/core/contacts",
+        method = "get",
+        operation_id = "find_contact",
+        tag = "Tag::Read"
+    )]
     async fn find_contact(
         &self,
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
+        /// A user id (1–255 characters); not with `anonymous_id`.
+        #[oai(validator(min_length = 1, max_length = 255))]
         user_id: Query<Option<String>>,
+        /// An anonymous id (1–255 characters); not with `user_id`.
+        #[oai(validator(min_length = 1, max_length = 255))]
         anonymous_id: Query<Option<String>>,
     ) -> Result<Json<ContactOut>, ApiError> {
         let (kind, value) = match (user_id.0, anonymous_id.0) {
@@ -301,7 +322,12 @@ impl CoreApi {
     }
 
     /// Liveness
-    #[oai(path = "/healthz", method = "get", tag = "Tag::Ops")]
+    #[oai(
+        path = "/healthz",
+        method = "get",
+        operation_id = "healthz",
+        tag = "Tag::Ops"
+    )]
     async fn healthz(&self) -> Json<Health> {
         Json(Health {
             status: "ok".to_owned(),
@@ -309,7 +335,12 @@ impl CoreApi {
     }
 
     /// Readiness: ready only when the database answers
-    #[oai(path = "/readyz", method = "get", tag = "Tag::Ops")]
+    #[oai(
+        path = "/readyz",
+        method = "get",
+        operation_id = "readyz",
+        tag = "Tag::Ops"
+    )]
     async fn readyz(&self, state: Data<&SharedState>) -> Ready {
         match tokio::time::timeout(std::time::Duration::from_secs(2), state.store.ping()).await {
             Ok(Ok(())) => Ready::Ready(Json(Health {
@@ -322,7 +353,12 @@ impl CoreApi {
     }
 
     /// Prometheus metrics
-    #[oai(path = "/metrics", method = "get", tag = "Tag::Ops")]
+    #[oai(
+        path = "/metrics",
+        method = "get",
+        operation_id = "metrics",
+        tag = "Tag::Ops"
+    )]
     async fn metrics(&self, state: Data<&SharedState>) -> PlainText<String> {
         state
             .metrics

@@ -12,6 +12,8 @@ pub struct AppState {
     pub config: Config,
     /// Budget of requests without a valid key, per client address.
     pub unauthenticated: ClientLimiter,
+    /// Methods per documented path (the `Allow` header of a 405).
+    pub allow: crate::gate::AllowIndex,
     pub store: Store,
     pub runtime: Runtime,
     pub keys: KeyCache,

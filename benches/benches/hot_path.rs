@@ -10,7 +10,7 @@ use fastack_core::{
     amqp,
     auth::{KeyCache, hash_key},
     ratelimit::{LocalCells, Quota},
-    validate::{ValidationContext, fingerprint, validate_event},
+    validate::{ValidationContext, batch_items, event_from_json, fingerprint, validate_event},
     webhooks,
 };
 use fastack_entities::{ApiKeyId, EventId, EventKind};
@@ -35,6 +35,47 @@ fn validation(c: &mut Criterion) {
                 &ctx(),
                 &mut errors,
             ))
+        })
+    });
+    // The whole edge rule: storable-text scan, strict parse (no repeated
+    // member names), validation.
+    c.bench_function("edge_rule_track", |b| {
+        b.iter(|| {
+            let mut errors = Vec::new();
+            black_box(event_from_json(
+                black_box(&body),
+                Some(EventKind::Track),
+                None,
+                &ctx(),
+                &mut errors,
+            ))
+        })
+    });
+    c.bench_function("unstorable_scan_track", |b| {
+        b.iter(|| black_box(fastack_core::json::unstorable(black_box(&body))))
+    });
+    let items: Vec<serde_json::Value> = (0..100)
+        .map(|i| {
+            let mut t = typical_track();
+            t["type"] = serde_json::json!("track");
+            t["idempotency_key"] = serde_json::json!(format!("k-{i}"));
+            t
+        })
+        .collect();
+    let batch = serde_json::to_vec(&serde_json::json!({ "batch": items })).expect("json");
+    c.bench_function("batch_envelope_100", |b| {
+        b.iter(|| black_box(batch_items(black_box(&batch)).expect("envelope").len()))
+    });
+    c.bench_function("edge_rule_batch_100", |b| {
+        b.iter(|| {
+            let mut errors = Vec::new();
+            let raw = batch_items(black_box(&batch)).expect("envelope");
+            for (i, item) in raw.iter().enumerate() {
+                black_box(
+                    event_from_json(item.get().as_bytes(), None, Some(i), &ctx(), &mut errors)
+                        .expect("json"),
+                );
+            }
         })
     });
     let mut errors = Vec::new();

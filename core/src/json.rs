@@ -137,16 +137,21 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        use serde_json::map::Entry;
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(StrictSeed)?;
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format_args!(
-                    "duplicate member name `{}`",
-                    key.escape_debug()
-                )));
+            match out.entry(key) {
+                Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
+                Entry::Occupied(taken) => {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate member name `{}`",
+                        taken.key().escape_debug()
+                    )));
+                }
             }
-            out.insert(key, value);
         }
         Ok(Value::Object(out))
     }
@@ -453,6 +458,20 @@ fn unescape_lossy(raw: &[u8]) -> String {
 /// decimal must be one a double represents exactly enough to print back
 /// the same value (`0.1` yes, `123456789012345678901234567890` no).
 pub fn number_is_exact(text: &str) -> bool {
+    // Any decimal of at most 15 significant digits comes back from a
+    // double unchanged (DBL_DIG), within the double's exponent range.
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    let significant = mantissa
+        .bytes()
+        .skip_while(|b| matches!(b, b'-' | b'0' | b'.'))
+        .filter(u8::is_ascii_digit)
+        .count();
+    let small_exponent = text
+        .split_once(['e', 'E'])
+        .is_none_or(|(_, e)| e.trim_start_matches(['+', '-']).len() <= 2);
+    if significant <= 15 && small_exponent {
+        return true;
+    }
     let integer = !text.contains(['.', 'e', 'E']);
     if integer {
         let digits = text.trim_start_matches('-');

@@ -358,57 +358,71 @@ pub enum EnvelopeError {
 /// The items of a batch body, still as raw JSON text: each is checked by
 /// [`event_from_json`] like a single event.
 pub fn batch_items(body: &[u8]) -> Result<Vec<&serde_json::value::RawValue>, EnvelopeError> {
+    // One pass in the common case; a body that fails it is read again to
+    // say in our words what is wrong.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Envelope<'a> {
+        #[serde(borrow)]
+        batch: Vec<&'a serde_json::value::RawValue>,
+    }
+    match serde_json::from_slice::<Envelope<'_>>(body) {
+        Ok(envelope) => Ok(envelope.batch),
+        Err(err) => Err(diagnose_envelope(body).unwrap_or(EnvelopeError::Json(err.to_string()))),
+    }
+}
+
+/// Why a batch body is not `{"batch": [ … ]}`, when it is JSON of another
+/// shape (`None`: it is the parser's error to report).
+fn diagnose_envelope(body: &[u8]) -> Option<EnvelopeError> {
     use serde_json::value::RawValue;
     let shape = |field: &str, code: &'static str, message: &str| {
-        EnvelopeError::Shape(FieldError {
+        Some(EnvelopeError::Shape(FieldError {
             field: field.to_owned(),
             index: None,
             code,
             message: message.to_owned(),
-        })
+        }))
     };
-    let json = |e: serde_json::Error| EnvelopeError::Json(e.to_string());
-    let whole: &RawValue = serde_json::from_slice(body).map_err(json)?;
+    let whole: &RawValue = serde_json::from_slice(body).ok()?;
     if !whole.get().trim_start().starts_with('{') {
-        return Err(shape(
+        return shape(
             "",
             "invalid_type",
             "the body must be a JSON object {\"batch\": [ … ]} holding 1 to 500 events",
-        ));
+        );
     }
-    let members: Vec<(String, &RawValue)> = serde_json::from_str::<Members<'_>>(whole.get())
-        .map_err(json)?
-        .0;
+    let members = serde_json::from_str::<Members<'_>>(whole.get()).ok()?.0;
     let mut batch = None;
     for (name, value) in members {
         if name != "batch" {
-            return Err(shape(
+            return shape(
                 &format!("/{}", crate::json::pointer_token(&name)),
                 "unknown_field",
                 &format!("unknown field `{name}`: the body is {{\"batch\": [ … ]}}"),
-            ));
+            );
         }
         if batch.replace(value).is_some() {
-            return Err(EnvelopeError::Json(
+            return Some(EnvelopeError::Json(
                 "duplicate member name `batch`".to_owned(),
             ));
         }
     }
     let Some(batch) = batch else {
-        return Err(shape(
+        return shape(
             "/batch",
             "required",
             "`batch` is required: an array of 1 to 500 events",
-        ));
+        );
     };
     if !batch.get().starts_with('[') {
-        return Err(shape(
+        return shape(
             "/batch",
             "invalid_type",
             "`batch` must be an array of 1 to 500 events",
-        ));
+        );
     }
-    serde_json::from_str(batch.get()).map_err(json)
+    None
 }
 
 /// An object's members in order, values left as raw text.

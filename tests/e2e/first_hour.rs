@@ -354,6 +354,7 @@ async fn every_problem_code_is_documented(app: TestApp) {
         .await
         .unwrap();
     assert_eq!(resp.status(), 405);
+    assert_eq!(resp.headers()["allow"], "POST");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["code"], "method_not_allowed");
     app.cleanup().await;
@@ -382,7 +383,22 @@ async fn errors_speak_our_words(app: TestApp) {
     assert_eq!(a.status, 400);
     assert_eq!(
         a.body["detail"],
-        "`limit` is not valid: expected a positive integer"
+        "`limit` is not valid: expected an integer within the page size range"
+    );
+    let a = app
+        .get(
+            "/v1/core/events?from=2026-11-01T00:00:00Z&to=2026-12-01T00:00:00Z&limit=5000",
+            &app.t.key,
+        )
+        .await;
+    assert_eq!(a.status, 400);
+    assert!(
+        a.body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("`limit` is out of range: maximum(1000"),
+        "{}",
+        a.body
     );
     for body in [json!([]), json!([track("k", "u", Utc::now())])] {
         let a = app.post("/v1/core/batch", &app.t.key, &body).await;

@@ -734,8 +734,13 @@ pub fn tracked_body(ev: &StoredEvent) -> String {
         m.insert("event".into(), json!(name));
     }
     m.insert("contact_id".into(), json!(ev.contact_id));
-    m.insert("user_id".into(), json!(ev.user_id));
-    m.insert("anonymous_id".into(), json!(ev.anonymous_id));
+    // Absent ids are left out, as `GET /v1/core/events` leaves them out.
+    if let Some(u) = &ev.user_id {
+        m.insert("user_id".into(), json!(u));
+    }
+    if let Some(a) = &ev.anonymous_id {
+        m.insert("anonymous_id".into(), json!(a));
+    }
     let key = match ev.kind {
         fastack_entities::EventKind::Track => "properties",
         fastack_entities::EventKind::Identify => "traits",
