@@ -20,6 +20,8 @@ use crate::{
 };
 
 pub mod postgres;
+pub mod shared;
+pub(crate) mod sql;
 pub mod sqlite;
 
 pub type Store = Arc<dyn Storage>;
@@ -301,15 +303,6 @@ impl Emit {
     pub fn any(&self) -> bool {
         self.publish || self.fanout
     }
-}
-
-/// The two consumers of outbox rows, and their columns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OutboxSide {
-    /// The AMQP relay.
-    Publish,
-    /// The webhook fan-out.
-    Fanout,
 }
 
 /// The stream an outbox row goes to.
@@ -712,11 +705,15 @@ pub fn archive_row(
 pub async fn open(config: &Config) -> Result<Store> {
     let store: Store = match &config.database_url {
         Some(url) if url.starts_with("postgres") => {
-            Arc::new(postgres::PgStore::connect(url).await?)
+            let pg = postgres::PgStore::connect(url).await?;
+            Arc::new(shared::SqlStore::new(
+                sql::Db::Pg(pg.pool().clone()),
+                Box::new(pg),
+            ))
         }
         _ => {
-            let path = config.sqlite_path();
-            Arc::new(sqlite::SqliteStore::open(&path).await?)
+            let lite = sqlite::SqliteStore::open(&config.sqlite_path()).await?;
+            Arc::new(shared::SqlStore::new(lite.db(), Box::new(lite)))
         }
     };
     store.migrate().await?;
@@ -781,16 +778,6 @@ pub(crate) fn decode_payload(payload: &str) -> Result<NewEvent> {
         serde_json::from_str(payload).map_err(|e| Error::Corrupt(format!("inbox payload: {e}")))?;
     event.occurred_at = crate::validate::normalize(event.occurred_at);
     Ok(event)
-}
-
-/// Maps a unique-violation to a conflict with a readable message.
-pub(crate) fn map_unique(err: sqlx::Error, what: &str) -> Error {
-    match &err {
-        sqlx::Error::Database(db) if db.is_unique_violation() => {
-            Error::Conflict(format!("{what} already exists"))
-        }
-        _ => Error::Database(err),
-    }
 }
 
 #[cfg(test)]

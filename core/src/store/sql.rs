@@ -1,0 +1,448 @@
+//! The backend seam: one way to write a statement, bind its values and read
+//! its rows on PostgreSQL and on SQLite, so each transaction is written
+//! once. What differs between the two lives here and only here:
+//!
+//! - **values**: an instant is `timestamptz` on PostgreSQL and integer
+//!   microseconds on SQLite; JSON is `jsonb` or text; ids are `uuid` or
+//!   16-byte blobs (sqlx encodes a `Uuid` as either);
+//! - **lists**: a list parameter is an array (`= ANY($1)`) on PostgreSQL and
+//!   a JSON array unpacked with `json_each` on SQLite ([`Dialect::in_list`]);
+//! - **claims**: `FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite has one
+//!   writer, so a claim needs no row locks ([`Dialect::skip_locked`]);
+//! - **pools**: SQLite reads go to a reader pool and writes to its single
+//!   writer connection.
+//!
+//! Statements use `$n` placeholders, which both backends accept.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde_json::Value;
+use sqlx::{
+    AssertSqlSafe, PgPool, Postgres, Row as _, Sqlite, SqlitePool, Transaction, postgres::PgRow,
+    sqlite::SqliteRow,
+};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// Which SQL a backend speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Sqlite,
+}
+
+/// What a list parameter holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListKind {
+    Uuid,
+    Int,
+}
+
+impl Dialect {
+    /// `col` is one of the values of list parameter `$n`.
+    pub fn in_list(self, col: &str, n: usize, kind: ListKind) -> String {
+        match (self, kind) {
+            (Dialect::Postgres, _) => format!("{col} = ANY(${n})"),
+            (Dialect::Sqlite, ListKind::Uuid) => {
+                format!("{col} IN (SELECT unhex(value) FROM json_each(${n}))")
+            }
+            (Dialect::Sqlite, _) => format!("{col} IN (SELECT value FROM json_each(${n}))"),
+        }
+    }
+
+    /// Row locks on `of` (a table or alias) for the inner select of a
+    /// claim, so several nodes claim different rows.
+    pub fn skip_locked(self, of: &str) -> String {
+        match self {
+            Dialect::Postgres => format!(" FOR UPDATE OF {of} SKIP LOCKED"),
+            Dialect::Sqlite => String::new(),
+        }
+    }
+}
+
+/// One bound value.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    Uuid(Option<Uuid>),
+    Time(Option<DateTime<Utc>>),
+    Text(Option<String>),
+    Int(Option<i64>),
+    Bool(bool),
+    Bytes(Option<Vec<u8>>),
+    Json(Option<Value>),
+    Uuids(Vec<Uuid>),
+    Ints(Vec<i64>),
+}
+
+macro_rules! arg_from {
+    ($t:ty, $v:ident, $conv:expr) => {
+        impl From<$t> for Arg {
+            fn from(v: $t) -> Arg {
+                let $v = v;
+                $conv
+            }
+        }
+    };
+}
+
+arg_from!(Uuid, v, Arg::Uuid(Some(v)));
+arg_from!(Option<Uuid>, v, Arg::Uuid(v));
+arg_from!(DateTime<Utc>, v, Arg::Time(Some(v)));
+arg_from!(Option<DateTime<Utc>>, v, Arg::Time(v));
+arg_from!(String, v, Arg::Text(Some(v)));
+arg_from!(&str, v, Arg::Text(Some(v.to_owned())));
+arg_from!(&String, v, Arg::Text(Some(v.clone())));
+arg_from!(Option<String>, v, Arg::Text(v));
+arg_from!(Option<&str>, v, Arg::Text(v.map(str::to_owned)));
+arg_from!(i64, v, Arg::Int(Some(v)));
+arg_from!(Option<i64>, v, Arg::Int(v));
+arg_from!(i32, v, Arg::Int(Some(i64::from(v))));
+arg_from!(u32, v, Arg::Int(Some(i64::from(v))));
+arg_from!(Option<u32>, v, Arg::Int(v.map(i64::from)));
+arg_from!(bool, v, Arg::Bool(v));
+arg_from!(&[u8], v, Arg::Bytes(Some(v.to_vec())));
+arg_from!(Vec<u8>, v, Arg::Bytes(Some(v)));
+arg_from!(Option<Vec<u8>>, v, Arg::Bytes(v));
+arg_from!(Value, v, Arg::Json(Some(v)));
+arg_from!(Option<Value>, v, Arg::Json(v));
+arg_from!(Vec<Uuid>, v, Arg::Uuids(v));
+arg_from!(Vec<i64>, v, Arg::Ints(v));
+
+/// A statement and its values.
+#[derive(Clone, Debug)]
+pub struct Q {
+    sql: Cow<'static, str>,
+    args: Vec<Arg>,
+}
+
+impl Q {
+    pub fn new(sql: impl Into<Cow<'static, str>>) -> Self {
+        Q {
+            sql: sql.into(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Binds the next `$n`.
+    pub fn bind(mut self, v: impl Into<Arg>) -> Self {
+        self.args.push(v.into());
+        self
+    }
+
+    /// A static statement is passed as is; a built one is copied.
+    fn sql(&self) -> AssertSqlSafe<Cow<'static, str>> {
+        AssertSqlSafe(self.sql.clone())
+    }
+
+    fn pg(&self) -> sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments> {
+        let mut q = sqlx::query(self.sql());
+        for a in &self.args {
+            q = match a {
+                Arg::Uuid(v) => q.bind(*v),
+                Arg::Time(v) => q.bind(*v),
+                Arg::Text(v) => q.bind(v.clone()),
+                Arg::Int(v) => q.bind(*v),
+                Arg::Bool(v) => q.bind(*v),
+                Arg::Bytes(v) => q.bind(v.clone()),
+                Arg::Json(v) => q.bind(v.clone()),
+                Arg::Uuids(v) => q.bind(v.clone()),
+                Arg::Ints(v) => q.bind(v.clone()),
+            };
+        }
+        q
+    }
+
+    fn lite(&self) -> sqlx::query::Query<'_, Sqlite, sqlx::sqlite::SqliteArguments> {
+        let mut q = sqlx::query(self.sql());
+        for a in &self.args {
+            q = match a {
+                Arg::Uuid(v) => q.bind(*v),
+                Arg::Time(v) => q.bind(v.map(|t| t.timestamp_micros())),
+                Arg::Text(v) => q.bind(v.clone()),
+                Arg::Int(v) => q.bind(*v),
+                Arg::Bool(v) => q.bind(*v),
+                Arg::Bytes(v) => q.bind(v.clone()),
+                Arg::Json(v) => q.bind(v.as_ref().map(Value::to_string)),
+                Arg::Uuids(v) => q.bind(
+                    Value::from(
+                        v.iter()
+                            .map(|u| Value::from(u.simple().to_string()))
+                            .collect::<Vec<_>>(),
+                    )
+                    .to_string(),
+                ),
+                Arg::Ints(v) => q.bind(Value::from(v.clone()).to_string()),
+            };
+        }
+        q
+    }
+}
+
+/// A row of either backend, read by column name.
+pub enum Row {
+    Pg(PgRow),
+    Lite(SqliteRow),
+}
+
+impl Row {
+    pub fn uuid(&self, col: &str) -> Result<Uuid> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    pub fn opt_uuid(&self, col: &str) -> Result<Option<Uuid>> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    pub fn time(&self, col: &str) -> Result<DateTime<Utc>> {
+        self.opt_time(col)?
+            .ok_or_else(|| Error::Corrupt(format!("{col} is null")))
+    }
+
+    pub fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>> {
+        match self {
+            Row::Pg(r) => Ok(r.try_get(col)?),
+            Row::Lite(r) => r
+                .try_get::<Option<i64>, _>(col)?
+                .map(from_micros)
+                .transpose(),
+        }
+    }
+
+    pub fn text(&self, col: &str) -> Result<String> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    pub fn opt_text(&self, col: &str) -> Result<Option<String>> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    /// An integer column of any width.
+    pub fn int(&self, col: &str) -> Result<i64> {
+        self.opt_int(col)?
+            .ok_or_else(|| Error::Corrupt(format!("{col} is null")))
+    }
+
+    pub fn opt_int(&self, col: &str) -> Result<Option<i64>> {
+        match self {
+            Row::Lite(r) => Ok(r.try_get(col)?),
+            Row::Pg(r) => {
+                use sqlx::{Column, TypeInfo};
+                let width = r
+                    .columns()
+                    .iter()
+                    .find(|c| c.name() == col)
+                    .map(|c| c.type_info().name().to_owned())
+                    .unwrap_or_default();
+                Ok(match width.as_str() {
+                    "INT2" => r.try_get::<Option<i16>, _>(col)?.map(i64::from),
+                    "INT4" => r.try_get::<Option<i32>, _>(col)?.map(i64::from),
+                    _ => r.try_get(col)?,
+                })
+            }
+        }
+    }
+
+    pub fn bool(&self, col: &str) -> Result<bool> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    pub fn bytes(&self, col: &str) -> Result<Vec<u8>> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    pub fn opt_bytes(&self, col: &str) -> Result<Option<Vec<u8>>> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    pub fn json(&self, col: &str) -> Result<Value> {
+        Ok(self.opt_json(col)?.unwrap_or(Value::Null))
+    }
+
+    pub fn opt_json(&self, col: &str) -> Result<Option<Value>> {
+        match self {
+            Row::Pg(r) => Ok(r.try_get(col)?),
+            Row::Lite(r) => r
+                .try_get::<Option<String>, _>(col)?
+                .map(|t| {
+                    serde_json::from_str(&t)
+                        .map_err(|e| Error::Corrupt(format!("{col} is not JSON: {e}")))
+                })
+                .transpose(),
+        }
+    }
+}
+
+/// An instant stored as integer microseconds (SQLite).
+pub fn from_micros(v: i64) -> Result<DateTime<Utc>> {
+    Utc.timestamp_micros(v)
+        .single()
+        .ok_or_else(|| Error::Corrupt(format!("timestamp {v}")))
+}
+
+/// The connections of a store.
+#[derive(Clone, Debug)]
+pub enum Db {
+    Pg(PgPool),
+    /// One writer connection; readers in a pool of their own.
+    Lite {
+        writer: SqlitePool,
+        reader: SqlitePool,
+    },
+}
+
+impl Db {
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Db::Pg(_) => Dialect::Postgres,
+            Db::Lite { .. } => Dialect::Sqlite,
+        }
+    }
+
+    /// A read (on SQLite, from the reader pool).
+    pub async fn read(&self, q: Q) -> Result<Vec<Row>> {
+        Ok(match self {
+            Db::Pg(p) => q
+                .pg()
+                .fetch_all(p)
+                .await?
+                .into_iter()
+                .map(Row::Pg)
+                .collect(),
+            Db::Lite { reader, .. } => q
+                .lite()
+                .fetch_all(reader)
+                .await?
+                .into_iter()
+                .map(Row::Lite)
+                .collect(),
+        })
+    }
+
+    pub async fn read_opt(&self, q: Q) -> Result<Option<Row>> {
+        Ok(match self {
+            Db::Pg(p) => q.pg().fetch_optional(p).await?.map(Row::Pg),
+            Db::Lite { reader, .. } => q.lite().fetch_optional(reader).await?.map(Row::Lite),
+        })
+    }
+
+    pub async fn read_one(&self, q: Q) -> Result<Row> {
+        Ok(match self {
+            Db::Pg(p) => Row::Pg(q.pg().fetch_one(p).await?),
+            Db::Lite { reader, .. } => Row::Lite(q.lite().fetch_one(reader).await?),
+        })
+    }
+
+    /// A write returning rows (`… RETURNING`).
+    pub async fn write(&self, q: Q) -> Result<Vec<Row>> {
+        Ok(match self {
+            Db::Pg(p) => q
+                .pg()
+                .fetch_all(p)
+                .await?
+                .into_iter()
+                .map(Row::Pg)
+                .collect(),
+            Db::Lite { writer, .. } => q
+                .lite()
+                .fetch_all(writer)
+                .await?
+                .into_iter()
+                .map(Row::Lite)
+                .collect(),
+        })
+    }
+
+    pub async fn write_opt(&self, q: Q) -> Result<Option<Row>> {
+        Ok(match self {
+            Db::Pg(p) => q.pg().fetch_optional(p).await?.map(Row::Pg),
+            Db::Lite { writer, .. } => q.lite().fetch_optional(writer).await?.map(Row::Lite),
+        })
+    }
+
+    /// A write; the rows it affected.
+    pub async fn execute(&self, q: Q) -> Result<u64> {
+        Ok(match self {
+            Db::Pg(p) => q.pg().execute(p).await?.rows_affected(),
+            Db::Lite { writer, .. } => q.lite().execute(writer).await?.rows_affected(),
+        })
+    }
+
+    pub async fn begin(&self) -> Result<Tx> {
+        Ok(match self {
+            Db::Pg(p) => Tx::Pg(p.begin().await?),
+            Db::Lite { writer, .. } => Tx::Lite(writer.begin().await?),
+        })
+    }
+}
+
+/// A transaction of either backend (on SQLite, on the writer).
+pub enum Tx {
+    Pg(Transaction<'static, Postgres>),
+    Lite(Transaction<'static, Sqlite>),
+}
+
+impl Tx {
+    pub async fn fetch(&mut self, q: Q) -> Result<Vec<Row>> {
+        Ok(match self {
+            Tx::Pg(t) => q
+                .pg()
+                .fetch_all(&mut **t)
+                .await?
+                .into_iter()
+                .map(Row::Pg)
+                .collect(),
+            Tx::Lite(t) => q
+                .lite()
+                .fetch_all(&mut **t)
+                .await?
+                .into_iter()
+                .map(Row::Lite)
+                .collect(),
+        })
+    }
+
+    pub async fn fetch_opt(&mut self, q: Q) -> Result<Option<Row>> {
+        Ok(match self {
+            Tx::Pg(t) => q.pg().fetch_optional(&mut **t).await?.map(Row::Pg),
+            Tx::Lite(t) => q.lite().fetch_optional(&mut **t).await?.map(Row::Lite),
+        })
+    }
+
+    pub async fn execute(&mut self, q: Q) -> Result<u64> {
+        Ok(match self {
+            Tx::Pg(t) => q.pg().execute(&mut **t).await?.rows_affected(),
+            Tx::Lite(t) => q.lite().execute(&mut **t).await?.rows_affected(),
+        })
+    }
+
+    pub async fn commit(self) -> Result<()> {
+        match self {
+            Tx::Pg(t) => t.commit().await?,
+            Tx::Lite(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+}
