@@ -20,6 +20,7 @@ use crate::{
 };
 
 pub mod postgres;
+mod processing;
 pub mod shared;
 pub(crate) mod sql;
 pub mod sqlite;

@@ -13,16 +13,18 @@ use std::{
 
 use async_trait::async_trait;
 
-use super::shared::Engine;
-use chrono::{DateTime, FixedOffset, Utc};
-use fastack_entities::{
-    ContactId, EventId, EventKind, IdentityKind, NewEvent, StoredEvent, TenantId,
+use super::{
+    processing::{self, Layout},
+    shared::Engine,
+    sql::Tx,
 };
+use chrono::{DateTime, FixedOffset, Utc};
+use fastack_entities::{ContactId, EventId, StoredEvent, TenantId};
 use parking_lot::Mutex;
 use sea_orm::SqlxPostgresConnector;
 use serde_json::{Map, Value};
 use sqlx::{
-    AssertSqlSafe, Connection, PgPool, Postgres, Row, Transaction,
+    AssertSqlSafe, Connection, PgPool, Row,
     postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow},
 };
 use uuid::Uuid;
@@ -30,12 +32,9 @@ use uuid::Uuid;
 use super::{
     ArchiveCursor, ArchiveRow, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn,
     PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
-    archive_row, decode_payload, tracked_body,
+    archive_row,
 };
-use crate::{
-    error::{Error, Result},
-    identity::{self, Snapshot},
-};
+use crate::error::{Error, Result};
 
 /// A pooled connection idle for longer than this is pinged before use.
 const IDLE_PING_AFTER: StdDuration = StdDuration::from_secs(1);
@@ -159,176 +158,25 @@ fn event_from_row(row: &PgRow) -> Result<StoredEvent> {
     })
 }
 
-impl PgStore {
-    /// Loads what identity resolution needs to know about a batch.
-    async fn snapshot(
-        tx: &mut Transaction<'static, Postgres>,
-        tenant: TenantId,
-        events: &[&NewEvent],
-    ) -> Result<Snapshot> {
-        let mut users: Vec<&str> = Vec::new();
-        let mut anons: Vec<&str> = Vec::new();
-        for ev in events {
-            users.extend(ev.user_id.as_deref());
-            anons.extend(ev.anonymous_id.as_deref());
-        }
-        users.sort_unstable();
-        users.dedup();
-        anons.sort_unstable();
-        anons.dedup();
-        let mut snapshot = Snapshot::default();
-        // A join on the primary key: one index probe per identity (an
-        // `OR … = ANY` filter would compare every identity of the tenant with
-        // every value of the batch).
-        let mut kinds: Vec<i16> = Vec::with_capacity(users.len() + anons.len());
-        let mut values: Vec<&str> = Vec::with_capacity(users.len() + anons.len());
-        for u in &users {
-            kinds.push(IdentityKind::User.as_i16());
-            values.push(u);
-        }
-        for a in &anons {
-            kinds.push(IdentityKind::Anonymous.as_i16());
-            values.push(a);
-        }
-        let rows = sqlx::query(
-            "SELECT ci.kind, ci.value, ci.contact_id FROM UNNEST($2::int2[], $3::text[]) AS q(k, v) \
-             JOIN contact_identities ci ON ci.tenant_id = $1 AND ci.kind = q.k AND ci.value = q.v",
-        )
-        .bind(tenant.0)
-        .bind(&kinds)
-        .bind(&values)
-        .fetch_all(&mut **tx)
-        .await?;
-        for row in rows {
-            let kind: i16 = row.try_get("kind")?;
-            let kind = IdentityKind::from_i16(kind)
-                .ok_or_else(|| Error::Corrupt(format!("identity kind {kind}")))?;
-            snapshot.identities.insert(
-                (kind, row.try_get("value")?),
-                ContactId(row.try_get("contact_id")?),
-            );
-        }
-        let merging = events.iter().any(|e| {
-            e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some()
-        });
-        if merging && !snapshot.identities.is_empty() {
-            let contacts: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
-            let with_user: Vec<Uuid> = sqlx::query_scalar(
-                "SELECT DISTINCT contact_id FROM contact_identities \
-                 WHERE tenant_id = $1 AND kind = 1 AND contact_id = ANY($2)",
-            )
-            .bind(tenant.0)
-            .bind(&contacts)
-            .fetch_all(&mut **tx)
-            .await?;
-            snapshot.contacts_with_user = with_user.into_iter().map(ContactId).collect();
-        }
-        let mut need = identity::Plan::needs_traits(events, &snapshot);
-        if merging {
-            // A merge may pull the merged contact's traits into the survivor.
-            need.extend(snapshot.identities.values().copied());
-            need.sort();
-            need.dedup();
-        }
-        if !need.is_empty() {
-            let ids: Vec<Uuid> = need.iter().map(|c| c.0).collect();
-            let rows = sqlx::query(
-                "SELECT id, traits FROM contacts WHERE tenant_id = $1 AND id = ANY($2)",
-            )
-            .bind(tenant.0)
-            .bind(&ids)
-            .fetch_all(&mut **tx)
-            .await?;
-            for row in rows {
-                if let Value::Object(map) = row.try_get::<Value, _>("traits")? {
-                    snapshot.traits.insert(ContactId(row.try_get("id")?), map);
-                }
-            }
-        }
-        Ok(snapshot)
+/// One `tracked_events` (rows route to their month and class); the
+/// partitions are made on a connection of their own under an advisory
+/// lock, before the transaction touches the table, so it cannot deadlock
+/// with the DDL.
+#[async_trait]
+impl Layout for PgStore {
+    async fn prepare(&self, _tx: &mut Tx<'_>, keys: &[PartitionKey]) -> Result<()> {
+        self.ensure_partitions(keys).await
     }
 
-    async fn apply_plan(
-        tx: &mut Transaction<'static, Postgres>,
-        tenant: TenantId,
-        plan: &identity::Plan,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        if !plan.new_contacts.is_empty() {
-            let ids: Vec<Uuid> = plan.new_contacts.iter().map(|(c, _)| c.0).collect();
-            let traits: Vec<String> = plan
-                .new_contacts
-                .iter()
-                .map(|(_, t)| serde_json::to_string(t).expect("json map serialises"))
-                .collect();
-            sqlx::query(
-                "INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) \
-                 SELECT id, $2, NULL, traits::jsonb, $3, $3 FROM UNNEST($1::uuid[], $4::text[]) AS x(id, traits)",
-            )
-            .bind(&ids)
-            .bind(tenant.0)
-            .bind(now)
-            .bind(&traits)
-            .execute(&mut **tx)
-            .await?;
-        }
-        if !plan.identities.is_empty() {
-            let kinds: Vec<i16> = plan.identities.iter().map(|(k, _, _)| k.as_i16()).collect();
-            let values: Vec<&str> = plan.identities.iter().map(|(_, v, _)| v.as_str()).collect();
-            let contacts: Vec<Uuid> = plan.identities.iter().map(|(_, _, c)| c.0).collect();
-            sqlx::query(
-                "INSERT INTO contact_identities (tenant_id, kind, value, contact_id) \
-                 SELECT $1, k, v, c FROM UNNEST($2::int2[], $3::text[], $4::uuid[]) AS x(k, v, c) \
-                 ON CONFLICT (tenant_id, kind, value) DO UPDATE SET contact_id = EXCLUDED.contact_id",
-            )
-            .bind(tenant.0)
-            .bind(&kinds)
-            .bind(&values)
-            .bind(&contacts)
-            .execute(&mut **tx)
-            .await?;
-        }
-        for (merged, survivor) in &plan.merges {
-            sqlx::query(
-                "UPDATE contact_identities SET contact_id = $3 WHERE tenant_id = $1 AND contact_id = $2",
-            )
-            .bind(tenant.0)
-            .bind(merged.0)
-            .bind(survivor.0)
-            .execute(&mut **tx)
-            .await?;
-            sqlx::query(
-                "UPDATE contacts SET merged_into = $3, updated_at = $4 \
-                 WHERE tenant_id = $1 AND (id = $2 OR merged_into = $2)",
-            )
-            .bind(tenant.0)
-            .bind(merged.0)
-            .bind(survivor.0)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
-        }
-        if !plan.traits.is_empty() {
-            let ids: Vec<Uuid> = plan.traits.iter().map(|(c, _)| c.0).collect();
-            let traits: Vec<String> = plan
-                .traits
-                .iter()
-                .map(|(_, t)| serde_json::to_string(t).expect("json map serialises"))
-                .collect();
-            sqlx::query(
-                "UPDATE contacts SET traits = x.traits::jsonb, updated_at = $3 \
-                 FROM UNNEST($1::uuid[], $2::text[]) AS x(id, traits) \
-                 WHERE contacts.id = x.id AND contacts.tenant_id = $4",
-            )
-            .bind(&ids)
-            .bind(&traits)
-            .bind(now)
-            .bind(tenant.0)
-            .execute(&mut **tx)
-            .await?;
-        }
-        Ok(())
+    fn table(&self, _key: &PartitionKey) -> String {
+        "tracked_events".to_owned()
     }
+
+    fn forget(&self) {
+        self.partitions.lock().clear();
+    }
+
+    fn created(&self, _keys: &[PartitionKey]) {}
 }
 
 #[async_trait]
@@ -410,183 +258,7 @@ impl Engine for PgStore {
             publish: req.publish_tracked,
             fanout: held.try_get("fanout")?,
         };
-        let rows = sqlx::query(
-            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 AND seq > $3 \
-             ORDER BY seq LIMIT $2",
-        )
-        .bind(req.tenant_id.0)
-        .bind(req.limit as i64)
-        .bind(req.after_seq.unwrap_or(i64::MIN))
-        .fetch_all(&mut *tx)
-        .await?;
-        if rows.is_empty() {
-            tx.commit().await?;
-            return Ok(ProcessOutcome::default());
-        }
-        let mut seqs = Vec::with_capacity(rows.len());
-        let mut items: Vec<(EventId, NewEvent, DateTime<Utc>)> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            seqs.push(row.try_get::<i64, _>("seq")?);
-            let payload: String = row.try_get("payload")?;
-            items.push((
-                EventId(row.try_get("event_id")?),
-                decode_payload(&payload)?,
-                row.try_get("received_at")?,
-            ));
-        }
-        req.check_faults(&items)?;
-        // Second fence: an event processed by an earlier attempt whose inbox
-        // delete was lost is skipped here.
-        let ids: Vec<Uuid> = items.iter().map(|(id, _, _)| id.0).collect();
-        let fresh: Vec<Uuid> = sqlx::query_scalar(
-            "INSERT INTO processed_jobs (event_id, tenant_id, processed_at) \
-             SELECT id, $2, $3 FROM UNNEST($1::uuid[]) AS x(id) ON CONFLICT DO NOTHING RETURNING event_id",
-        )
-        .bind(&ids)
-        .bind(req.tenant_id.0)
-        .bind(req.now)
-        .fetch_all(&mut *tx)
-        .await?;
-        let fresh: HashSet<Uuid> = fresh.into_iter().collect();
-        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> = items
-            .iter()
-            .filter(|(id, _, _)| fresh.contains(&id.0))
-            .collect();
-
-        let mut outcome = ProcessOutcome {
-            consumed: items.len(),
-            // Read in `seq` order.
-            last_seq: seqs.last().copied(),
-            already_processed: items.len() - todo.len(),
-            received: items.iter().map(|(_, _, r)| *r).collect(),
-            ..Default::default()
-        };
-        if !todo.is_empty() {
-            let events: Vec<&NewEvent> = todo.iter().map(|(_, e, _)| e).collect();
-            let mut parts: Vec<PartitionKey> = events
-                .iter()
-                .map(|e| PartitionKey {
-                    month: super::Month::of(e.occurred_at.with_timezone(&Utc)),
-                    retention_class: req.retention_class,
-                })
-                .collect();
-            parts.sort();
-            parts.dedup();
-            // DDL runs on its own connection: this transaction holds no lock
-            // on tracked_events yet, so it cannot deadlock with it.
-            self.ensure_partitions(&parts).await?;
-
-            let snapshot = Self::snapshot(&mut tx, req.tenant_id, &events).await?;
-            let plan = identity::resolve(&events, &snapshot);
-            Self::apply_plan(&mut tx, req.tenant_id, &plan, req.now).await?;
-
-            let n = todo.len();
-            let mut occurred = Vec::with_capacity(n);
-            let mut ev_ids = Vec::with_capacity(n);
-            let mut kinds = Vec::with_capacity(n);
-            let mut names: Vec<Option<&str>> = Vec::with_capacity(n);
-            let mut contacts = Vec::with_capacity(n);
-            let mut users: Vec<Option<&str>> = Vec::with_capacity(n);
-            let mut anons: Vec<Option<&str>> = Vec::with_capacity(n);
-            let mut props = Vec::with_capacity(n);
-            let mut offsets = Vec::with_capacity(n);
-            let mut received = Vec::with_capacity(n);
-            let mut keys: Vec<&str> = Vec::with_capacity(n);
-            for ((id, ev, rec), contact) in todo.iter().zip(&plan.contact_of) {
-                occurred.push(ev.occurred_at.with_timezone(&Utc));
-                ev_ids.push(id.0);
-                kinds.push(ev.kind.as_str());
-                names.push(ev.event.as_deref());
-                contacts.push(contact.0);
-                users.push(ev.user_id.as_deref());
-                anons.push(ev.anonymous_id.as_deref());
-                props.push(serde_json::to_string(&ev.properties).expect("json map serialises"));
-                offsets.push(ev.occurred_at.offset().local_minus_utc());
-                received.push(*rec);
-                keys.push(ev.idempotency_key.as_str());
-                outcome
-                    .appended
-                    .push((*id, ev.occurred_at.with_timezone(&Utc)));
-            }
-            sqlx::query(
-                "INSERT INTO tracked_events (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
-                    user_id, anonymous_id, properties, occurred_offset_s, received_at, idempotency_key) \
-                 SELECT $1, o, i, $2, k, e, c, u, a, p::jsonb, off, r, key \
-                 FROM UNNEST($3::timestamptz[], $4::uuid[], $5::text[], $6::text[], $7::uuid[], $8::text[], \
-                             $9::text[], $10::text[], $11::int4[], $12::timestamptz[], $13::text[]) \
-                      AS x(o, i, k, e, c, u, a, p, off, r, key)",
-            )
-            .bind(req.tenant_id.0)
-            .bind(req.retention_class)
-            .bind(&occurred)
-            .bind(&ev_ids)
-            .bind(&kinds)
-            .bind(&names)
-            .bind(&contacts)
-            .bind(&users)
-            .bind(&anons)
-            .bind(&props)
-            .bind(&offsets)
-            .bind(&received)
-            .bind(&keys)
-            .execute(&mut *tx)
-            .await
-            .inspect_err(|e| {
-                // A month dropped by retention (possibly on another node)
-                // that this node still believes exists: the row is refused
-                // (never lands in DEFAULT); forget what we believed and let
-                // the retry create it again.
-                if matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23514")) {
-                    self.partitions.lock().clear();
-                }
-            })?;
-            if emit.any() {
-                let bodies: Vec<String> = todo
-                    .iter()
-                    .zip(&plan.contact_of)
-                    .map(|((id, ev, rec), contact)| {
-                        tracked_body(&StoredEvent {
-                            id: *id,
-                            kind: ev.kind,
-                            event: ev.event.clone(),
-                            contact_id: *contact,
-                            user_id: ev.user_id.clone(),
-                            anonymous_id: ev.anonymous_id.clone(),
-                            properties: ev.properties.clone(),
-                            occurred_at: ev.occurred_at,
-                            received_at: *rec,
-                        })
-                    })
-                    .collect();
-                let ce_ids: Vec<String> = ev_ids
-                    .iter()
-                    .map(|id| format!("fastack.event.tracked.{id}"))
-                    .collect();
-                let subjects: Vec<String> = ev_ids.iter().map(|id| id.to_string()).collect();
-                sqlx::query(
-                    "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
-                        publish_pending, fanout_pending) \
-                     SELECT $1, 'core', 'core.event.tracked', c, s, b, NULL, $2, $3, $4 \
-                     FROM UNNEST($5::text[], $6::text[], $7::text[]) AS x(c, s, b)",
-                )
-                .bind(req.tenant_id.0)
-                .bind(req.now)
-                .bind(emit.publish)
-                .bind(emit.fanout)
-                .bind(&ce_ids)
-                .bind(&subjects)
-                .bind(&bodies)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        sqlx::query("DELETE FROM inbox WHERE tenant_id = $1 AND seq = ANY($2)")
-            .bind(req.tenant_id.0)
-            .bind(&seqs)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(outcome)
+        processing::run(self, Tx::Pg(tx), emit, req).await
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {

@@ -288,7 +288,7 @@ impl SqlStore {
     /// `publish_pending` or `fanout_pending`); rows nobody owes anything are
     /// deleted, and jobs with nothing left to send lose their pending-event
     /// marker — in the caller's transaction.
-    async fn release_rows(&self, tx: &mut Tx, ids: &[i64], publish: bool) -> Result<()> {
+    async fn release_rows(&self, tx: &mut Tx<'_>, ids: &[i64], publish: bool) -> Result<()> {
         let d = self.d();
         let (mine, claim, other) = if publish {
             ("publish_pending", "claimed_until", "fanout_pending")
@@ -373,7 +373,7 @@ impl SqlStore {
     }
 
     /// Fails an endpoint's pending deliveries (it was disabled).
-    async fn fail_pending(tx: &mut Tx, endpoint: EndpointId) -> Result<()> {
+    async fn fail_pending(tx: &mut Tx<'_>, endpoint: EndpointId) -> Result<()> {
         tx.execute(
             Q::new(
                 "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, claimed_until = NULL \

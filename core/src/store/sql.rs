@@ -38,6 +38,7 @@ pub enum Dialect {
 pub enum ListKind {
     Uuid,
     Int,
+    Text,
 }
 
 impl Dialect {
@@ -62,6 +63,137 @@ impl Dialect {
     }
 }
 
+/// One column of a bulk insert: a value per row.
+#[derive(Clone, Debug)]
+pub enum Col {
+    Uuid(Vec<Uuid>),
+    OptUuid(Vec<Option<Uuid>>),
+    Time(Vec<DateTime<Utc>>),
+    Text(Vec<String>),
+    OptText(Vec<Option<String>>),
+    Int(Vec<i64>),
+    Bool(Vec<bool>),
+    /// JSON text, stored as `jsonb` on PostgreSQL.
+    Json(Vec<String>),
+}
+
+impl Col {
+    fn len(&self) -> usize {
+        match self {
+            Col::Uuid(v) => v.len(),
+            Col::OptUuid(v) => v.len(),
+            Col::Time(v) => v.len(),
+            Col::Text(v) | Col::Json(v) => v.len(),
+            Col::OptText(v) => v.len(),
+            Col::Int(v) => v.len(),
+            Col::Bool(v) => v.len(),
+        }
+    }
+
+    /// The array parameter and the select expression of column `n`.
+    fn pg(self, n: usize) -> (Arg, String) {
+        match self {
+            Col::Uuid(v) => (Arg::Uuids(v), format!("${n}::uuid[]")),
+            Col::OptUuid(v) => (Arg::OptUuids(v), format!("${n}::uuid[]")),
+            Col::Time(v) => (Arg::Times(v), format!("${n}::timestamptz[]")),
+            Col::Text(v) => (Arg::Texts(v), format!("${n}::text[]")),
+            Col::OptText(v) => (Arg::OptTexts(v), format!("${n}::text[]")),
+            Col::Int(v) => (Arg::Ints(v), format!("${n}::int8[]")),
+            Col::Bool(v) => (Arg::Bools(v), format!("${n}::bool[]")),
+            Col::Json(v) => (Arg::Texts(v), format!("${n}::text[]")),
+        }
+    }
+
+    /// Row `i` as a single value.
+    fn at(&self, i: usize) -> Arg {
+        match self {
+            Col::Uuid(v) => Arg::Uuid(Some(v[i])),
+            Col::OptUuid(v) => Arg::Uuid(v[i]),
+            Col::Time(v) => Arg::Time(Some(v[i])),
+            Col::Text(v) | Col::Json(v) => Arg::Text(Some(v[i].clone())),
+            Col::OptText(v) => Arg::Text(v[i].clone()),
+            Col::Int(v) => Arg::Int(Some(v[i])),
+            Col::Bool(v) => Arg::Bool(v[i]),
+        }
+    }
+}
+
+/// Values SQLite binds to one statement at most (its limit is 32,766).
+const MAX_PARAMS: usize = 30_000;
+
+impl Dialect {
+    /// `INSERT INTO table (columns) … suffix` for every row: one statement
+    /// of arrays on PostgreSQL (`UNNEST`: the text never changes with the
+    /// row count, so it is prepared once), `VALUES` tuples on SQLite (as
+    /// many statements as its parameter limit needs). `suffix` is an
+    /// `ON CONFLICT` or `RETURNING` clause.
+    pub fn insert(self, table: &str, columns: &[(&str, Col)], suffix: &str) -> Vec<Q> {
+        let rows = columns.first().map_or(0, |(_, c)| c.len());
+        if rows == 0 {
+            return Vec::new();
+        }
+        let names: Vec<&str> = columns.iter().map(|(n, _)| *n).collect();
+        let names = names.join(", ");
+        match self {
+            Dialect::Postgres => {
+                let mut args = Vec::with_capacity(columns.len());
+                let mut arrays = Vec::with_capacity(columns.len());
+                let mut select = Vec::with_capacity(columns.len());
+                for (i, (_, col)) in columns.iter().enumerate() {
+                    let json = matches!(col, Col::Json(_));
+                    let (arg, array) = col.clone().pg(i + 1);
+                    args.push(arg);
+                    arrays.push(array);
+                    select.push(if json {
+                        format!("c{i}::jsonb")
+                    } else {
+                        format!("c{i}")
+                    });
+                }
+                let aliases: Vec<String> = (0..columns.len()).map(|i| format!("c{i}")).collect();
+                let mut q = Q::new(format!(
+                    "INSERT INTO {table} ({names}) SELECT {} FROM UNNEST({}) AS x({}) {suffix}",
+                    select.join(", "),
+                    arrays.join(", "),
+                    aliases.join(", ")
+                ));
+                q.args = args;
+                vec![q]
+            }
+            Dialect::Sqlite => {
+                let per = (MAX_PARAMS / columns.len().max(1)).max(1);
+                let mut out = Vec::new();
+                let mut start = 0;
+                while start < rows {
+                    let n = per.min(rows - start);
+                    let mut tuples = String::with_capacity(n * columns.len() * 4);
+                    for r in 0..n {
+                        tuples.push_str(if r == 0 { "(" } else { ", (" });
+                        for c in 0..columns.len() {
+                            if c > 0 {
+                                tuples.push_str(", ");
+                            }
+                            tuples.push('?');
+                        }
+                        tuples.push(')');
+                    }
+                    let mut q = Q::new(format!(
+                        "INSERT INTO {table} ({names}) VALUES {tuples} {suffix}"
+                    ));
+                    for r in start..start + n {
+                        for (_, col) in columns {
+                            q.args.push(col.at(r));
+                        }
+                    }
+                    out.push(q);
+                    start += n;
+                }
+                out
+            }
+        }
+    }
+}
+
 /// One bound value.
 #[derive(Clone, Debug)]
 pub enum Arg {
@@ -74,6 +206,12 @@ pub enum Arg {
     Json(Option<Value>),
     Uuids(Vec<Uuid>),
     Ints(Vec<i64>),
+    Texts(Vec<String>),
+    /// Columns of a bulk insert, as arrays (PostgreSQL only).
+    OptUuids(Vec<Option<Uuid>>),
+    Times(Vec<DateTime<Utc>>),
+    OptTexts(Vec<Option<String>>),
+    Bools(Vec<bool>),
 }
 
 macro_rules! arg_from {
@@ -109,6 +247,7 @@ arg_from!(Value, v, Arg::Json(Some(v)));
 arg_from!(Option<Value>, v, Arg::Json(v));
 arg_from!(Vec<Uuid>, v, Arg::Uuids(v));
 arg_from!(Vec<i64>, v, Arg::Ints(v));
+arg_from!(Vec<String>, v, Arg::Texts(v));
 
 /// A statement and its values.
 #[derive(Clone, Debug)]
@@ -149,6 +288,11 @@ impl Q {
                 Arg::Json(v) => q.bind(v.clone()),
                 Arg::Uuids(v) => q.bind(v.clone()),
                 Arg::Ints(v) => q.bind(v.clone()),
+                Arg::Texts(v) => q.bind(v.clone()),
+                Arg::OptUuids(v) => q.bind(v.clone()),
+                Arg::Times(v) => q.bind(v.clone()),
+                Arg::OptTexts(v) => q.bind(v.clone()),
+                Arg::Bools(v) => q.bind(v.clone()),
             };
         }
         q
@@ -174,6 +318,10 @@ impl Q {
                     .to_string(),
                 ),
                 Arg::Ints(v) => q.bind(Value::from(v.clone()).to_string()),
+                Arg::Texts(v) => q.bind(Value::from(v.clone()).to_string()),
+                Arg::OptUuids(_) | Arg::Times(_) | Arg::OptTexts(_) | Arg::Bools(_) => {
+                    unreachable!("array parameters are PostgreSQL's; SQLite inserts VALUES rows")
+                }
             };
         }
         q
@@ -390,7 +538,7 @@ impl Db {
         })
     }
 
-    pub async fn begin(&self) -> Result<Tx> {
+    pub async fn begin(&self) -> Result<Tx<'static>> {
         Ok(match self {
             Db::Pg(p) => Tx::Pg(p.begin().await?),
             Db::Lite { writer, .. } => Tx::Lite(writer.begin().await?),
@@ -398,13 +546,31 @@ impl Db {
     }
 }
 
-/// A transaction of either backend (on SQLite, on the writer).
-pub enum Tx {
-    Pg(Transaction<'static, Postgres>),
-    Lite(Transaction<'static, Sqlite>),
+/// A transaction of either backend (on SQLite, on the writer). It may own
+/// its connection (`'static`) or borrow one the caller prepared.
+pub enum Tx<'c> {
+    Pg(Transaction<'c, Postgres>),
+    Lite(Transaction<'c, Sqlite>),
 }
 
-impl Tx {
+impl Tx<'_> {
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Tx::Pg(_) => Dialect::Postgres,
+            Tx::Lite(_) => Dialect::Sqlite,
+        }
+    }
+
+    /// Runs the statements of [`Dialect::insert`], returning what they
+    /// return.
+    pub async fn insert(&mut self, statements: Vec<Q>) -> Result<Vec<Row>> {
+        let mut rows = Vec::new();
+        for q in statements {
+            rows.extend(self.fetch(q).await?);
+        }
+        Ok(rows)
+    }
+
     pub async fn fetch(&mut self, q: Q) -> Result<Vec<Row>> {
         Ok(match self {
             Tx::Pg(t) => q

@@ -14,14 +14,15 @@ use std::{
 
 use async_trait::async_trait;
 
-use super::shared::Engine;
-use chrono::{DateTime, FixedOffset, TimeZone, Utc};
-use fastack_entities::{
-    ContactId, EventId, EventKind, IdentityKind, NewEvent, StoredEvent, TenantId,
+use super::{
+    processing::{self, Layout},
+    shared::Engine,
+    sql::Tx,
 };
+use chrono::{DateTime, FixedOffset, TimeZone, Utc};
+use fastack_entities::{ContactId, EventId, StoredEvent, TenantId};
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
-use serde_json::{Map, Value};
 use sqlx::{
     AssertSqlSafe, Row, SqliteConnection, SqlitePool,
     sqlite::{
@@ -33,12 +34,9 @@ use uuid::Uuid;
 use super::{
     ArchiveCursor, ArchiveRow, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn, Month,
     PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
-    archive_row, decode_payload, tracked_body,
+    archive_row,
 };
-use crate::{
-    error::{Error, Result},
-    identity::{self, Snapshot},
-};
+use crate::error::{Error, Result};
 
 /// SQLite's default limit of bound parameters per statement is 32766; stay
 /// well below it.
@@ -115,13 +113,6 @@ fn event_from_row(row: &SqliteRow) -> Result<StoredEvent> {
         occurred_at: occurred.with_timezone(&offset),
         received_at: from_us(row.try_get("received_at")?)?,
     })
-}
-
-fn json_map(text: &str) -> Result<Map<String, Value>> {
-    match serde_json::from_str(text).map_err(|e| Error::Corrupt(format!("json: {e}")))? {
-        Value::Object(m) => Ok(m),
-        _ => Ok(Map::new()),
-    }
 }
 
 const EVENT_COLUMNS: &str = "id, kind, event, contact_id, user_id, anonymous_id, properties, \
@@ -228,168 +219,6 @@ impl SqliteStore {
         keys.sort();
         keys.into_iter().map(PartitionKey::table_name).collect()
     }
-
-    async fn snapshot(
-        conn: &mut SqliteConnection,
-        tenant: TenantId,
-        events: &[&NewEvent],
-    ) -> Result<Snapshot> {
-        let mut users: Vec<&str> = events.iter().filter_map(|e| e.user_id.as_deref()).collect();
-        let mut anons: Vec<&str> = events
-            .iter()
-            .filter_map(|e| e.anonymous_id.as_deref())
-            .collect();
-        users.sort_unstable();
-        users.dedup();
-        anons.sort_unstable();
-        anons.dedup();
-        let mut snapshot = Snapshot::default();
-        for (kind, values) in [
-            (IdentityKind::User, &users),
-            (IdentityKind::Anonymous, &anons),
-        ] {
-            for chunk in values.chunks(MAX_PARAMS) {
-                let sql = format!(
-                    "SELECT value, contact_id FROM contact_identities \
-                     WHERE tenant_id = ? AND kind = ? AND value IN ({})",
-                    ph(chunk.len())
-                );
-                let mut q = sqlx::query(AssertSqlSafe(sql))
-                    .bind(tenant.0)
-                    .bind(kind.as_i16());
-                for v in chunk {
-                    q = q.bind(*v);
-                }
-                for row in q.fetch_all(&mut *conn).await? {
-                    snapshot.identities.insert(
-                        (kind, row.try_get("value")?),
-                        ContactId(row.try_get("contact_id")?),
-                    );
-                }
-            }
-        }
-        let merging = events.iter().any(|e| {
-            e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some()
-        });
-        let mut contacts: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
-        contacts.sort_unstable();
-        contacts.dedup();
-        if merging {
-            for chunk in contacts.chunks(MAX_PARAMS) {
-                let sql = format!(
-                    "SELECT DISTINCT contact_id FROM contact_identities \
-                     WHERE tenant_id = ? AND kind = 1 AND contact_id IN ({})",
-                    ph(chunk.len())
-                );
-                let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql)).bind(tenant.0);
-                for c in chunk {
-                    q = q.bind(*c);
-                }
-                snapshot
-                    .contacts_with_user
-                    .extend(q.fetch_all(&mut *conn).await?.into_iter().map(ContactId));
-            }
-        }
-        let need: Vec<Uuid> = if merging {
-            contacts
-        } else {
-            identity::Plan::needs_traits(events, &snapshot)
-                .into_iter()
-                .map(|c| c.0)
-                .collect()
-        };
-        for chunk in need.chunks(MAX_PARAMS) {
-            let sql = format!(
-                "SELECT id, traits FROM contacts WHERE tenant_id = ? AND id IN ({})",
-                ph(chunk.len())
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql)).bind(tenant.0);
-            for c in chunk {
-                q = q.bind(*c);
-            }
-            for row in q.fetch_all(&mut *conn).await? {
-                let traits: String = row.try_get("traits")?;
-                snapshot
-                    .traits
-                    .insert(ContactId(row.try_get("id")?), json_map(&traits)?);
-            }
-        }
-        Ok(snapshot)
-    }
-
-    async fn apply_plan(
-        conn: &mut SqliteConnection,
-        tenant: TenantId,
-        plan: &identity::Plan,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let now = us(now);
-        for chunk in plan.new_contacts.chunks(MAX_PARAMS / 6) {
-            let sql = format!(
-                "INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) VALUES {}",
-                tuples(chunk.len(), 6)
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (c, traits) in chunk {
-                q = q
-                    .bind(c.0)
-                    .bind(tenant.0)
-                    .bind(None::<Uuid>)
-                    .bind(serde_json::to_string(traits).expect("json map serialises"))
-                    .bind(now)
-                    .bind(now);
-            }
-            q.execute(&mut *conn).await?;
-        }
-        for chunk in plan.identities.chunks(MAX_PARAMS / 4) {
-            let sql = format!(
-                "INSERT INTO contact_identities (tenant_id, kind, value, contact_id) VALUES {} \
-                 ON CONFLICT (tenant_id, kind, value) DO UPDATE SET contact_id = excluded.contact_id",
-                tuples(chunk.len(), 4)
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (kind, value, c) in chunk {
-                q = q
-                    .bind(tenant.0)
-                    .bind(kind.as_i16())
-                    .bind(value.as_str())
-                    .bind(c.0);
-            }
-            q.execute(&mut *conn).await?;
-        }
-        for (merged, survivor) in &plan.merges {
-            sqlx::query(
-                "UPDATE contact_identities SET contact_id = $3 WHERE tenant_id = $1 AND contact_id = $2",
-            )
-            .bind(tenant.0)
-            .bind(merged.0)
-            .bind(survivor.0)
-            .execute(&mut *conn)
-            .await?;
-            sqlx::query(
-                "UPDATE contacts SET merged_into = $3, updated_at = $4 \
-                 WHERE tenant_id = $1 AND (id = $2 OR merged_into = $2)",
-            )
-            .bind(tenant.0)
-            .bind(merged.0)
-            .bind(survivor.0)
-            .bind(now)
-            .execute(&mut *conn)
-            .await?;
-        }
-        for (c, traits) in &plan.traits {
-            sqlx::query(
-                "UPDATE contacts SET traits = $3, updated_at = $4 WHERE tenant_id = $1 AND id = $2",
-            )
-            .bind(tenant.0)
-            .bind(c.0)
-            .bind(serde_json::to_string(traits).expect("json map serialises"))
-            .bind(now)
-            .execute(&mut *conn)
-            .await?;
-        }
-        Ok(())
-    }
 }
 
 /// Rows of one month table, or `None` when it does not exist; callers run
@@ -413,182 +242,34 @@ fn parse_table_name(name: &str) -> Option<PartitionKey> {
     PartitionKey::parse_table(name)
 }
 
-impl SqliteStore {
-    async fn process_batch_on(
-        &self,
-        conn: &mut SqliteConnection,
-        req: &ProcessRequest,
-        emit: Emit,
-    ) -> Result<ProcessOutcome> {
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let held = sqlx::query(
-            "UPDATE tenant_leases SET expires_at = $3 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
-        )
-        .bind(req.tenant_id.0)
-        .bind(req.node_id.0)
-        .bind(us(req.now + req.lease_ttl))
-        .bind(us(req.now))
-        .execute(&mut *tx)
-        .await?;
-        if held.rows_affected() != 1 {
-            return Err(Error::LeaseLost);
-        }
-        let rows = sqlx::query(
-            "SELECT seq, event_id, payload, received_at FROM inbox WHERE tenant_id = $1 AND seq > $3 \
-             ORDER BY seq LIMIT $2",
-        )
-        .bind(req.tenant_id.0)
-        .bind(req.limit as i64)
-        .bind(req.after_seq.unwrap_or(i64::MIN))
-        .fetch_all(&mut *tx)
-        .await?;
-        if rows.is_empty() {
-            tx.commit().await?;
-            return Ok(ProcessOutcome::default());
-        }
-        let mut seqs = Vec::with_capacity(rows.len());
-        let mut items: Vec<(EventId, NewEvent, DateTime<Utc>)> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            seqs.push(row.try_get::<i64, _>("seq")?);
-            let payload: String = row.try_get("payload")?;
-            items.push((
-                EventId(row.try_get("event_id")?),
-                decode_payload(&payload)?,
-                from_us(row.try_get("received_at")?)?,
+/// A table per month and class; SQLite's DDL is transactional, so a new
+/// month's table commits with the rows it receives, or not at all.
+#[async_trait]
+impl Layout for SqliteStore {
+    async fn prepare(&self, tx: &mut Tx<'_>, keys: &[PartitionKey]) -> Result<()> {
+        let Tx::Lite(tx) = tx else {
+            return Err(Error::Corrupt(
+                "a SQLite layout in another backend's transaction".to_owned(),
             ));
-        }
-        req.check_faults(&items)?;
-        let mut fresh: HashSet<Uuid> = HashSet::with_capacity(items.len());
-        for chunk in items.chunks(MAX_PARAMS / 3) {
-            let sql = format!(
-                "INSERT INTO processed_jobs (event_id, tenant_id, processed_at) VALUES {} \
-                 ON CONFLICT DO NOTHING RETURNING event_id",
-                tuples(chunk.len(), 3)
-            );
-            let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
-            for (id, _, _) in chunk {
-                q = q.bind(id.0).bind(req.tenant_id.0).bind(us(req.now));
-            }
-            fresh.extend(q.fetch_all(&mut *tx).await?);
-        }
-        let todo: Vec<&(EventId, NewEvent, DateTime<Utc>)> = items
-            .iter()
-            .filter(|(id, _, _)| fresh.contains(&id.0))
-            .collect();
-        let mut outcome = ProcessOutcome {
-            consumed: items.len(),
-            // Read in `seq` order.
-            last_seq: seqs.last().copied(),
-            already_processed: items.len() - todo.len(),
-            received: items.iter().map(|(_, _, r)| *r).collect(),
-            ..Default::default()
         };
-        let mut created: Vec<PartitionKey> = Vec::new();
-        if !todo.is_empty() {
-            let events: Vec<&NewEvent> = todo.iter().map(|(_, e, _)| e).collect();
-            let mut by_table: HashMap<PartitionKey, Vec<usize>> = HashMap::new();
-            for (i, ev) in events.iter().enumerate() {
-                let key = PartitionKey {
-                    month: Month::of(ev.occurred_at.with_timezone(&Utc)),
-                    retention_class: req.retention_class,
-                };
-                by_table.entry(key).or_default().push(i);
+        for key in keys {
+            if !self.partitions.lock().contains(key) {
+                create_partition(tx, key).await?;
             }
-            // SQLite DDL is transactional: new month tables commit with the
-            // rows they receive, or not at all.
-            for key in by_table.keys() {
-                if !self.partitions.lock().contains(key) {
-                    create_partition(&mut tx, key).await?;
-                    created.push(*key);
-                }
-            }
-            let snapshot = Self::snapshot(&mut tx, req.tenant_id, &events).await?;
-            let plan = identity::resolve(&events, &snapshot);
-            Self::apply_plan(&mut tx, req.tenant_id, &plan, req.now).await?;
+        }
+        Ok(())
+    }
 
-            for (key, idxs) in &by_table {
-                for chunk in idxs.chunks(MAX_PARAMS / 13) {
-                    let sql = format!(
-                        "INSERT INTO {} (tenant_id, occurred_at, id, retention_class, kind, event, contact_id, \
-                            user_id, anonymous_id, properties, occurred_offset_s, received_at, idempotency_key) VALUES {}",
-                        key.table_name(),
-                        tuples(chunk.len(), 13)
-                    );
-                    let mut q = sqlx::query(AssertSqlSafe(sql));
-                    for &i in chunk {
-                        let (id, ev, rec) = todo[i];
-                        q = q
-                            .bind(req.tenant_id.0)
-                            .bind(ev.occurred_at.timestamp_micros())
-                            .bind(id.0)
-                            .bind(req.retention_class)
-                            .bind(ev.kind.as_str())
-                            .bind(ev.event.as_deref())
-                            .bind(plan.contact_of[i].0)
-                            .bind(ev.user_id.as_deref())
-                            .bind(ev.anonymous_id.as_deref())
-                            .bind(
-                                serde_json::to_string(&ev.properties).expect("json map serialises"),
-                            )
-                            .bind(ev.occurred_at.offset().local_minus_utc())
-                            .bind(us(*rec))
-                            .bind(ev.idempotency_key.as_str());
-                        outcome
-                            .appended
-                            .push((*id, ev.occurred_at.with_timezone(&Utc)));
-                    }
-                    q.execute(&mut *tx).await?;
-                }
-            }
-            if emit.any() {
-                const COLS: usize = 10;
-                for (chunk_no, chunk) in todo.chunks(MAX_PARAMS / COLS).enumerate() {
-                    let base = chunk_no * (MAX_PARAMS / COLS);
-                    let sql = format!(
-                        "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at, \
-                            publish_pending, fanout_pending) VALUES {}",
-                        tuples(chunk.len(), COLS)
-                    );
-                    let mut q = sqlx::query(AssertSqlSafe(sql));
-                    for (j, (id, ev, rec)) in chunk.iter().enumerate() {
-                        let body = tracked_body(&StoredEvent {
-                            id: *id,
-                            kind: ev.kind,
-                            event: ev.event.clone(),
-                            contact_id: plan.contact_of[base + j],
-                            user_id: ev.user_id.clone(),
-                            anonymous_id: ev.anonymous_id.clone(),
-                            properties: ev.properties.clone(),
-                            occurred_at: ev.occurred_at,
-                            received_at: *rec,
-                        });
-                        q = q
-                            .bind(req.tenant_id.0)
-                            .bind("core")
-                            .bind("core.event.tracked")
-                            .bind(format!("fastack.event.tracked.{id}"))
-                            .bind(id.to_string())
-                            .bind(body)
-                            .bind(None::<Uuid>)
-                            .bind(us(req.now))
-                            .bind(emit.publish)
-                            .bind(emit.fanout);
-                    }
-                    q.execute(&mut *tx).await?;
-                }
-            }
-        }
-        for chunk in seqs.chunks(MAX_PARAMS) {
-            let sql = format!("DELETE FROM inbox WHERE seq IN ({})", ph(chunk.len()));
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for s in chunk {
-                q = q.bind(*s);
-            }
-            q.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        self.partitions.lock().extend(created);
-        Ok(outcome)
+    fn table(&self, key: &PartitionKey) -> String {
+        key.table_name()
+    }
+
+    fn forget(&self) {
+        self.partitions.lock().clear();
+    }
+
+    fn created(&self, keys: &[PartitionKey]) {
+        self.partitions.lock().extend(keys.iter().copied());
     }
 }
 
@@ -744,7 +425,24 @@ impl Engine for SqliteStore {
                 .execute(&mut *conn)
                 .await?;
         }
-        let result = self.process_batch_on(&mut conn, req, emit).await;
+        let result = async {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let held = sqlx::query(
+                "UPDATE tenant_leases SET expires_at = $3 \
+                 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
+            )
+            .bind(req.tenant_id.0)
+            .bind(req.node_id.0)
+            .bind(us(req.now + req.lease_ttl))
+            .bind(us(req.now))
+            .execute(&mut *tx)
+            .await?;
+            if held.rows_affected() != 1 {
+                return Err(Error::LeaseLost);
+            }
+            processing::run(self, Tx::Lite(tx), emit, req).await
+        }
+        .await;
         if relaxed
             && let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
                 .execute(&mut *conn)

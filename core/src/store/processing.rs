@@ -1,0 +1,529 @@
+//! The processing transaction, written once for both backends: read a
+//! tenant's inbox rows, apply the second idempotency fence
+//! (`processed_jobs`), resolve identities (snapshot → [`identity::resolve`]
+//! → apply), append to `tracked_events`, write `core.event.tracked` to the
+//! outbox, consume the inbox rows. A backend opens the transaction (lease
+//! renewal, commit durability) and says where a month's rows go
+//! ([`Layout`]); everything else is here.
+
+use std::collections::{BTreeMap, HashSet};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use fastack_entities::{
+    ContactId, EventId, EventKind, IdentityKind, NewEvent, StoredEvent, TenantId,
+};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::{
+    Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, decode_payload,
+    sql::{Col, Dialect, ListKind, Q, Tx},
+    tracked_body,
+};
+use crate::{
+    error::Result,
+    identity::{self, Snapshot},
+};
+
+/// How a backend lays out `tracked_events`.
+#[async_trait]
+pub(crate) trait Layout: Send + Sync {
+    /// Makes the partitions of `keys` exist before rows go in.
+    async fn prepare(&self, tx: &mut Tx<'_>, keys: &[PartitionKey]) -> Result<()>;
+    /// The table rows of partition `key` are inserted into.
+    fn table(&self, key: &PartitionKey) -> String;
+    /// An insert was refused (a partition dropped meanwhile, possibly on
+    /// another node): forget which partitions exist, so the retry makes
+    /// them again.
+    fn forget(&self);
+    /// The transaction that prepared `keys` committed.
+    fn created(&self, keys: &[PartitionKey]);
+}
+
+/// One inbox row, decoded.
+struct Item {
+    seq: i64,
+    id: EventId,
+    event: NewEvent,
+    received_at: DateTime<Utc>,
+}
+
+/// Runs the processing transaction `tx` (opened by the backend, its lease
+/// already renewed) and commits it.
+pub(crate) async fn run(
+    layout: &dyn Layout,
+    mut tx: Tx<'_>,
+    emit: Emit,
+    req: &ProcessRequest,
+) -> Result<ProcessOutcome> {
+    let d = tx.dialect();
+    let tenant = req.tenant_id;
+    let rows = tx
+        .fetch(
+            Q::new(
+                "SELECT seq, event_id, payload, received_at FROM inbox \
+                 WHERE tenant_id = $1 AND seq > $3 ORDER BY seq LIMIT $2",
+            )
+            .bind(tenant.0)
+            .bind(i64::from(req.limit))
+            .bind(req.after_seq.unwrap_or(i64::MIN)),
+        )
+        .await?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(ProcessOutcome::default());
+    }
+    let mut items = Vec::with_capacity(rows.len());
+    for r in &rows {
+        items.push(Item {
+            seq: r.int("seq")?,
+            id: EventId(r.uuid("event_id")?),
+            event: decode_payload(&r.text("payload")?)?,
+            received_at: r.time("received_at")?,
+        });
+    }
+    req.faults
+        .check_processing(items.iter().map(|i| i.event.idempotency_key.as_str()))?;
+
+    // Second fence: an event processed by an earlier attempt whose inbox
+    // delete was lost is skipped here.
+    let n = items.len();
+    let fresh: HashSet<Uuid> = tx
+        .insert(d.insert(
+            "processed_jobs",
+            &[
+                (
+                    "event_id",
+                    Col::Uuid(items.iter().map(|i| i.id.0).collect()),
+                ),
+                ("tenant_id", Col::Uuid(vec![tenant.0; n])),
+                ("processed_at", Col::Time(vec![req.now; n])),
+            ],
+            "ON CONFLICT DO NOTHING RETURNING event_id",
+        ))
+        .await?
+        .iter()
+        .map(|r| r.uuid("event_id"))
+        .collect::<Result<_>>()?;
+    let todo: Vec<&Item> = items.iter().filter(|i| fresh.contains(&i.id.0)).collect();
+    let mut outcome = ProcessOutcome {
+        consumed: n,
+        // Read in `seq` order.
+        last_seq: items.last().map(|i| i.seq),
+        already_processed: n - todo.len(),
+        received: items.iter().map(|i| i.received_at).collect(),
+        ..Default::default()
+    };
+
+    let mut keys = Vec::new();
+    if !todo.is_empty() {
+        let key_of = |i: &Item| PartitionKey {
+            month: Month::of(i.event.occurred_at.with_timezone(&Utc)),
+            retention_class: req.retention_class,
+        };
+        keys = todo.iter().map(|i| key_of(i)).collect();
+        keys.sort();
+        keys.dedup();
+        layout.prepare(&mut tx, &keys).await?;
+
+        let events: Vec<&NewEvent> = todo.iter().map(|i| &i.event).collect();
+        let snapshot = snapshot(&mut tx, tenant, &events).await?;
+        let plan = identity::resolve(&events, &snapshot);
+        apply_plan(&mut tx, tenant, &plan, req.now).await?;
+
+        // Rows by table (one on PostgreSQL, a table per month on SQLite).
+        let mut by_table: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, item) in todo.iter().enumerate() {
+            by_table
+                .entry(layout.table(&key_of(item)))
+                .or_default()
+                .push(i);
+        }
+        for (table, idx) in &by_table {
+            let pick = |i: &usize| (todo[*i], plan.contact_of[*i]);
+            let rows: Vec<(&Item, ContactId)> = idx.iter().map(pick).collect();
+            let k = rows.len();
+            let inserted = tx
+                .insert(
+                    d.insert(
+                        table,
+                        &[
+                            ("tenant_id", Col::Uuid(vec![tenant.0; k])),
+                            (
+                                "occurred_at",
+                                Col::Time(
+                                    rows.iter()
+                                        .map(|(i, _)| i.event.occurred_at.with_timezone(&Utc))
+                                        .collect(),
+                                ),
+                            ),
+                            ("id", Col::Uuid(rows.iter().map(|(i, _)| i.id.0).collect())),
+                            (
+                                "retention_class",
+                                Col::Int(vec![i64::from(req.retention_class); k]),
+                            ),
+                            (
+                                "kind",
+                                Col::Text(
+                                    rows.iter()
+                                        .map(|(i, _)| i.event.kind.as_str().to_owned())
+                                        .collect(),
+                                ),
+                            ),
+                            (
+                                "event",
+                                Col::OptText(
+                                    rows.iter().map(|(i, _)| i.event.event.clone()).collect(),
+                                ),
+                            ),
+                            (
+                                "contact_id",
+                                Col::Uuid(rows.iter().map(|(_, c)| c.0).collect()),
+                            ),
+                            (
+                                "user_id",
+                                Col::OptText(
+                                    rows.iter().map(|(i, _)| i.event.user_id.clone()).collect(),
+                                ),
+                            ),
+                            (
+                                "anonymous_id",
+                                Col::OptText(
+                                    rows.iter()
+                                        .map(|(i, _)| i.event.anonymous_id.clone())
+                                        .collect(),
+                                ),
+                            ),
+                            (
+                                "properties",
+                                Col::Json(
+                                    rows.iter()
+                                        .map(|(i, _)| json_text(&i.event.properties))
+                                        .collect(),
+                                ),
+                            ),
+                            (
+                                "occurred_offset_s",
+                                Col::Int(
+                                    rows.iter()
+                                        .map(|(i, _)| {
+                                            i64::from(
+                                                i.event.occurred_at.offset().local_minus_utc(),
+                                            )
+                                        })
+                                        .collect(),
+                                ),
+                            ),
+                            (
+                                "received_at",
+                                Col::Time(rows.iter().map(|(i, _)| i.received_at).collect()),
+                            ),
+                            (
+                                "idempotency_key",
+                                Col::Text(
+                                    rows.iter()
+                                        .map(|(i, _)| i.event.idempotency_key.clone())
+                                        .collect(),
+                                ),
+                            ),
+                        ],
+                        "",
+                    ),
+                )
+                .await;
+            if let Err(e) = inserted {
+                if e.is_refusal() {
+                    layout.forget();
+                }
+                return Err(e);
+            }
+        }
+        outcome.appended = todo
+            .iter()
+            .map(|i| (i.id, i.event.occurred_at.with_timezone(&Utc)))
+            .collect();
+
+        if emit.any() {
+            let k = todo.len();
+            let bodies: Vec<String> = todo
+                .iter()
+                .zip(&plan.contact_of)
+                .map(|(i, contact)| {
+                    tracked_body(&StoredEvent {
+                        id: i.id,
+                        kind: i.event.kind,
+                        event: i.event.event.clone(),
+                        contact_id: *contact,
+                        user_id: i.event.user_id.clone(),
+                        anonymous_id: i.event.anonymous_id.clone(),
+                        properties: i.event.properties.clone(),
+                        occurred_at: i.event.occurred_at,
+                        received_at: i.received_at,
+                    })
+                })
+                .collect();
+            tx.insert(
+                d.insert(
+                    "outbox",
+                    &[
+                        ("tenant_id", Col::Uuid(vec![tenant.0; k])),
+                        ("topic", Col::Text(vec!["core".to_owned(); k])),
+                        (
+                            "routing_key",
+                            Col::Text(vec!["core.event.tracked".to_owned(); k]),
+                        ),
+                        (
+                            "ce_id",
+                            Col::Text(
+                                todo.iter()
+                                    .map(|i| format!("fastack.event.tracked.{}", i.id))
+                                    .collect(),
+                            ),
+                        ),
+                        (
+                            "subject",
+                            Col::Text(todo.iter().map(|i| i.id.to_string()).collect()),
+                        ),
+                        ("body", Col::Text(bodies)),
+                        ("job_id", Col::OptUuid(vec![None; k])),
+                        ("created_at", Col::Time(vec![req.now; k])),
+                        ("publish_pending", Col::Bool(vec![emit.publish; k])),
+                        ("fanout_pending", Col::Bool(vec![emit.fanout; k])),
+                    ],
+                    "",
+                ),
+            )
+            .await?;
+        }
+    }
+    tx.execute(
+        Q::new(format!(
+            "DELETE FROM inbox WHERE tenant_id = $1 AND {}",
+            d.in_list("seq", 2, ListKind::Int)
+        ))
+        .bind(tenant.0)
+        .bind(items.iter().map(|i| i.seq).collect::<Vec<i64>>()),
+    )
+    .await?;
+    tx.commit().await?;
+    layout.created(&keys);
+    Ok(outcome)
+}
+
+fn json_text(map: &Map<String, Value>) -> String {
+    serde_json::to_string(map).expect("a JSON map serialises")
+}
+
+/// What identity resolution needs to know about a batch: the contacts of
+/// its identities, which of them already carry a user id (merges), and
+/// the traits of the contacts it may change.
+async fn snapshot(tx: &mut Tx<'_>, tenant: TenantId, events: &[&NewEvent]) -> Result<Snapshot> {
+    let d = tx.dialect();
+    let mut snapshot = Snapshot::default();
+    for kind in [IdentityKind::User, IdentityKind::Anonymous] {
+        let mut values: Vec<String> = events
+            .iter()
+            .filter_map(|e| match kind {
+                IdentityKind::User => e.user_id.clone(),
+                IdentityKind::Anonymous => e.anonymous_id.clone(),
+            })
+            .collect();
+        values.sort_unstable();
+        values.dedup();
+        if values.is_empty() {
+            continue;
+        }
+        // The primary key (tenant, kind, value) serves each probe.
+        for r in tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT value, contact_id FROM contact_identities \
+                     WHERE tenant_id = $1 AND kind = $2 AND {}",
+                    d.in_list("value", 3, ListKind::Text)
+                ))
+                .bind(tenant.0)
+                .bind(i64::from(kind.as_i16()))
+                .bind(values),
+            )
+            .await?
+        {
+            snapshot
+                .identities
+                .insert((kind, r.text("value")?), ContactId(r.uuid("contact_id")?));
+        }
+    }
+    let merging = events
+        .iter()
+        .any(|e| e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some());
+    let mut known: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
+    known.sort_unstable();
+    known.dedup();
+    if merging && !known.is_empty() {
+        for r in tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT DISTINCT contact_id FROM contact_identities \
+                     WHERE tenant_id = $1 AND kind = 1 AND {}",
+                    d.in_list("contact_id", 2, ListKind::Uuid)
+                ))
+                .bind(tenant.0)
+                .bind(known.clone()),
+            )
+            .await?
+        {
+            snapshot
+                .contacts_with_user
+                .insert(ContactId(r.uuid("contact_id")?));
+        }
+    }
+    let mut need: Vec<Uuid> = identity::Plan::needs_traits(events, &snapshot)
+        .into_iter()
+        .map(|c| c.0)
+        .collect();
+    if merging {
+        // A merge may pull the merged contact's traits into the survivor.
+        need.extend(known);
+        need.sort_unstable();
+        need.dedup();
+    }
+    if !need.is_empty() {
+        for r in tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT id, traits FROM contacts WHERE tenant_id = $1 AND {}",
+                    d.in_list("id", 2, ListKind::Uuid)
+                ))
+                .bind(tenant.0)
+                .bind(need),
+            )
+            .await?
+        {
+            if let Value::Object(map) = r.json("traits")? {
+                snapshot.traits.insert(ContactId(r.uuid("id")?), map);
+            }
+        }
+    }
+    Ok(snapshot)
+}
+
+/// Writes what identity resolution decided.
+async fn apply_plan(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    plan: &identity::Plan,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let d = tx.dialect();
+    let k = plan.new_contacts.len();
+    tx.insert(
+        d.insert(
+            "contacts",
+            &[
+                (
+                    "id",
+                    Col::Uuid(plan.new_contacts.iter().map(|(c, _)| c.0).collect()),
+                ),
+                ("tenant_id", Col::Uuid(vec![tenant.0; k])),
+                ("merged_into", Col::OptUuid(vec![None; k])),
+                (
+                    "traits",
+                    Col::Json(
+                        plan.new_contacts
+                            .iter()
+                            .map(|(_, t)| json_text(t))
+                            .collect(),
+                    ),
+                ),
+                ("created_at", Col::Time(vec![now; k])),
+                ("updated_at", Col::Time(vec![now; k])),
+            ],
+            "",
+        ),
+    )
+    .await?;
+    let k = plan.identities.len();
+    tx.insert(
+        d.insert(
+            "contact_identities",
+            &[
+                ("tenant_id", Col::Uuid(vec![tenant.0; k])),
+                (
+                    "kind",
+                    Col::Int(
+                        plan.identities
+                            .iter()
+                            .map(|(kind, _, _)| i64::from(kind.as_i16()))
+                            .collect(),
+                    ),
+                ),
+                (
+                    "value",
+                    Col::Text(plan.identities.iter().map(|(_, v, _)| v.clone()).collect()),
+                ),
+                (
+                    "contact_id",
+                    Col::Uuid(plan.identities.iter().map(|(_, _, c)| c.0).collect()),
+                ),
+            ],
+            "ON CONFLICT (tenant_id, kind, value) DO UPDATE SET contact_id = excluded.contact_id",
+        ),
+    )
+    .await?;
+    for (merged, survivor) in &plan.merges {
+        tx.execute(
+            Q::new(
+                "UPDATE contact_identities SET contact_id = $3 WHERE tenant_id = $1 AND contact_id = $2",
+            )
+            .bind(tenant.0)
+            .bind(merged.0)
+            .bind(survivor.0),
+        )
+        .await?;
+        tx.execute(
+            Q::new(
+                "UPDATE contacts SET merged_into = $3, updated_at = $4 \
+                 WHERE tenant_id = $1 AND (id = $2 OR merged_into = $2)",
+            )
+            .bind(tenant.0)
+            .bind(merged.0)
+            .bind(survivor.0)
+            .bind(now),
+        )
+        .await?;
+    }
+    if plan.traits.is_empty() {
+        return Ok(());
+    }
+    if d == Dialect::Postgres {
+        // One statement for the batch instead of a round trip per contact.
+        let ids: Vec<Uuid> = plan.traits.iter().map(|(c, _)| c.0).collect();
+        let traits: Vec<String> = plan.traits.iter().map(|(_, t)| json_text(t)).collect();
+        tx.execute(
+            Q::new(
+                "UPDATE contacts SET traits = x.traits::jsonb, updated_at = $3 \
+                 FROM UNNEST($1::uuid[], $2::text[]) AS x(id, traits) \
+                 WHERE contacts.id = x.id AND contacts.tenant_id = $4",
+            )
+            .bind(ids)
+            .bind(traits)
+            .bind(now)
+            .bind(tenant.0),
+        )
+        .await?;
+        return Ok(());
+    }
+    for (contact, traits) in &plan.traits {
+        tx.execute(
+            Q::new(
+                "UPDATE contacts SET traits = $3, updated_at = $4 WHERE tenant_id = $1 AND id = $2",
+            )
+            .bind(tenant.0)
+            .bind(contact.0)
+            .bind(Value::Object(traits.clone()))
+            .bind(now),
+        )
+        .await?;
+    }
+    Ok(())
+}
