@@ -19,6 +19,7 @@ use crate::{
     error::{Error, Result},
 };
 
+mod ingest;
 pub mod postgres;
 mod processing;
 pub mod shared;

@@ -6,10 +6,7 @@
 //! partition that must stay empty; each month is itself `PARTITION BY LIST
 //! (retention_class)` so that retention drops whole tables.
 
-use std::{
-    collections::{HashMap, HashSet},
-    time::Duration as StdDuration,
-};
+use std::{collections::HashSet, time::Duration as StdDuration};
 
 use async_trait::async_trait;
 
@@ -596,109 +593,6 @@ async fn commit_group(
         Err(e) => return Err(e.into()),
     }
 
-    let mut tx = conn.begin().await?;
-    // Keys that are new get their inbox row in the same statement.
-    // Conflicting keys are looked at below, and a rejected request's
-    // rows removed again before commit.
-    let fresh = group(concat!(
-        group_keys!(),
-        " ON CONFLICT DO NOTHING RETURNING event_id), \
-              inb AS (INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
-                      SELECT i.t, i.e, i.p, i.r FROM input i JOIN ins ON ins.event_id = i.e \
-                      RETURNING event_id, seq) \
-         SELECT event_id, seq FROM inb"
-    ))
-    .fetch_all(&mut *tx)
-    .await?;
-    let mut inserted: HashMap<Uuid, i64> = HashMap::with_capacity(fresh.len());
-    for row in &fresh {
-        inserted.insert(row.try_get("event_id")?, row.try_get("seq")?);
-    }
-
-    let mut fences: Vec<Fence> = rows
-        .iter()
-        .map(|r| {
-            if inserted.contains_key(&r.event_id.0) {
-                Fence::Fresh
-            } else {
-                Fence::Taken {
-                    event_id: r.event_id,
-                    fingerprint: [0; 32],
-                }
-            }
-        })
-        .collect();
-    if inserted.len() < rows.len() {
-        let (ct, ck): (Vec<Uuid>, Vec<&str>) = rows
-            .iter()
-            .filter(|r| !inserted.contains_key(&r.event_id.0))
-            .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
-            .unzip();
-        let existing = sqlx::query(
-            "SELECT k.tenant_id, k.idempotency_key, k.event_id, k.fingerprint FROM idempotency_keys k \
-             JOIN UNNEST($1::uuid[], $2::text[]) AS q(t, key) ON k.tenant_id = q.t AND k.idempotency_key = q.key",
-        )
-        .bind(&ct)
-        .bind(&ck)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut found: HashMap<(Uuid, String), (Uuid, Vec<u8>)> = HashMap::new();
-        for row in existing {
-            found.insert(
-                (row.try_get("tenant_id")?, row.try_get("idempotency_key")?),
-                (row.try_get("event_id")?, row.try_get("fingerprint")?),
-            );
-        }
-        for (row, fence) in rows.iter().zip(fences.iter_mut()) {
-            if matches!(fence, Fence::Fresh) {
-                continue;
-            }
-            let (event_id, fp) = found
-                .get(&(row.tenant_id.0, row.idempotency_key.clone()))
-                .ok_or_else(|| {
-                    Error::Corrupt("idempotency key vanished during commit".to_owned())
-                })?;
-            *fence = Fence::Taken {
-                event_id: EventId(*event_id),
-                fingerprint: fp
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
-            };
-        }
-    }
-
-    let kept = keep(&fences);
-    let dropped: Vec<&IngestRow> = rows
-        .iter()
-        .zip(&fences)
-        .zip(&kept)
-        .filter(|((_, f), k)| matches!(f, Fence::Fresh) && !**k)
-        .map(|((r, _), _)| r)
-        .collect();
-    if !dropped.is_empty() {
-        let (dt, dk): (Vec<Uuid>, Vec<&str>) = dropped
-            .iter()
-            .map(|r| (r.tenant_id.0, r.idempotency_key.as_str()))
-            .unzip();
-        let ds: Vec<i64> = dropped.iter().map(|r| inserted[&r.event_id.0]).collect();
-        sqlx::query(
-            "DELETE FROM idempotency_keys k USING UNNEST($1::uuid[], $2::text[]) AS q(t, key) \
-             WHERE k.tenant_id = q.t AND k.idempotency_key = q.key",
-        )
-        .bind(&dt)
-        .bind(&dk)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "DELETE FROM inbox i USING UNNEST($1::uuid[], $2::bigint[]) AS q(t, s) \
-             WHERE i.tenant_id = q.t AND i.seq = q.s",
-        )
-        .bind(&dt)
-        .bind(&ds)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(fences)
+    // Some key exists: the transaction that sorts out taken keys.
+    super::ingest::commit(Tx::Pg(conn.begin().await?), rows, keep).await
 }

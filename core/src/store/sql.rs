@@ -73,6 +73,7 @@ pub enum Col {
     OptText(Vec<Option<String>>),
     Int(Vec<i64>),
     Bool(Vec<bool>),
+    Bytes(Vec<Vec<u8>>),
     /// JSON text, stored as `jsonb` on PostgreSQL.
     Json(Vec<String>),
 }
@@ -87,6 +88,7 @@ impl Col {
             Col::OptText(v) => v.len(),
             Col::Int(v) => v.len(),
             Col::Bool(v) => v.len(),
+            Col::Bytes(v) => v.len(),
         }
     }
 
@@ -100,6 +102,7 @@ impl Col {
             Col::OptText(v) => (Arg::OptTexts(v), format!("${n}::text[]")),
             Col::Int(v) => (Arg::Ints(v), format!("${n}::int8[]")),
             Col::Bool(v) => (Arg::Bools(v), format!("${n}::bool[]")),
+            Col::Bytes(v) => (Arg::ByteLists(v), format!("${n}::bytea[]")),
             Col::Json(v) => (Arg::Texts(v), format!("${n}::text[]")),
         }
     }
@@ -114,6 +117,7 @@ impl Col {
             Col::OptText(v) => Arg::Text(v[i].clone()),
             Col::Int(v) => Arg::Int(Some(v[i])),
             Col::Bool(v) => Arg::Bool(v[i]),
+            Col::Bytes(v) => Arg::Bytes(Some(v[i].clone())),
         }
     }
 }
@@ -212,6 +216,7 @@ pub enum Arg {
     Times(Vec<DateTime<Utc>>),
     OptTexts(Vec<Option<String>>),
     Bools(Vec<bool>),
+    ByteLists(Vec<Vec<u8>>),
 }
 
 macro_rules! arg_from {
@@ -293,6 +298,7 @@ impl Q {
                 Arg::Times(v) => q.bind(v.clone()),
                 Arg::OptTexts(v) => q.bind(v.clone()),
                 Arg::Bools(v) => q.bind(v.clone()),
+                Arg::ByteLists(v) => q.bind(v.clone()),
             };
         }
         q
@@ -319,7 +325,11 @@ impl Q {
                 ),
                 Arg::Ints(v) => q.bind(Value::from(v.clone()).to_string()),
                 Arg::Texts(v) => q.bind(Value::from(v.clone()).to_string()),
-                Arg::OptUuids(_) | Arg::Times(_) | Arg::OptTexts(_) | Arg::Bools(_) => {
+                Arg::OptUuids(_)
+                | Arg::Times(_)
+                | Arg::OptTexts(_)
+                | Arg::Bools(_)
+                | Arg::ByteLists(_) => {
                     unreachable!("array parameters are PostgreSQL's; SQLite inserts VALUES rows")
                 }
             };
@@ -440,6 +450,43 @@ impl Row {
                 })
                 .transpose(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_inserts_per_dialect() {
+        let cols = [
+            ("a", Col::Uuid(vec![Uuid::nil(), Uuid::max()])),
+            ("b", Col::Json(vec!["{}".into(), "[]".into()])),
+        ];
+        let pg = Dialect::Postgres.insert("t", &cols, "RETURNING a");
+        assert_eq!(pg.len(), 1);
+        assert_eq!(
+            pg[0].sql,
+            "INSERT INTO t (a, b) SELECT c0, c1::jsonb FROM UNNEST($1::uuid[], $2::text[]) AS x(c0, c1) RETURNING a"
+        );
+        let lite = Dialect::Sqlite.insert("t", &cols, "");
+        assert_eq!(
+            lite[0].sql.trim(),
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?)"
+        );
+        assert_eq!(lite[0].args.len(), 4);
+        // Many rows: split under SQLite's parameter limit.
+        let many = [("a", Col::Int((0..40_000).collect()))];
+        assert_eq!(Dialect::Sqlite.insert("t", &many, "").len(), 2);
+        assert!(
+            Dialect::Sqlite
+                .insert("t", &[("a", Col::Int(vec![]))], "")
+                .is_empty()
+        );
+        assert_eq!(
+            Dialect::Sqlite.in_list("id", 2, ListKind::Uuid),
+            "id IN (SELECT unhex(value) FROM json_each($2))"
+        );
     }
 }
 

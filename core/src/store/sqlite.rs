@@ -6,11 +6,7 @@
 //! (`tracked_events_y2026m11_r13`), each with a CHECK on its month, so that
 //! retention drops whole tables exactly as on PostgreSQL.
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::Path,
-    time::Duration as StdDuration,
-};
+use std::{collections::HashSet, path::Path, time::Duration as StdDuration};
 
 use async_trait::async_trait;
 
@@ -38,10 +34,6 @@ use super::{
 };
 use crate::error::{Error, Result};
 
-/// SQLite's default limit of bound parameters per statement is 32766; stay
-/// well below it.
-const MAX_PARAMS: usize = 30_000;
-
 #[derive(Debug)]
 pub struct SqliteStore {
     writer: SqlitePool,
@@ -57,33 +49,6 @@ fn from_us(v: i64) -> Result<DateTime<Utc>> {
     Utc.timestamp_micros(v)
         .single()
         .ok_or_else(|| Error::Corrupt(format!("timestamp {v}")))
-}
-
-/// `?, ?, …` (n anonymous placeholders). Large statements use anonymous
-/// placeholders only: SQLite looks a numbered one up by name, which makes
-/// binding thousands of `$N` quadratic (measured: 73 % of a batch's time).
-fn ph(n: usize) -> String {
-    let mut s = String::with_capacity(n * 3);
-    for i in 0..n {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        s.push('?');
-    }
-    s
-}
-
-/// `(?, ?, …), (…)`: `rows` tuples of `cols` placeholders.
-fn tuples(rows: usize, cols: usize) -> String {
-    let one = format!("({})", ph(cols));
-    let mut s = String::with_capacity(rows * (one.len() + 2));
-    for r in 0..rows {
-        if r > 0 {
-            s.push_str(", ");
-        }
-        s.push_str(&one);
-    }
-    s
 }
 
 /// `$start, $start+1, …`: for the few statements that reuse a parameter.
@@ -286,111 +251,7 @@ impl Engine for SqliteStore {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.writer.begin().await?;
-        let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
-        for chunk in rows.chunks(MAX_PARAMS / 6) {
-            let sql = format!(
-                "INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, occurred_at, created_at) \
-                 VALUES {} ON CONFLICT DO NOTHING RETURNING event_id",
-                tuples(chunk.len(), 6)
-            );
-            let mut q = sqlx::query_scalar::<_, Uuid>(AssertSqlSafe(sql));
-            for r in chunk {
-                q = q
-                    .bind(r.tenant_id.0)
-                    .bind(r.idempotency_key.as_str())
-                    .bind(r.event_id.0)
-                    .bind(&r.fingerprint[..])
-                    .bind(us(r.occurred_at))
-                    .bind(us(r.received_at));
-            }
-            inserted.extend(q.fetch_all(&mut *tx).await?);
-        }
-        let mut fences = Vec::with_capacity(rows.len());
-        let mut lookups: HashMap<(Uuid, &str), usize> = HashMap::new();
-        for (i, r) in rows.iter().enumerate() {
-            if inserted.contains(&r.event_id.0) {
-                fences.push(Fence::Fresh);
-            } else {
-                lookups.insert((r.tenant_id.0, r.idempotency_key.as_str()), i);
-                fences.push(Fence::Taken {
-                    event_id: r.event_id,
-                    fingerprint: [0; 32],
-                });
-            }
-        }
-        if !lookups.is_empty() {
-            let wanted: Vec<(Uuid, &str)> = lookups.keys().copied().collect();
-            for chunk in wanted.chunks(MAX_PARAMS / 2) {
-                let conds = (0..chunk.len())
-                    .map(|i| {
-                        format!(
-                            "(tenant_id = ${} AND idempotency_key = ${})",
-                            2 * i + 1,
-                            2 * i + 2
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" OR ");
-                let sql = format!(
-                    "SELECT tenant_id, idempotency_key, event_id, fingerprint FROM idempotency_keys WHERE {conds}"
-                );
-                let mut q = sqlx::query(AssertSqlSafe(sql));
-                for (t, k) in chunk {
-                    q = q.bind(*t).bind(*k);
-                }
-                for row in q.fetch_all(&mut *tx).await? {
-                    let t: Uuid = row.try_get("tenant_id")?;
-                    let k: String = row.try_get("idempotency_key")?;
-                    let fp: Vec<u8> = row.try_get("fingerprint")?;
-                    if let Some(&i) = lookups.get(&(t, k.as_str())) {
-                        fences[i] = Fence::Taken {
-                            event_id: EventId(row.try_get("event_id")?),
-                            fingerprint: fp
-                                .as_slice()
-                                .try_into()
-                                .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
-                        };
-                    }
-                }
-            }
-        }
-        let kept = keep(&fences);
-        for ((r, f), k) in rows.iter().zip(&fences).zip(&kept) {
-            if matches!(f, Fence::Fresh) && !*k {
-                sqlx::query(
-                    "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND idempotency_key = $2",
-                )
-                .bind(r.tenant_id.0)
-                .bind(r.idempotency_key.as_str())
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        let accepted: Vec<&IngestRow> = rows
-            .iter()
-            .zip(&fences)
-            .zip(&kept)
-            .filter(|((_, f), k)| matches!(f, Fence::Fresh) && **k)
-            .map(|((r, _), _)| r)
-            .collect();
-        for chunk in accepted.chunks(MAX_PARAMS / 4) {
-            let sql = format!(
-                "INSERT INTO inbox (tenant_id, event_id, payload, received_at) VALUES {}",
-                tuples(chunk.len(), 4)
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for r in chunk {
-                q = q
-                    .bind(r.tenant_id.0)
-                    .bind(r.event_id.0)
-                    .bind(r.payload.as_str())
-                    .bind(us(r.received_at));
-            }
-            q.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(fences)
+        super::ingest::commit(Tx::Lite(self.writer.begin().await?), rows, keep).await
     }
 
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
@@ -698,8 +559,6 @@ mod tests {
 
     #[test]
     fn placeholders() {
-        assert_eq!(ph(2), "?, ?");
-        assert_eq!(tuples(2, 2), "(?, ?), (?, ?)");
         assert_eq!(numbered(3, 2), "$3, $4");
         assert_eq!(
             parse_table_name("tracked_events_y2026m11_r13"),

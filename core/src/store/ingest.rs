@@ -1,0 +1,170 @@
+//! The group commit's idempotency fence, written once: record every row's
+//! key (`ON CONFLICT DO NOTHING … RETURNING`), read back who owns the keys
+//! that were taken, let the caller decide which fresh rows to keep (a batch
+//! hitting a taken key with other content is dropped whole), release the
+//! keys of dropped rows and queue the kept ones in the inbox — one
+//! transaction. A backend may try a cheaper statement first (PostgreSQL's
+//! plain insert when every key is new) and come here when a key exists.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use uuid::Uuid;
+
+use super::{
+    Fence, IngestRow, KeepFn,
+    sql::{Col, ListKind, Q, Tx},
+};
+use crate::error::{Error, Result};
+
+/// Commits `rows` in `tx` and returns the fence of each (input order).
+pub(crate) async fn commit(
+    mut tx: Tx<'_>,
+    rows: &[IngestRow],
+    keep: KeepFn<'_>,
+) -> Result<Vec<Fence>> {
+    let d = tx.dialect();
+    // A stable order: concurrent group commits lock keys in the same order
+    // and cannot deadlock.
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by(|&a, &b| {
+        (rows[a].tenant_id, &rows[a].idempotency_key)
+            .cmp(&(rows[b].tenant_id, &rows[b].idempotency_key))
+    });
+    let sorted: Vec<&IngestRow> = order.iter().map(|&i| &rows[i]).collect();
+    let inserted: HashSet<Uuid> = tx
+        .insert(d.insert(
+            "idempotency_keys",
+            &[
+                (
+                    "tenant_id",
+                    Col::Uuid(sorted.iter().map(|r| r.tenant_id.0).collect()),
+                ),
+                (
+                    "idempotency_key",
+                    Col::Text(sorted.iter().map(|r| r.idempotency_key.clone()).collect()),
+                ),
+                (
+                    "event_id",
+                    Col::Uuid(sorted.iter().map(|r| r.event_id.0).collect()),
+                ),
+                (
+                    "fingerprint",
+                    Col::Bytes(sorted.iter().map(|r| r.fingerprint.to_vec()).collect()),
+                ),
+                (
+                    "occurred_at",
+                    Col::Time(sorted.iter().map(|r| r.occurred_at).collect()),
+                ),
+                (
+                    "created_at",
+                    Col::Time(sorted.iter().map(|r| r.received_at).collect()),
+                ),
+            ],
+            "ON CONFLICT DO NOTHING RETURNING event_id",
+        ))
+        .await?
+        .iter()
+        .map(|r| r.uuid("event_id"))
+        .collect::<Result<_>>()?;
+
+    // Keys already taken: by which event, with which content.
+    let mut taken: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| !inserted.contains(&r.event_id.0)) {
+        taken
+            .entry(r.tenant_id.0)
+            .or_default()
+            .push(r.idempotency_key.clone());
+    }
+    let mut owners: HashMap<(Uuid, String), Fence> = HashMap::new();
+    for (tenant, keys) in taken {
+        for row in tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT idempotency_key, event_id, fingerprint FROM idempotency_keys \
+                     WHERE tenant_id = $1 AND {}",
+                    d.in_list("idempotency_key", 2, ListKind::Text)
+                ))
+                .bind(tenant)
+                .bind(keys),
+            )
+            .await?
+        {
+            owners.insert(
+                (tenant, row.text("idempotency_key")?),
+                Fence::Taken {
+                    event_id: fastack_entities::EventId(row.uuid("event_id")?),
+                    fingerprint: row
+                        .bytes("fingerprint")?
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
+                },
+            );
+        }
+    }
+    let fences: Vec<Fence> = rows
+        .iter()
+        .map(|r| {
+            if inserted.contains(&r.event_id.0) {
+                Ok(Fence::Fresh)
+            } else {
+                owners
+                    .get(&(r.tenant_id.0, r.idempotency_key.clone()))
+                    .cloned()
+                    .ok_or_else(|| {
+                        Error::Corrupt("idempotency key vanished during commit".to_owned())
+                    })
+            }
+        })
+        .collect::<Result<_>>()?;
+
+    let kept = keep(&fences);
+    let mut dropped: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
+    let mut queued: Vec<&IngestRow> = Vec::with_capacity(rows.len());
+    for ((r, f), k) in rows.iter().zip(&fences).zip(&kept) {
+        match (f, k) {
+            (Fence::Fresh, true) => queued.push(r),
+            (Fence::Fresh, false) => dropped
+                .entry(r.tenant_id.0)
+                .or_default()
+                .push(r.idempotency_key.clone()),
+            _ => {}
+        }
+    }
+    for (tenant, keys) in dropped {
+        tx.execute(
+            Q::new(format!(
+                "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND {}",
+                d.in_list("idempotency_key", 2, ListKind::Text)
+            ))
+            .bind(tenant)
+            .bind(keys),
+        )
+        .await?;
+    }
+    tx.insert(d.insert(
+        "inbox",
+        &[
+            (
+                "tenant_id",
+                Col::Uuid(queued.iter().map(|r| r.tenant_id.0).collect()),
+            ),
+            (
+                "event_id",
+                Col::Uuid(queued.iter().map(|r| r.event_id.0).collect()),
+            ),
+            (
+                "payload",
+                Col::Text(queued.iter().map(|r| r.payload.clone()).collect()),
+            ),
+            (
+                "received_at",
+                Col::Time(queued.iter().map(|r| r.received_at).collect()),
+            ),
+        ],
+        "",
+    ))
+    .await?;
+    tx.commit().await?;
+    Ok(fences)
+}
