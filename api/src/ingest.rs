@@ -113,7 +113,16 @@ pub fn batch(state: &AppState, auth: &Authed, bytes: &[u8]) -> Result<Vec<NewEve
     let mut events = Vec::with_capacity(items.len());
     for (i, raw) in items.into_iter().enumerate() {
         let parsed = event_from_json(raw.get().as_bytes(), None, Some(i), &ctx, &mut errors)
-            .map_err(|e| ApiError::invalid_json(format!("batch item {i}: {e}")))?;
+            .map_err(|e| {
+                let mut err = ApiError::invalid_json(format!("batch item {i}: {e}"));
+                err.errors.push(FieldError {
+                    field: item_pointer(Some(i)),
+                    index: Some(i),
+                    code: "invalid_json",
+                    message: e.to_string(),
+                });
+                err
+            })?;
         events.extend(parsed);
     }
     if !errors.is_empty() {

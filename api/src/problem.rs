@@ -396,8 +396,21 @@ fn param_problem(name: &str, reason: &str) -> (&'static str, String) {
             format!("`{name}` is required: {}", param_expects(name)),
         )
     } else if let Some(rule) = reason.strip_prefix("verification failed. ") {
-        // A schema rule of the parameter (a range, a length).
-        ("invalid_value", format!("`{name}` is out of range: {rule}"))
+        // A schema rule of the parameter: `maximum(1000, exclusive: false)`,
+        // `minLength(1)`, …, said in words.
+        let bound = rule
+            .split(['(', ',', ')'])
+            .nth(1)
+            .unwrap_or_default()
+            .trim();
+        let what = match rule.split('(').next().unwrap_or_default() {
+            "maximum" => format!("at most {bound}"),
+            "minimum" => format!("at least {bound}"),
+            "maxLength" => format!("at most {bound} characters"),
+            "minLength" => format!("at least {bound} characters"),
+            _ => rule.to_owned(),
+        };
+        ("invalid_value", format!("`{name}` must be {what}"))
     } else {
         (
             "invalid_value",

@@ -376,7 +376,7 @@ impl Config {
     pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
         let env: HashMap<String, String> = vars
             .into_iter()
-            .filter(|(k, _)| k.starts_with("FASTACK_"))
+            .filter(|(k, _)| k.starts_with("FASTACK_") && !is_tooling(k))
             .collect();
         let mut merged: BTreeMap<String, String> = BTreeMap::new();
         if let Some(path) = env.get("FASTACK_CONFIG") {
@@ -563,6 +563,14 @@ impl Config {
     }
 }
 
+/// Variables of fastack's own tooling, not settings of a node: the test
+/// harnesses' (`FASTACK_TEST_*`) and the SDK suites' binary path
+/// (`FASTACK_BIN`). A node ignores them, so a shell or CI job that exports
+/// them can still run `fastack`.
+fn is_tooling(name: &str) -> bool {
+    name == "FASTACK_BIN" || name.starts_with("FASTACK_TEST_")
+}
+
 /// The admin token guards every tenant; a short one is guessable.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 24;
 
@@ -742,6 +750,14 @@ mod tests {
 
     #[test]
     fn typos_and_bad_values_are_errors() {
+        // Tooling variables are not settings (and not typos).
+        assert!(
+            Config::from_vars(vars(&[
+                ("FASTACK_BIN", "/x/fastack"),
+                ("FASTACK_TEST_REQUIRE_SERVICES", "1")
+            ]))
+            .is_ok()
+        );
         let err = Config::from_vars(vars(&[("FASTACK_LISTN", "x")])).unwrap_err();
         assert!(err.to_string().contains("unknown setting FASTACK_LISTN"));
         let err = Config::from_vars(vars(&[("FASTACK_LISTEN", "nope")])).unwrap_err();

@@ -396,7 +396,7 @@ async fn errors_speak_our_words(app: TestApp) {
         a.body["detail"]
             .as_str()
             .unwrap()
-            .starts_with("`limit` is out of range: maximum(1000"),
+            .starts_with("`limit` must be at most 1000"),
         "{}",
         a.body
     );
@@ -415,6 +415,17 @@ async fn errors_speak_our_words(app: TestApp) {
     let a = app.post("/v1/core/batch", &app.t.key, &json!({})).await;
     assert_eq!(a.body["errors"][0]["field"], "/batch");
     assert_eq!(a.body["errors"][0]["code"], "required");
+    // An item that is not JSON the parser takes is named by its index.
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let mut item = track("deep-1", "u", Utc::now());
+    item["type"] = json!("track");
+    let body = format!(r#"{{"batch":[{},{{"type":"track","x":{deep}}}]}}"#, item);
+    let a = app
+        .post_raw("/v1/core/batch", &app.t.key, body.into_bytes())
+        .await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.body["errors"][0]["index"], 1);
+    assert_eq!(a.body["errors"][0]["field"], "/batch/1");
     app.cleanup().await;
 }
 
