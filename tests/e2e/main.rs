@@ -5,6 +5,7 @@
 mod helpers;
 
 mod amqp;
+mod conformance;
 mod durability;
 mod first_hour;
 mod hostile;

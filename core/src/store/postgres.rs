@@ -542,45 +542,45 @@ async fn commit_group(
     let occurred: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].occurred_at).collect();
     let received: Vec<DateTime<Utc>> = order.iter().map(|&i| rows[i].received_at).collect();
     let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
+    // The inbox numbers rows in the order they were sent (processing
+    // follows it: an identify before a track in one batch stays before it).
+    let positions: Vec<i32> = order.iter().map(|&i| i as i32).collect();
 
-    // The group's rows as `$1..$7`, and the insert of their keys as `ins`
-    // (each path below finishes it its own way).
-    macro_rules! group_keys {
-        () => {
-            "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
-                                                 $5::timestamptz[], $6::timestamptz[], $7::text[]) \
-                            AS x(t, k, e, f, o, r, p)), \
-                  ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
-                                                        occurred_at, created_at) \
-                          SELECT t, k, e, f, o, r FROM input"
-        };
-    }
-    let group = |sql: &'static str| {
-        sqlx::query(sql)
-            .bind(&tenants)
-            .bind(&keys)
-            .bind(&event_ids)
-            .bind(&fingerprints)
-            .bind(&occurred)
-            .bind(&received)
-            .bind(&payloads)
-    };
-
-    // Fast path, the common case of a group whose keys are all new: one
+    // Fast path, the common case of a group whose keys are all new and all
+    // kept (the caller drops rows only when some key is taken): one
     // plain insert in its own implicit transaction, one round trip instead
     // of three. A key that already exists fails it with a unique violation
     // (nothing of it commits) and the group takes the transaction below.
     // Cheaper than `ON CONFLICT`, which pays a speculative insertion per
     // row, and than a statement that checks its own count.
-    let fast = group(concat!(
-        group_keys!(),
-        ") INSERT INTO inbox (tenant_id, event_id, payload, received_at) SELECT t, e, p, r FROM input"
-    ))
+    let all_fresh = vec![Fence::Fresh; rows.len()];
+    if !keep(&all_fresh).iter().all(|k| *k) {
+        return super::ingest::commit(Tx::Pg(conn.begin().await?), rows, keep).await;
+    }
+    let fast = sqlx::query(
+        "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
+                                             $5::timestamptz[], $6::timestamptz[], $7::text[], \
+                                             $8::int4[]) \
+                        AS x(t, k, e, f, o, r, p, pos)), \
+              ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
+                                                    occurred_at, created_at) \
+                      SELECT t, k, e, f, o, r FROM input) \
+         INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+         SELECT t, e, p, r FROM input ORDER BY pos",
+    )
+    .bind(&tenants)
+    .bind(&keys)
+    .bind(&event_ids)
+    .bind(&fingerprints)
+    .bind(&occurred)
+    .bind(&received)
+    .bind(&payloads)
+    .bind(&positions)
     .execute(&mut *conn)
     .await;
     match fast {
         Ok(done) if done.rows_affected() == rows.len() as u64 => {
-            return Ok(vec![Fence::Fresh; rows.len()]);
+            return Ok(all_fresh);
         }
         Ok(done) => {
             return Err(Error::Corrupt(format!(

@@ -957,7 +957,8 @@ impl Storage for SqlStore {
         self.db
             .read(Q::new(format!(
                 "SELECT {partition} AS partition FROM jobs \
-                 WHERE kind = 'retention' AND status IN ('queued', 'processing')"
+                 WHERE kind = 'retention' AND status IN ('queued', 'processing') \
+                   AND {partition} IS NOT NULL"
             )))
             .await?
             .iter()

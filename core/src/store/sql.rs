@@ -374,11 +374,11 @@ impl Row {
         }
     }
 
+    /// A text column that must not be NULL (SQLite's driver would read a
+    /// NULL as an empty string; both backends call it corrupt instead).
     pub fn text(&self, col: &str) -> Result<String> {
-        Ok(match self {
-            Row::Pg(r) => r.try_get(col)?,
-            Row::Lite(r) => r.try_get(col)?,
-        })
+        self.opt_text(col)?
+            .ok_or_else(|| Error::Corrupt(format!("{col} is null")))
     }
 
     pub fn opt_text(&self, col: &str) -> Result<Option<String>> {

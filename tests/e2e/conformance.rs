@@ -1,0 +1,1358 @@
+//! Storage conformance: every operation of [`Storage`], called directly (no
+//! HTTP, no actors), on embedded SQLite and on PostgreSQL. A backend is
+//! complete when this module passes on it.
+//!
+//! What is checked is what the rest of fastack relies on: records read back
+//! as written, the two idempotency fences, leases and claims that exactly
+//! one of two concurrent callers wins, the terminal event of a job written
+//! once, outbox rows owed to each consumer, webhook deliveries created once,
+//! partition bookkeeping and quarantine.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
+use fastack_core::{
+    Error,
+    store::{
+        DropOutcome, Emit, EventQuery, Fence, IngestRow, Month, NewDelivery, PartitionKey,
+        ProcessOutcome, ProcessRequest, Store, TimeRange, Topic,
+    },
+    validate::fingerprint,
+};
+use fastack_entities::{
+    ApiKey, ApiKeyId, Attempt, ContactId, DeliveryId, DeliveryStatus, Endpoint, EndpointId,
+    EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId, Plan,
+    Tenant, TenantId,
+};
+use futures::future::join_all;
+use serde_json::{Map, Value, json};
+
+use crate::helpers::{Backend, TestDb};
+
+/// A store on a fresh database of the backend, migrated twice (migrations
+/// are idempotent).
+async fn fresh(backend: Backend) -> Option<(TestDb, Store)> {
+    let db = TestDb::new(backend).await?;
+    let store = db.store().await;
+    store
+        .migrate()
+        .await
+        .expect("migrating again changes nothing");
+    assert_eq!(
+        store.backend(),
+        match backend {
+            Backend::Sqlite => fastack_core::store::Backend::Sqlite,
+            Backend::Postgres => fastack_core::store::Backend::Postgres,
+        }
+    );
+    store.ping().await.expect("ping");
+    Some((db, store))
+}
+
+macro_rules! conformance {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            mod $scenario {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    if let Some((db, store)) = super::fresh($crate::helpers::Backend::Sqlite).await {
+                        super::$scenario(&store).await;
+                        db.drop_db().await;
+                    }
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if let Some((db, store)) = super::fresh($crate::helpers::Backend::Postgres).await {
+                        super::$scenario(&store).await;
+                        db.drop_db().await;
+                    }
+                }
+            }
+        )*
+    };
+}
+
+conformance!(
+    tenants_and_keys,
+    ingest_fences,
+    inbox_keeps_send_order,
+    leases,
+    processing_and_identity,
+    lease_lost_rolls_back,
+    job_claims_and_terminal_event,
+    outbox_claims_are_disjoint,
+    webhook_fanout_and_deliveries,
+    partitions_and_retention,
+    quarantine_round_trip,
+);
+
+/// Now, at the storage precision (microseconds).
+fn now() -> DateTime<Utc> {
+    Utc::now()
+        .duration_trunc(Duration::microseconds(1))
+        .expect("truncation")
+}
+
+async fn tenant(store: &Store, name: &str) -> Tenant {
+    let t = Tenant {
+        id: TenantId::new(),
+        name: name.to_owned(),
+        plan: Plan::Pro,
+        retention_months: None,
+        created_at: now(),
+    };
+    store.insert_tenant(&t).await.expect("insert tenant");
+    t
+}
+
+fn track(key: &str, user: &str, at: DateTime<Utc>) -> NewEvent {
+    let mut properties = Map::new();
+    properties.insert("total".into(), json!(42.5));
+    properties.insert("nested".into(), json!({"a": [1, "two", null]}));
+    NewEvent {
+        kind: EventKind::Track,
+        event: Some("Order Completed".into()),
+        user_id: Some(user.to_owned()),
+        anonymous_id: None,
+        properties,
+        // The caller's offset is kept.
+        occurred_at: at.with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap()),
+        idempotency_key: key.to_owned(),
+    }
+}
+
+fn identify(key: &str, user: &str, anon: &str, at: DateTime<Utc>) -> NewEvent {
+    let mut traits = Map::new();
+    traits.insert("plan".into(), json!("gold"));
+    NewEvent {
+        kind: EventKind::Identify,
+        event: None,
+        user_id: Some(user.to_owned()),
+        anonymous_id: Some(anon.to_owned()),
+        properties: traits,
+        occurred_at: at.fixed_offset(),
+        idempotency_key: key.to_owned(),
+    }
+}
+
+fn row(tenant: TenantId, ev: &NewEvent) -> IngestRow {
+    IngestRow {
+        tenant_id: tenant,
+        idempotency_key: ev.idempotency_key.clone(),
+        event_id: EventId::new(),
+        fingerprint: fingerprint(ev),
+        occurred_at: ev.occurred_at.with_timezone(&Utc),
+        received_at: now(),
+        payload: serde_json::to_string(ev).unwrap(),
+    }
+}
+
+/// Accepts every row (the keep function of a group commit without
+/// conflicts).
+fn keep_all(f: &[Fence]) -> Vec<bool> {
+    vec![true; f.len()]
+}
+
+async fn accept(store: &Store, rows: &[IngestRow]) -> Vec<Fence> {
+    store
+        .commit_ingest(rows, &keep_all)
+        .await
+        .expect("commit ingest")
+}
+
+fn request(tenant: TenantId, node: NodeId, publish: bool) -> ProcessRequest {
+    ProcessRequest {
+        tenant_id: tenant,
+        node_id: node,
+        retention_class: 13,
+        limit: 1000,
+        now: Utc::now(),
+        lease_ttl: Duration::seconds(30),
+        publish_tracked: publish,
+        after_seq: None,
+        faults: Default::default(),
+    }
+}
+
+/// Takes the lease and processes the tenant's whole inbox.
+async fn process_all(store: &Store, tenant: TenantId, publish: bool) -> ProcessOutcome {
+    let node = NodeId::new();
+    assert!(
+        store
+            .try_lease(tenant, node, Utc::now(), Duration::seconds(30))
+            .await
+            .unwrap()
+    );
+    let out = store
+        .process_batch(&request(tenant, node, publish))
+        .await
+        .expect("process");
+    store.release_lease(tenant, node).await.unwrap();
+    out
+}
+
+fn around(t: DateTime<Utc>) -> TimeRange {
+    TimeRange::new(t - Duration::days(1), t + Duration::days(1)).unwrap()
+}
+
+async fn events(
+    store: &Store,
+    tenant: TenantId,
+    range: TimeRange,
+) -> Vec<fastack_entities::StoredEvent> {
+    store
+        .query_events(&EventQuery {
+            tenant_id: tenant,
+            range,
+            contact_ids: None,
+            event: None,
+            after: None,
+            limit: 1000,
+        })
+        .await
+        .expect("query events")
+}
+
+// --- scenarios ---------------------------------------------------------------
+
+async fn tenants_and_keys(store: &Store) {
+    let a = tenant(store, "acme").await;
+    let b = tenant(store, "globex").await;
+    assert_eq!(store.get_tenant(a.id).await.unwrap(), Some(a.clone()));
+    assert_eq!(
+        store.find_tenant_by_name("globex").await.unwrap(),
+        Some(b.clone())
+    );
+    assert_eq!(store.find_tenant_by_name("nobody").await.unwrap(), None);
+    assert_eq!(
+        store.list_tenants().await.unwrap(),
+        vec![a.clone(), b.clone()]
+    );
+    // Names are unique: a typed conflict, not a database error.
+    let dup = Tenant {
+        id: TenantId::new(),
+        ..a.clone()
+    };
+    assert!(matches!(
+        store.insert_tenant(&dup).await,
+        Err(Error::Conflict(_))
+    ));
+
+    assert!(
+        store
+            .update_tenant_plan(a.id, Plan::Enterprise, Some(36))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .update_tenant_plan(TenantId::new(), Plan::Free, None)
+            .await
+            .unwrap()
+    );
+    let a = store.get_tenant(a.id).await.unwrap().unwrap();
+    assert_eq!((a.plan, a.retention_months), (Plan::Enterprise, Some(36)));
+
+    let key = ApiKey {
+        id: ApiKeyId::new(),
+        tenant_id: a.id,
+        prefix: "fk_live_abcd".into(),
+        rate_limit_rps: Some(250),
+        created_at: now(),
+        revoked_at: None,
+    };
+    let hash = [7u8; 32];
+    store.insert_api_key(&key, &hash).await.unwrap();
+    let found = store
+        .lookup_api_key(&hash)
+        .await
+        .unwrap()
+        .expect("key found by hash");
+    assert_eq!(found.key, key);
+    assert_eq!(found.tenant, a);
+    assert!(store.lookup_api_key(&[8u8; 32]).await.unwrap().is_none());
+    assert_eq!(store.list_api_keys(a.id).await.unwrap(), vec![key.clone()]);
+    assert!(store.list_api_keys(b.id).await.unwrap().is_empty());
+
+    let at = now();
+    assert!(store.revoke_api_key(key.id, at).await.unwrap());
+    assert!(!store.revoke_api_key(ApiKeyId::new(), at).await.unwrap());
+    let revoked = store.lookup_api_key(&hash).await.unwrap().unwrap();
+    assert_eq!(revoked.key.revoked_at, Some(at));
+}
+
+async fn ingest_fences(store: &Store) {
+    let t = tenant(store, "t").await;
+    let other = tenant(store, "other").await;
+    let at = now();
+    let a = row(t.id, &track("k-a", "u", at));
+    let b = row(t.id, &track("k-b", "u", at));
+    // The same key in another tenant is another key.
+    let c = row(other.id, &track("k-a", "u", at));
+    assert_eq!(
+        accept(store, &[a.clone(), b.clone(), c.clone()]).await,
+        vec![Fence::Fresh, Fence::Fresh, Fence::Fresh]
+    );
+    // Sent again (a new event id, as a retry gets): the key answers the
+    // first event id and fingerprint.
+    let again = row(t.id, &track("k-a", "u", at));
+    assert_eq!(
+        accept(store, &[again]).await,
+        vec![Fence::Taken {
+            event_id: a.event_id,
+            fingerprint: a.fingerprint
+        }]
+    );
+    // A row the keep function drops releases its key in the same
+    // transaction; its neighbour stays.
+    let dropped = row(t.id, &track("k-dropped", "u", at));
+    let kept = row(t.id, &track("k-kept", "u", at));
+    let fences = store
+        .commit_ingest(&[dropped.clone(), kept.clone()], &|f: &[Fence]| {
+            f.iter().enumerate().map(|(i, _)| i == 1).collect()
+        })
+        .await
+        .unwrap();
+    assert_eq!(fences, vec![Fence::Fresh, Fence::Fresh]);
+    let retry = row(t.id, &track("k-dropped", "u", at));
+    assert_eq!(accept(store, &[retry.clone()]).await, vec![Fence::Fresh]);
+    assert_eq!(
+        accept(store, &[row(t.id, &track("k-kept", "u", at))]).await,
+        vec![Fence::Taken {
+            event_id: kept.event_id,
+            fingerprint: kept.fingerprint
+        }]
+    );
+
+    // Inbox: a, b, kept, retry for t; c for other.
+    let (depth, oldest) = store.inbox_stats().await.unwrap();
+    assert_eq!(depth, 5);
+    assert!(oldest.is_some());
+    let backlog: HashSet<TenantId> = store
+        .backlog_tenants(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(backlog, HashSet::from([t.id, other.id]));
+    let out = process_all(store, t.id, false).await;
+    assert_eq!(out.consumed, 4);
+    assert_eq!(out.appended.len(), 4);
+    assert_eq!(store.backlog_tenants(10).await.unwrap(), vec![other.id]);
+    assert_eq!(store.inbox_stats().await.unwrap().0, 1);
+    let ids: HashSet<EventId> = events(store, t.id, around(at))
+        .await
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(
+        ids,
+        HashSet::from([a.event_id, b.event_id, kept.event_id, retry.event_id])
+    );
+}
+
+/// Inbox rows are numbered in the order they were sent, whichever way the
+/// group commit went (all keys new, or some taken): processing follows it.
+async fn inbox_keeps_send_order(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    let fresh: Vec<IngestRow> = ["k-z", "k-a", "k-m"]
+        .iter()
+        .map(|k| row(t.id, &track(k, "u", at)))
+        .collect();
+    accept(store, &fresh).await;
+    let mixed: Vec<IngestRow> = ["k-y", "k-a", "k-b"]
+        .iter()
+        .map(|k| row(t.id, &track(k, "u", at)))
+        .collect();
+    let fences = accept(store, &mixed).await;
+    assert!(matches!(fences[1], Fence::Taken { .. }));
+    let mut order = Vec::new();
+    let mut after = None;
+    while let Some((seq, id)) = store.next_inbox_row(t.id, after).await.unwrap() {
+        order.push(id);
+        after = Some(seq);
+    }
+    let sent: Vec<EventId> = fresh
+        .iter()
+        .chain([&mixed[0], &mixed[2]])
+        .map(|r| r.event_id)
+        .collect();
+    assert_eq!(order, sent);
+}
+
+async fn leases(store: &Store) {
+    let t = tenant(store, "t").await;
+    let (n1, n2) = (NodeId::new(), NodeId::new());
+    let ttl = Duration::seconds(10);
+    let t0 = now();
+    // Two nodes at once: exactly one holds it.
+    let won = join_all([
+        store.try_lease(t.id, n1, t0, ttl),
+        store.try_lease(t.id, n2, t0, ttl),
+    ])
+    .await;
+    let won: Vec<bool> = won.into_iter().map(Result::unwrap).collect();
+    assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
+    let (holder, other) = if won[0] { (n1, n2) } else { (n2, n1) };
+    // The holder renews; the other cannot take it before it expires ...
+    assert!(
+        store
+            .try_lease(t.id, holder, t0 + Duration::seconds(5), ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .try_lease(t.id, other, t0 + Duration::seconds(14), ttl)
+            .await
+            .unwrap()
+    );
+    // ... and takes it once it has.
+    assert!(
+        store
+            .try_lease(t.id, other, t0 + Duration::seconds(16), ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .try_lease(t.id, holder, t0 + Duration::seconds(16), ttl)
+            .await
+            .unwrap()
+    );
+    // Releasing someone else's lease does nothing; releasing one's own
+    // frees it at once.
+    store.release_lease(t.id, holder).await.unwrap();
+    assert!(
+        !store
+            .try_lease(t.id, holder, t0 + Duration::seconds(17), ttl)
+            .await
+            .unwrap()
+    );
+    store.release_lease(t.id, other).await.unwrap();
+    assert!(
+        store
+            .try_lease(t.id, holder, t0 + Duration::seconds(17), ttl)
+            .await
+            .unwrap()
+    );
+}
+
+async fn processing_and_identity(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now() - Duration::minutes(5);
+    // An anonymous visitor tracks, then identifies as a known user.
+    let mut anon_track = track("k1", "ignored", at);
+    anon_track.user_id = None;
+    anon_track.anonymous_id = Some("anon-1".into());
+    let user_track = track("k2", "user-1", at + Duration::seconds(1));
+    let ident = identify("k3", "user-1", "anon-1", at + Duration::seconds(2));
+    let rows = [
+        row(t.id, &anon_track),
+        row(t.id, &user_track),
+        row(t.id, &ident),
+    ];
+    accept(store, &rows).await;
+    let out = process_all(store, t.id, false).await;
+    assert_eq!(out.consumed, 3);
+    assert_eq!(out.appended.len(), 3);
+    assert_eq!(out.already_processed, 0);
+    assert_eq!(out.received.len(), 3);
+    assert!(out.last_seq.is_some());
+
+    // Nothing left: a second transaction consumes nothing.
+    let again = process_all(store, t.id, false).await;
+    assert_eq!(again.consumed, 0);
+
+    let stored = events(store, t.id, around(at)).await;
+    assert_eq!(stored.len(), 3);
+    let first = stored.iter().find(|e| e.id == rows[1].event_id).unwrap();
+    assert_eq!(first.kind, EventKind::Track);
+    assert_eq!(first.event.as_deref(), Some("Order Completed"));
+    assert_eq!(first.properties, user_track.properties);
+    // Same instant, the caller's offset.
+    assert_eq!(first.occurred_at, user_track.occurred_at);
+    assert_eq!(first.occurred_at.offset().local_minus_utc(), 7200);
+    assert_eq!(first.user_id.as_deref(), Some("user-1"));
+    assert_eq!(first.anonymous_id, None);
+    assert_eq!(
+        store.count_events(t.id, around(at)).await.unwrap(),
+        3,
+        "count agrees with the read"
+    );
+    // Another tenant sees nothing; a range that misses sees nothing.
+    let other = tenant(store, "other").await;
+    assert!(events(store, other.id, around(at)).await.is_empty());
+    let later = TimeRange::new(at + Duration::days(2), at + Duration::days(3)).unwrap();
+    assert!(events(store, t.id, later).await.is_empty());
+
+    // Identity: both ids lead to one contact, which holds the traits and
+    // the contact the anonymous visitor had.
+    let by_user = store
+        .find_contact(t.id, IdentityKind::User, "user-1")
+        .await
+        .unwrap()
+        .expect("contact by user id");
+    let by_anon = store
+        .find_contact(t.id, IdentityKind::Anonymous, "anon-1")
+        .await
+        .unwrap()
+        .expect("contact by anonymous id");
+    assert_eq!(by_user.id, by_anon.id);
+    assert_eq!(by_user.user_ids, vec!["user-1".to_owned()]);
+    assert_eq!(by_user.anonymous_ids, vec!["anon-1".to_owned()]);
+    assert_eq!(by_user.traits.get("plan"), Some(&json!("gold")));
+    assert_eq!(
+        store
+            .get_contact(t.id, by_user.id)
+            .await
+            .unwrap()
+            .map(|c| c.id),
+        Some(by_user.id)
+    );
+    assert!(
+        store
+            .get_contact(other.id, by_user.id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let family: HashSet<ContactId> = store
+        .contact_family(t.id, by_user.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let on_events: HashSet<ContactId> = stored.iter().map(|e| e.contact_id).collect();
+    assert!(family.contains(&by_user.id));
+    assert!(
+        on_events.is_subset(&family),
+        "every event's contact is in the family: {on_events:?} ⊄ {family:?}"
+    );
+    // A read by contact finds the anonymous visitor's event too.
+    let mine = store
+        .query_events(&EventQuery {
+            tenant_id: t.id,
+            range: around(at),
+            contact_ids: Some(family.iter().copied().collect()),
+            event: Some("Order Completed".into()),
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 2);
+    // Pages resume strictly after (occurred_at, id), in that order.
+    let page1 = store
+        .query_events(&EventQuery {
+            tenant_id: t.id,
+            range: around(at),
+            contact_ids: None,
+            event: None,
+            after: None,
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(page1.len(), 2);
+    let last = page1.last().unwrap();
+    let page2 = store
+        .query_events(&EventQuery {
+            tenant_id: t.id,
+            range: around(at),
+            contact_ids: None,
+            event: None,
+            after: Some((last.occurred_at.with_timezone(&Utc), last.id)),
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(page2.len(), 1);
+    assert!(page1.iter().all(|e| e.id != page2[0].id));
+}
+
+/// A transaction whose lease was taken by another node commits nothing;
+/// the inbox row is still there for the new holder, who appends it once.
+async fn lease_lost_rolls_back(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    let r = row(t.id, &track("k", "u", at));
+    accept(store, std::slice::from_ref(&r)).await;
+    let (old, new) = (NodeId::new(), NodeId::new());
+    let t0 = Utc::now();
+    assert!(
+        store
+            .try_lease(t.id, old, t0 - Duration::seconds(60), Duration::seconds(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .try_lease(t.id, new, t0, Duration::seconds(30))
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        store.process_batch(&request(t.id, old, false)).await,
+        Err(Error::LeaseLost)
+    ));
+    assert_eq!(store.inbox_stats().await.unwrap().0, 1);
+    let out = store
+        .process_batch(&request(t.id, new, false))
+        .await
+        .unwrap();
+    assert_eq!(out.appended.len(), 1);
+    assert_eq!(store.count_events(t.id, around(at)).await.unwrap(), 1);
+    // Without any lease there is no processing either.
+    store.release_lease(t.id, new).await.unwrap();
+    accept(store, &[row(t.id, &track("k2", "u", at))]).await;
+    assert!(matches!(
+        store.process_batch(&request(t.id, new, false)).await,
+        Err(Error::LeaseLost)
+    ));
+}
+
+fn job(tenant: TenantId, kind: JobKind, created_at: DateTime<Utc>) -> Job {
+    let mut metadata = Map::new();
+    metadata.insert("requested_by".into(), json!("conformance"));
+    Job {
+        id: JobId::new(),
+        tenant_id: tenant,
+        kind,
+        status: JobStatus::Queued,
+        params: json!({"from": "2026-01-01T00:00:00Z", "to": "2026-02-01T00:00:00Z"}),
+        metadata,
+        result: None,
+        execution_time_ms: None,
+        created_at,
+        finished_at: None,
+        event_body: None,
+        event_pending: false,
+        attempts: 0,
+    }
+}
+
+async fn job_claims_and_terminal_event(store: &Store) {
+    let t = tenant(store, "t").await;
+    let t0 = now();
+    let first = job(t.id, JobKind::Export, t0 - Duration::seconds(2));
+    let second = job(t.id, JobKind::Export, t0 - Duration::seconds(1));
+    let retention = job(t.id, JobKind::Retention, t0);
+    for j in [&first, &second, &retention] {
+        store.insert_job(j).await.unwrap();
+    }
+    assert_eq!(
+        store.get_job(t.id, first.id).await.unwrap(),
+        Some(first.clone())
+    );
+    let other = tenant(store, "other").await;
+    assert_eq!(store.get_job(other.id, first.id).await.unwrap(), None);
+    assert_eq!(store.list_jobs(t.id, None, 10).await.unwrap().len(), 3);
+    assert_eq!(
+        store
+            .list_jobs(t.id, Some(JobStatus::Queued), 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Two nodes claim at once: the oldest export goes to exactly one, the
+    // next to the other.
+    let (n1, n2) = (NodeId::new(), NodeId::new());
+    let claim_for = Duration::seconds(30);
+    let claimed = join_all([
+        store.claim_job(n1, t0, claim_for, Some(JobKind::Export)),
+        store.claim_job(n2, t0, claim_for, Some(JobKind::Export)),
+    ])
+    .await;
+    let claimed: Vec<Job> = claimed
+        .into_iter()
+        .map(|j| j.unwrap().expect("a job each"))
+        .collect();
+    let ids: HashSet<JobId> = claimed.iter().map(|j| j.id).collect();
+    assert_eq!(ids, HashSet::from([first.id, second.id]));
+    assert!(
+        claimed
+            .iter()
+            .all(|j| j.status == JobStatus::Processing && j.attempts == 1)
+    );
+    assert!(
+        store
+            .claim_job(n1, t0, claim_for, Some(JobKind::Export))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let (mine, holder) = if claimed[0].id == first.id {
+        (claimed[0].clone(), n1)
+    } else {
+        (claimed[1].clone(), n2)
+    };
+    let stranger = NodeId::new();
+    assert!(
+        store
+            .renew_job_claim(mine.id, holder, t0 + Duration::minutes(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .renew_job_claim(mine.id, stranger, t0 + Duration::minutes(1))
+            .await
+            .unwrap()
+    );
+
+    // A claim that expired (its runner died) is taken over, attempts counted.
+    let late = t0 + Duration::minutes(2);
+    let taken = store
+        .claim_job(stranger, late, claim_for, Some(JobKind::Export))
+        .await
+        .unwrap()
+        .expect("expired claims are runnable");
+    assert_eq!(taken.attempts, 2);
+
+    // The terminal state is written once, by the holder only, with its
+    // event in the outbox.
+    let mut done = taken.clone();
+    done.status = JobStatus::Completed;
+    done.result = Some(json!({"rows": 3}));
+    done.execution_time_ms = Some(12);
+    done.finished_at = Some(late);
+    let emit = Emit {
+        publish: true,
+        fanout: false,
+    };
+    let holder_of_taken = stranger;
+    let previous = if taken.id == first.id { n1 } else { n2 };
+    assert!(!store.finish_job(&done, previous, emit).await.unwrap());
+    assert!(
+        store
+            .finish_job(&done, holder_of_taken, emit)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .finish_job(&done, holder_of_taken, emit)
+            .await
+            .unwrap()
+    );
+    let stored = store.get_job(t.id, done.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Completed);
+    assert!(stored.event_pending);
+    assert_eq!(stored.document(), done.render());
+    assert_eq!(
+        store
+            .list_jobs(t.id, Some(JobStatus::Completed), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(store.outbox_depth().await.unwrap(), 1);
+    let rows = store.claim_outbox(Utc::now(), claim_for, 10).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r.topic, Topic::Job);
+    assert_eq!(r.routing_key, "job.completed");
+    assert_eq!(r.ce_id, format!("fastack.job.completed.{}", done.id));
+    assert_eq!(r.job_id, Some(done.id));
+    assert_eq!(r.body, done.render());
+    // Not the fan-out's: it was not asked for.
+    assert!(
+        store
+            .claim_fanout(Utc::now(), claim_for, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Published: the row leaves and the job's marker clears.
+    store.complete_publish(&[r.id]).await.unwrap();
+    assert_eq!(store.outbox_depth().await.unwrap(), 0);
+    assert!(
+        !store
+            .get_job(t.id, done.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .event_pending
+    );
+    // Nothing to repair.
+    assert!(
+        store
+            .repair_pending_events(Utc::now(), claim_for, emit, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The retention job: kind filter, and its partition listed while active.
+    let mut r_job = retention.clone();
+    r_job.params = json!({"partition": "tracked_events_y2020m01_r13"});
+    let r_job = Job {
+        id: JobId::new(),
+        ..r_job
+    };
+    store.insert_job(&r_job).await.unwrap();
+    let active: HashSet<String> = store
+        .active_retention_jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert!(active.contains("tracked_events_y2020m01_r13"), "{active:?}");
+    let claimed = store
+        .claim_job(n1, late, claim_for, Some(JobKind::Retention))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.kind, JobKind::Retention);
+}
+
+async fn outbox_claims_are_disjoint(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    let rows: Vec<IngestRow> = (0..60)
+        .map(|i| row(t.id, &track(&format!("k{i}"), "u", at)))
+        .collect();
+    accept(store, &rows).await;
+    // Streaming on: every processed event owes the relay a row.
+    let out = process_all(store, t.id, true).await;
+    assert_eq!(out.appended.len(), 60);
+    assert_eq!(store.outbox_depth().await.unwrap(), 60);
+
+    // Two relays claim at once, in small batches, until nothing is left.
+    let claim = |store: Store| async move {
+        let mut mine = Vec::new();
+        loop {
+            let rows = store
+                .claim_outbox(Utc::now(), Duration::seconds(30), 7)
+                .await
+                .unwrap();
+            if rows.is_empty() {
+                return mine;
+            }
+            mine.extend(rows);
+        }
+    };
+    let (a, b) = tokio::join!(claim(store.clone()), claim(store.clone()));
+    let ids_a: HashSet<i64> = a.iter().map(|r| r.id).collect();
+    let ids_b: HashSet<i64> = b.iter().map(|r| r.id).collect();
+    assert!(ids_a.is_disjoint(&ids_b), "a row was claimed twice");
+    assert_eq!(ids_a.len() + ids_b.len(), 60);
+    let subjects: HashSet<String> = a.iter().chain(&b).map(|r| r.subject.clone()).collect();
+    let expected: HashSet<String> = rows.iter().map(|r| r.event_id.to_string()).collect();
+    assert_eq!(subjects, expected);
+    for r in a.iter().chain(&b) {
+        assert_eq!(r.topic, Topic::Core);
+        assert_eq!(r.routing_key, "core.event.tracked");
+        assert_eq!(r.tenant_id, t.id);
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(body["id"], json!(r.subject));
+    }
+
+    // Released rows are claimable again at once; completed rows are gone.
+    let a_ids: Vec<i64> = ids_a.iter().copied().collect();
+    store.release_outbox(&a_ids).await.unwrap();
+    let again = claim(store.clone()).await;
+    assert_eq!(again.iter().map(|r| r.id).collect::<HashSet<_>>(), ids_a);
+    // An expired claim is claimable again too.
+    let expired = store
+        .claim_outbox(
+            Utc::now() + Duration::seconds(31),
+            Duration::seconds(30),
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(expired.len(), 60);
+    let all: Vec<i64> = expired.iter().map(|r| r.id).collect();
+    store.complete_publish(&all).await.unwrap();
+    assert_eq!(store.outbox_depth().await.unwrap(), 0);
+    assert!(
+        store
+            .claim_outbox(Utc::now() + Duration::hours(1), Duration::seconds(30), 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn webhook_fanout_and_deliveries(store: &Store) {
+    let t = tenant(store, "t").await;
+    let t0 = now();
+    let endpoint = Endpoint {
+        id: EndpointId::new(),
+        tenant_id: t.id,
+        url: "https://hooks.example.com/in".into(),
+        events: vec!["core.event.tracked".into(), "job.completed".into()],
+        enabled: true,
+        disabled_reason: None,
+        previous_secret_until: None,
+        created_at: t0,
+        updated_at: t0,
+    };
+    store
+        .insert_endpoint(&endpoint, b"sealed-secret-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_endpoint(endpoint.id).await.unwrap(),
+        Some(endpoint.clone())
+    );
+    assert_eq!(
+        store.list_endpoints(Some(t.id)).await.unwrap(),
+        vec![endpoint.clone()]
+    );
+    assert_eq!(store.list_endpoints(None).await.unwrap().len(), 1);
+    assert!(
+        store
+            .tenant_subscribes(t.id, "core.event.tracked")
+            .await
+            .unwrap()
+    );
+    assert!(!store.tenant_subscribes(t.id, "job.failed").await.unwrap());
+
+    // Processing decides the fan-out from the endpoints as they are: the
+    // rows are owed to the fan-out, not to the relay (streaming off).
+    let at = now();
+    let rows: Vec<IngestRow> = (0..3)
+        .map(|i| row(t.id, &track(&format!("k{i}"), "u", at)))
+        .collect();
+    accept(store, &rows).await;
+    process_all(store, t.id, false).await;
+    assert_eq!(store.outbox_depth().await.unwrap(), 0);
+    let claim_for = Duration::seconds(30);
+    let (fa, fb) = tokio::join!(
+        store.claim_fanout(Utc::now(), claim_for, 2),
+        store.claim_fanout(Utc::now(), claim_for, 2)
+    );
+    let mut fan: Vec<_> = fa.unwrap();
+    fan.extend(fb.unwrap());
+    fan.extend(store.claim_fanout(Utc::now(), claim_for, 10).await.unwrap());
+    assert_eq!(fan.len(), 3, "each row claimed once");
+    let deliveries: Vec<NewDelivery> = fan
+        .iter()
+        .map(|r| NewDelivery {
+            id: DeliveryId::new(),
+            endpoint_id: endpoint.id,
+            tenant_id: t.id,
+            event_type: r.routing_key.clone(),
+            ce_id: r.ce_id.clone(),
+            body: r.body.clone(),
+            emitted_at: r.created_at,
+        })
+        .collect();
+    let done: Vec<i64> = fan.iter().map(|r| r.id).collect();
+    store.complete_fanout(&done, &deliveries).await.unwrap();
+    // Completing again (a retry after a lost answer) creates nothing new.
+    let dup: Vec<NewDelivery> = deliveries
+        .iter()
+        .map(|d| NewDelivery {
+            id: DeliveryId::new(),
+            ..d.clone()
+        })
+        .collect();
+    store.complete_fanout(&done, &dup).await.unwrap();
+    assert!(
+        store
+            .claim_fanout(Utc::now() + Duration::hours(1), claim_for, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let listed = store
+        .list_deliveries(t.id, Some(endpoint.id), 10)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 3);
+    assert!(
+        listed
+            .iter()
+            .all(|d| d.status == DeliveryStatus::Pending && d.attempts.is_empty())
+    );
+
+    // Due deliveries come with what an attempt needs, claimed once.
+    let (da, db) = tokio::join!(
+        store.claim_deliveries(Utc::now(), claim_for, 10),
+        store.claim_deliveries(Utc::now(), claim_for, 10)
+    );
+    let mut due = da.unwrap();
+    due.extend(db.unwrap());
+    assert_eq!(due.len(), 3);
+    assert!(
+        due.iter()
+            .all(|d| d.secrets.current == b"sealed-secret-1" && d.attempts == 0)
+    );
+    assert_eq!(due[0].endpoint, endpoint);
+    // One delivered, one retried later, one given back.
+    let attempt = |n: u32, code: Option<u16>| Attempt {
+        attempt: n,
+        attempted_at: now(),
+        status_code: code,
+        error_kind: code.filter(|c| *c >= 300).map(|_| "http".to_owned()),
+        latency_ms: 8,
+    };
+    store
+        .record_attempt(
+            due[0].id,
+            endpoint.id,
+            &attempt(1, Some(200)),
+            &fastack_core::store::AttemptOutcome::Delivered,
+        )
+        .await
+        .unwrap();
+    let retry_at = now() + Duration::seconds(5);
+    store
+        .record_attempt(
+            due[1].id,
+            endpoint.id,
+            &attempt(1, Some(503)),
+            &fastack_core::store::AttemptOutcome::Retry { at: retry_at },
+        )
+        .await
+        .unwrap();
+    store.release_deliveries(&[due[2].id]).await.unwrap();
+    let now_due = store
+        .claim_deliveries(Utc::now(), claim_for, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        now_due.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![due[2].id]
+    );
+    let later = store
+        .claim_deliveries(retry_at + Duration::milliseconds(1), claim_for, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        later.iter().map(|d| (d.id, d.attempts)).collect::<Vec<_>>(),
+        vec![(due[1].id, 1)]
+    );
+    let listed = store.list_deliveries(t.id, None, 10).await.unwrap();
+    let delivered = listed.iter().find(|d| d.id == due[0].id).unwrap();
+    assert_eq!(delivered.status, DeliveryStatus::Delivered);
+    assert_eq!(delivered.attempts.len(), 1);
+    assert_eq!(delivered.attempts[0].status_code, Some(200));
+    let retried = listed.iter().find(|d| d.id == due[1].id).unwrap();
+    assert_eq!(retried.next_attempt_at, Some(retry_at));
+
+    // Rotation keeps the old secret for a while.
+    let until = now() + Duration::hours(24);
+    assert!(
+        store
+            .rotate_endpoint_secret(endpoint.id, b"sealed-secret-2", until, now())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .rotate_endpoint_secret(EndpointId::new(), b"x", until, now())
+            .await
+            .unwrap()
+    );
+    let rotated = store.get_endpoint(endpoint.id).await.unwrap().unwrap();
+    assert_eq!(rotated.previous_secret_until, Some(until));
+    store
+        .release_deliveries(&[due[2].id, due[1].id])
+        .await
+        .unwrap();
+    let due = store
+        .claim_deliveries(Utc::now() + Duration::minutes(1), claim_for, 10)
+        .await
+        .unwrap();
+    assert!(!due.is_empty());
+    assert!(due.iter().all(|d| d.secrets.current == b"sealed-secret-2"
+        && d.secrets.previous == Some((b"sealed-secret-1".to_vec(), until))));
+
+    // Disabling fails what is pending and stops the fan-out.
+    store
+        .release_deliveries(&due.iter().map(|d| d.id).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(
+        store
+            .set_endpoint_enabled(endpoint.id, false, Some("operator"), now())
+            .await
+            .unwrap()
+    );
+    let off = store.get_endpoint(endpoint.id).await.unwrap().unwrap();
+    assert!(!off.enabled);
+    assert_eq!(off.disabled_reason.as_deref(), Some("operator"));
+    assert!(
+        !store
+            .tenant_subscribes(t.id, "core.event.tracked")
+            .await
+            .unwrap()
+    );
+    let listed = store.list_deliveries(t.id, None, 10).await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .filter(|d| d.status == DeliveryStatus::Failed)
+            .count(),
+        2
+    );
+    assert!(
+        store
+            .claim_deliveries(Utc::now() + Duration::hours(1), claim_for, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .set_endpoint_enabled(endpoint.id, true, None, now())
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .get_endpoint(endpoint.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .enabled
+    );
+}
+
+async fn partitions_and_retention(store: &Store) {
+    let t = tenant(store, "t").await;
+    // Two old months and this one.
+    let old = Utc.with_ymd_and_hms(2024, 1, 15, 12, 0, 0).unwrap();
+    let older = Utc.with_ymd_and_hms(2023, 12, 31, 23, 59, 59).unwrap();
+    let keys = [
+        PartitionKey {
+            month: Month::of(old),
+            retention_class: 13,
+        },
+        PartitionKey {
+            month: Month::of(older),
+            retention_class: 13,
+        },
+    ];
+    store.ensure_partitions(&keys).await.unwrap();
+    store.ensure_partitions(&keys).await.unwrap();
+    let rows: Vec<IngestRow> = (0..5)
+        .map(|i| {
+            row(
+                t.id,
+                &track(&format!("old{i}"), "u", old + Duration::seconds(i)),
+            )
+        })
+        .chain([row(t.id, &track("older", "u", older))])
+        .collect();
+    accept(store, &rows).await;
+    process_all(store, t.id, false).await;
+
+    let parts = store.list_partitions(true).await.unwrap();
+    let find = |k: &PartitionKey| parts.iter().find(|p| p.key == *k).cloned();
+    let jan = find(&keys[0]).expect("the January partition is listed");
+    assert_eq!(jan.rows, 5);
+    assert_eq!(jan.table, "tracked_events_y2024m01_r13");
+    assert_eq!(
+        (jan.from, jan.to),
+        (keys[0].month.start(), keys[0].month.end())
+    );
+    assert_eq!(find(&keys[1]).unwrap().rows, 1);
+    assert!(
+        store
+            .list_partitions(false)
+            .await
+            .unwrap()
+            .iter()
+            .all(|p| p.rows == -1)
+    );
+    assert_eq!(store.partition_rows(keys[0]).await.unwrap(), Some(5));
+    let never = PartitionKey {
+        month: Month {
+            year: 2001,
+            month: 1,
+        },
+        retention_class: 13,
+    };
+    assert_eq!(store.partition_rows(never).await.unwrap(), None);
+
+    // A partition reads back page by page, in key order, every column.
+    let mut cursor = None;
+    let mut read = Vec::new();
+    loop {
+        let page = store.read_partition(keys[0], cursor, 2).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 2);
+        cursor = Some(page.last().unwrap().0);
+        read.extend(page.into_iter().map(|(_, r)| r));
+    }
+    assert_eq!(read.len(), 5);
+    let ids: Vec<EventId> = read.iter().map(|r| r.id).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted);
+    assert!(read.iter().all(|r| r.tenant_id == t.id
+        && r.kind == "track"
+        && r.retention_class == 13
+        && r.idempotency_key.starts_with("old")
+        && r.properties["total"] == json!(42.5)));
+    assert!(
+        read[0].occurred_at.ends_with("+02:00"),
+        "{}",
+        read[0].occurred_at
+    );
+
+    // Dropping needs the archived count; a changed count keeps the table.
+    assert_eq!(
+        store.drop_partition(keys[0], 4).await.unwrap(),
+        DropOutcome::RowsChanged { rows: 5 }
+    );
+    assert_eq!(store.partition_rows(keys[0]).await.unwrap(), Some(5));
+    assert_eq!(
+        store.drop_partition(keys[0], 5).await.unwrap(),
+        DropOutcome::Dropped
+    );
+    assert_eq!(store.partition_rows(keys[0]).await.unwrap(), None);
+    assert!(
+        store
+            .list_partitions(false)
+            .await
+            .unwrap()
+            .iter()
+            .all(|p| p.key != keys[0])
+    );
+    assert_eq!(
+        store
+            .count_events(
+                t.id,
+                TimeRange::new(keys[0].month.start(), keys[0].month.end()).unwrap()
+            )
+            .await
+            .unwrap(),
+        0
+    );
+
+    // Their idempotency keys go with them (the December one stays).
+    let pruned = store
+        .prune_idempotency(&[t.id], keys[0].month.end())
+        .await
+        .unwrap();
+    assert!(pruned >= 5, "pruned {pruned}");
+    assert_eq!(
+        accept(store, &[row(t.id, &track("old0", "u", old))]).await,
+        vec![Fence::Fresh]
+    );
+    // The second fence forgets processed ids older than the cut.
+    let forgotten = store
+        .prune_processed(Utc::now() + Duration::days(1))
+        .await
+        .unwrap();
+    assert!(forgotten >= 1, "forgot {forgotten}");
+}
+
+async fn quarantine_round_trip(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    let poison = row(t.id, &track("poison", "u", at));
+    let fine = row(t.id, &track("fine", "u", at));
+    accept(store, &[poison.clone(), fine.clone()]).await;
+    let (seq, id) = store.next_inbox_row(t.id, None).await.unwrap().unwrap();
+    assert_eq!(id, poison.event_id);
+    let (next_seq, next_id) = store
+        .next_inbox_row(t.id, Some(seq))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next_id, fine.event_id);
+    assert!(next_seq > seq);
+    assert!(
+        store
+            .next_inbox_row(t.id, Some(next_seq))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    assert_eq!(
+        store
+            .record_process_failure(t.id, seq, "boom 1")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .record_process_failure(t.id, seq, "boom 2")
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        store
+            .record_process_failure(t.id, 999_999, "gone")
+            .await
+            .unwrap(),
+        0
+    );
+    let q = store
+        .quarantine(t.id, seq, at)
+        .await
+        .unwrap()
+        .expect("moved");
+    assert_eq!(q.event_id, poison.event_id);
+    assert_eq!((q.attempts, q.error.as_str()), (2, "boom 2"));
+    assert_eq!(
+        q.payload,
+        serde_json::from_str::<Value>(&poison.payload).unwrap()
+    );
+    assert!(store.quarantine(t.id, seq, at).await.unwrap().is_none());
+    assert_eq!(
+        store.list_quarantine(t.id, 10).await.unwrap(),
+        vec![q.clone()]
+    );
+    assert_eq!(
+        store.get_quarantined(t.id, q.event_id).await.unwrap(),
+        Some(q.clone())
+    );
+    let other = tenant(store, "other").await;
+    assert!(
+        store
+            .get_quarantined(other.id, q.event_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The tenant's other event goes on.
+    let out = process_all(store, t.id, false).await;
+    assert_eq!(
+        out.appended.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![fine.event_id]
+    );
+
+    // Retry puts it back under the same id; processing appends it.
+    assert!(store.retry_quarantined(t.id, q.event_id).await.unwrap());
+    assert!(!store.retry_quarantined(t.id, q.event_id).await.unwrap());
+    assert!(store.list_quarantine(t.id, 10).await.unwrap().is_empty());
+    let out = process_all(store, t.id, false).await;
+    assert_eq!(
+        out.appended.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![poison.event_id]
+    );
+
+    // Drop discards for good.
+    let doomed = row(t.id, &track("doomed", "u", at));
+    accept(store, std::slice::from_ref(&doomed)).await;
+    let (seq, _) = store.next_inbox_row(t.id, None).await.unwrap().unwrap();
+    store
+        .record_process_failure(t.id, seq, "bad")
+        .await
+        .unwrap();
+    store.quarantine(t.id, seq, at).await.unwrap().unwrap();
+    assert!(store.drop_quarantined(t.id, doomed.event_id).await.unwrap());
+    assert!(!store.drop_quarantined(t.id, doomed.event_id).await.unwrap());
+    assert!(store.list_quarantine(t.id, 10).await.unwrap().is_empty());
+    assert_eq!(store.inbox_stats().await.unwrap().0, 0);
+}
