@@ -316,7 +316,10 @@ async fn ingest_fences(store: &Store) {
         .unwrap();
     assert_eq!(fences, vec![Fence::Fresh, Fence::Fresh]);
     let retry = row(t.id, &track("k-dropped", "u", at));
-    assert_eq!(accept(store, std::slice::from_ref(&retry)).await, vec![Fence::Fresh]);
+    assert_eq!(
+        accept(store, std::slice::from_ref(&retry)).await,
+        vec![Fence::Fresh]
+    );
     assert_eq!(
         accept(store, &[row(t.id, &track("k-kept", "u", at))]).await,
         vec![Fence::Taken {

@@ -17,4 +17,5 @@ mod ops;
 mod partitions;
 mod ratelimit;
 mod supervision;
+mod upgrade;
 mod webhooks;
