@@ -654,8 +654,8 @@ async fn retention_run(
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal;
 
-    use fastack_core::{objects::Objects, retention};
-    use fastack_entities::{JobKind, JobStatus, NodeId};
+    use fastack_core::{jobs, objects::Objects, retention};
+    use fastack_entities::{JobKind, NodeId};
 
     let now = chrono::Utc::now();
     if dry_run {
@@ -683,10 +683,7 @@ async fn retention_run(
     let objects = Objects::from_config(config)?;
     let maintenance = retention::maintain(store, config, now).await?;
     let node = NodeId::new();
-    let emit = fastack_core::store::Emit {
-        publish: config.amqp_url.is_some(),
-        fanout: true,
-    };
+    let emit = fastack_actors::sinks::Routing::for_config(config).jobs;
     let terminal = std::io::stderr().is_terminal() && !json;
     let mut reports = Vec::new();
     let mut failures = 0;
@@ -728,12 +725,13 @@ async fn retention_run(
         if let Some(bar) = &bar {
             bar.finish_and_clear();
         }
-        job.finished_at = Some(chrono::Utc::now());
+        let result = outcome
+            .as_ref()
+            .map(|report| report.result_json())
+            .map_err(|e| jobs::error_chain(e));
+        jobs::conclude(&mut job, result, chrono::Utc::now(), started.elapsed());
         match outcome {
             Ok(report) => {
-                job.status = JobStatus::Completed;
-                job.result = Some(report.result_json());
-                job.execution_time_ms = Some(started.elapsed().as_millis() as i64);
                 if !json {
                     println!(
                         "{}: {} rows archived to {} ({} -> {} bytes), verified, dropped",
@@ -746,19 +744,17 @@ async fn retention_run(
                 }
                 reports.push(report);
             }
-            Err(e) => {
+            Err(_) => {
                 failures += 1;
-                job.status = JobStatus::Failed;
-                job.result = None;
-                let message = fastack_core::redact::redact(&format!("{e:#}"));
-                job.metadata.insert(
-                    "error".to_owned(),
-                    serde_json::json!({ "message": message }),
+                eprintln!(
+                    "{table}: kept, retention failed: {}",
+                    job.metadata["error"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
                 );
-                eprintln!("{table}: kept, retention failed: {message}");
             }
         }
-        store.finish_job(&job, node, emit).await?;
+        store.finish_job(&job, node, &emit).await?;
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&reports)?);

@@ -1,6 +1,9 @@
 //! What every actor of a node shares: configuration, storage, clock,
-//! metrics, the rate limiter backend and the tenant registry map (read by
-//! the front door without a message round trip).
+//! metrics, the rate limiter backend, the tenant map (read by the front
+//! door without a message round trip), who takes outbox rows, and the
+//! signals actors raise for each other. No actor's type is known here:
+//! actors reach each other through [`Signals`], never through references
+//! kept in the context.
 
 use std::sync::{
     Arc,
@@ -9,24 +12,17 @@ use std::sync::{
 
 use dashmap::DashMap;
 use fastack_core::{
-    Config,
-    amqp::Emitter,
-    clock::SharedClock,
-    crypto::Keys,
-    metrics::Metrics,
-    objects::Objects,
-    ratelimit::LocalCells,
-    ratelimit::RedisLimiter,
-    store::{Emit, Store},
+    Config, amqp::Emitter, clock::SharedClock, crypto::Keys, metrics::Metrics, objects::Objects,
+    ratelimit::LocalCells, ratelimit::RedisLimiter, store::Store,
 };
 use fastack_entities::{EventId, NodeId, Tenant, TenantId};
 use parking_lot::{Mutex, RwLock};
-use ractor::ActorRef;
+use ractor::ActorCell;
 
 use crate::{
-    ingest_writer::IngestQueue, job_runner::JobRunnerMsg, outbox_relay::OutboxRelayMsg,
-    partition_manager::PartitionManagerMsg, tenant_registry::TenantRegistryMsg,
-    tenant_supervisor::TenantSupervisorMsg, webhook_dispatcher::WebhookDispatcherMsg,
+    ingest_writer::IngestQueue,
+    signal::{Signal, Signals},
+    sinks::Routing,
 };
 
 pub struct Ctx {
@@ -38,18 +34,15 @@ pub struct Ctx {
     pub node_id: NodeId,
     /// Running tenants: the front door's lock-free lookup.
     pub tenants: DashMap<TenantId, Arc<TenantShared>>,
-    /// The current registry actor (it changes when it is restarted).
-    pub registry: RwLock<Option<ActorRef<TenantRegistryMsg>>>,
     /// The ingest queue: it outlives writer restarts (the mailbox is kept).
     pub ingest: IngestQueue,
     pub keys: Keys,
     pub objects: Objects,
     /// Set when AMQP streaming is on.
     pub emitter: Option<Emitter>,
-    pub relay: RwLock<Option<ActorRef<OutboxRelayMsg>>>,
-    pub job_runner: RwLock<Option<ActorRef<JobRunnerMsg>>>,
-    pub partition_manager: RwLock<Option<ActorRef<PartitionManagerMsg>>>,
-    pub webhooks: RwLock<Option<ActorRef<WebhookDispatcherMsg>>>,
+    /// Which sinks take jobs' and events' outbox rows.
+    pub routing: Routing,
+    pub signals: Signals,
     pub idempotency: IdempotencyCache,
     /// Faults a test armed (see `fastack_core::faults`); none in production.
     pub faults: fastack_core::faults::SharedFaults,
@@ -66,43 +59,6 @@ impl std::fmt::Debug for Ctx {
 impl Ctx {
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
-    }
-
-    /// Who takes job events: the relay with AMQP, and always the webhook
-    /// fan-out (it finds the tenant's endpoints, or none).
-    pub fn job_emit(&self) -> Emit {
-        Emit {
-            publish: self.emitter.is_some(),
-            fanout: true,
-        }
-    }
-
-    /// New outbox rows for the webhook fan-out.
-    pub fn kick_webhooks(&self) {
-        if let Some(w) = self.webhooks.read().as_ref() {
-            let _ = w.cast(WebhookDispatcherMsg::Tick);
-        }
-    }
-
-    /// New outbox rows: the relay need not wait for its next tick.
-    pub fn kick_relay(&self) {
-        if let Some(relay) = self.relay.read().as_ref() {
-            let _ = relay.cast(OutboxRelayMsg::Pump);
-        }
-    }
-
-    /// A job was queued: the runner need not wait for its next tick.
-    pub fn kick_jobs(&self) {
-        if let Some(runner) = self.job_runner.read().as_ref() {
-            let _ = runner.cast(JobRunnerMsg::Poll);
-        }
-    }
-
-    /// Runs a partition maintenance round now (tests moving the clock).
-    pub fn kick_partitions(&self) {
-        if let Some(pm) = self.partition_manager.read().as_ref() {
-            let _ = pm.cast(PartitionManagerMsg::Tick);
-        }
     }
 
     /// Tells a tenant's processor that new inbox rows are waiting.
@@ -122,7 +78,9 @@ pub struct TenantShared {
     pub limits: LocalCells,
     pending: AtomicBool,
     last_activity_ms: AtomicI64,
-    supervisor: Mutex<Option<ActorRef<TenantSupervisorMsg>>>,
+    /// Raised when work is pending; the tenant's supervisor listens.
+    pub(crate) work: Signal,
+    supervisor: Mutex<Option<ActorCell>>,
 }
 
 impl std::fmt::Debug for TenantShared {
@@ -182,6 +140,7 @@ impl TenantShared {
             limits: LocalCells::default(),
             pending: AtomicBool::new(false),
             last_activity_ms: AtomicI64::new(now_ms()),
+            work: Signal::default(),
             supervisor: Mutex::new(None),
         }
     }
@@ -202,7 +161,7 @@ impl TenantShared {
         now_ms() - self.last_activity_ms.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_supervisor(&self, sup: Option<ActorRef<TenantSupervisorMsg>>) {
+    pub(crate) fn set_supervisor(&self, sup: Option<ActorCell>) {
         *self.supervisor.lock() = sup;
     }
 
@@ -216,10 +175,8 @@ impl TenantShared {
     /// Marks work pending; only the first wake after a drain sends a message.
     pub fn wake(&self) {
         self.touch();
-        if !self.pending.swap(true, Ordering::AcqRel)
-            && let Some(sup) = self.supervisor.lock().as_ref()
-        {
-            let _ = sup.cast(TenantSupervisorMsg::Wake);
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            self.work.raise();
         }
     }
 

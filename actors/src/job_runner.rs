@@ -7,10 +7,10 @@
 use std::{collections::HashSet, sync::Arc, time::Instant};
 
 use chrono::Duration;
-use fastack_core::{export, redact::redact, retention};
-use fastack_entities::{Job, JobId, JobKind, JobStatus};
+use fastack_core::{export, jobs, retention};
+use fastack_entities::{Job, JobId, JobKind};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -29,7 +29,7 @@ pub struct JobRunnerArgs {
 pub struct JobRunnerState {
     ctx: Arc<Ctx>,
     running: HashSet<JobId>,
-    ticker: Option<JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 /// Messages of the job runner.
@@ -52,14 +52,13 @@ impl Actor for JobRunnerActor {
 
     async fn pre_start(
         &self,
-        myself: ActorRef<Self::Msg>,
+        _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        *args.ctx.job_runner.write() = Some(myself);
         Ok(JobRunnerState {
             ctx: args.ctx,
             running: HashSet::new(),
-            ticker: None,
+            tasks: Vec::new(),
         })
     }
 
@@ -68,8 +67,16 @@ impl Actor for JobRunnerActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state.ticker =
-            Some(myself.send_interval(state.ctx.config.poll_interval, || JobRunnerMsg::Poll));
+        state
+            .tasks
+            .push(myself.send_interval(state.ctx.config.poll_interval, || JobRunnerMsg::Poll));
+        state.tasks.push(
+            state
+                .ctx
+                .signals
+                .jobs
+                .forward(myself.clone(), || JobRunnerMsg::Poll),
+        );
         myself.send_message(JobRunnerMsg::Poll)?;
         Ok(())
     }
@@ -79,10 +86,9 @@ impl Actor for JobRunnerActor {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(t) = state.ticker.take() {
+        for t in state.tasks.drain(..) {
             t.abort();
         }
-        *state.ctx.job_runner.write() = None;
         Ok(())
     }
 
@@ -151,24 +157,14 @@ async fn run_job(ctx: &Arc<Ctx>, mut job: Job) {
         match job.kind {
             JobKind::Export => export::run(&ctx.store, &ctx.objects, &ctx.keys, &job)
                 .await
-                .map_err(|e| error_chain(&e)),
-            JobKind::Retention => run_retention(ctx, &job).await.map_err(|e| error_chain(&e)),
+                .map_err(|e| jobs::error_chain(&e)),
+            JobKind::Retention => run_retention(ctx, &job)
+                .await
+                .map_err(|e| jobs::error_chain(&e)),
         }
     };
     heartbeat.abort();
-    job.finished_at = Some(ctx.now());
-    match outcome {
-        Ok(result) => {
-            job.status = JobStatus::Completed;
-            job.result = Some(result);
-            job.execution_time_ms = Some(started.elapsed().as_millis() as i64);
-        }
-        Err(message) => {
-            job.status = JobStatus::Failed;
-            job.result = None;
-            set_error(&mut job.metadata, &message);
-        }
-    }
+    jobs::conclude(&mut job, outcome, ctx.now(), started.elapsed());
     finish(ctx, &job).await;
 }
 
@@ -193,31 +189,18 @@ async fn run_retention(ctx: &Ctx, job: &Job) -> fastack_core::Result<Value> {
     Ok(report.result_json())
 }
 
-/// `metadata.error = {"message": …}` (redacted), replacing any caller value.
-pub fn set_error(metadata: &mut Map<String, Value>, message: &str) {
-    metadata.insert("error".to_owned(), json!({ "message": redact(message) }));
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
 /// Writes the terminal state (with marker and outbox row) and kicks the
 /// relay. Retries briefly: the job's claim outlives a short database blip.
 pub async fn finish(ctx: &Ctx, job: &Job) {
     for attempt in 0..5u32 {
-        match ctx.store.finish_job(job, ctx.node_id, ctx.job_emit()).await {
+        match ctx
+            .store
+            .finish_job(job, ctx.node_id, &ctx.routing.jobs)
+            .await
+        {
             Ok(true) => {
                 info!(job = %job.id, status = %job.status, "job finished");
-                ctx.kick_relay();
-                ctx.kick_webhooks();
+                ctx.signals.outbox.raise();
                 return;
             }
             Ok(false) => {
@@ -229,27 +212,5 @@ pub async fn finish(ctx: &Ctx, job: &Job) {
                 tokio::time::sleep(std::time::Duration::from_millis(200 << attempt)).await;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failure_metadata_replaces_caller_error_and_is_redacted() {
-        let mut m: Map<String, Value> = json!({"source": "payments", "error": "caller value"})
-            .as_object()
-            .cloned()
-            .unwrap();
-        set_error(
-            &mut m,
-            "dial tcp 10.0.0.5:5432: connect: connection refused",
-        );
-        assert_eq!(m["source"], "payments");
-        assert_eq!(
-            m["error"]["message"],
-            "dial tcp [redacted]: connect: connection refused"
-        );
     }
 }

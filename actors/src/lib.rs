@@ -1,15 +1,20 @@
 //! fastack's supervision tree (ractor):
 //!
 //! ```text
-//! Root
+//! Root (children from one table, root.rs)
 //! ├── IngestWriter          group commit of accepted events
 //! ├── TenantRegistry ── TenantSupervisor(tenant) ── Processor(tenant)
-//! ├── PartitionManager      partitions ahead, retention jobs scheduled
 //! ├── JobRunner             exports and retention archives
-//! ├── OutboxRelay           outbox → RabbitMQ, publisher confirms (with AMQP)
-//! ├── Repairer              re-emits terminal events still marked pending
-//! └── WebhookDispatcher ── EndpointWorker(endpoint)   retries at ~2 s and ~8 s
+//! ├── Periodic<Repairer>    re-emits terminal events still marked pending
+//! ├── Periodic<PartitionManager>  partitions ahead, retention jobs scheduled
+//! ├── WebhookDispatcher ── EndpointWorker(endpoint)   retries at ~2 s and ~8 s
+//! └── Relay<Sink>           one per sink: webhooks (fan-out to deliveries),
+//!                           amqp (RabbitMQ, publisher confirms; with a broker)
 //! ```
+//!
+//! Actors do not hold each other's references: they raise [`Signal`]s
+//! (new outbox rows, new deliveries, a job queued), and the front door
+//! finds the tenant registry by its registered name.
 //!
 //! [`Runtime`] is the handle the HTTP layer holds: it finds a tenant's
 //! shared state without a message round trip and submits rows to the group
@@ -21,11 +26,14 @@ pub mod endpoint_worker;
 pub mod error;
 pub mod ingest_writer;
 pub mod job_runner;
-pub mod outbox_relay;
 pub mod partition_manager;
+pub mod periodic;
 pub mod processor;
+pub mod relay;
 pub mod repairer;
 pub mod root;
+pub mod signal;
+pub mod sinks;
 pub mod tenant_registry;
 pub mod tenant_supervisor;
 pub mod webhook_dispatcher;
@@ -34,20 +42,27 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use fastack_core::{
-    Config, amqp::Emitter, clock::SharedClock, crypto::Keys, metrics::Metrics, objects::Objects,
-    ratelimit::RedisLimiter, store::Store,
+    Config,
+    amqp::Emitter,
+    clock::SharedClock,
+    crypto::Keys,
+    metrics::Metrics,
+    objects::Objects,
+    ratelimit::{Decision, Quota, RedisLimiter},
+    store::{IngestRow, Store},
 };
-use fastack_entities::Tenant;
-use parking_lot::RwLock;
+use fastack_entities::{ApiKeyId, EventId, Tenant, TenantId};
 use ractor::{Actor, ActorRef};
 use tokio::task::JoinHandle;
 
 pub use context::{Ctx, TenantShared};
 pub use error::{Error, Result};
 pub use ingest_writer::{IngestError, IngestQueue, ItemOutcome};
+pub use signal::{Signal, Signals};
 
 use crate::{
-    root::{RootActor, RootArgs, RootMsg},
+    root::{RootActor, RootArgs, RootMsg, TENANT_REGISTRY, registered_name},
+    sinks::Routing,
     tenant_registry::TenantRegistryMsg,
 };
 
@@ -83,6 +98,7 @@ impl Runtime {
             single_tenant: config.single_tenant,
             signing_key: keys.deployment_hmac(),
         });
+        let routing = Routing::for_config(&config);
         let ctx = Arc::new(Ctx {
             node_id: config.node_id,
             config,
@@ -91,15 +107,12 @@ impl Runtime {
             metrics,
             redis_limiter,
             tenants: DashMap::new(),
-            registry: RwLock::new(None),
             ingest,
             keys,
             objects,
             emitter,
-            relay: RwLock::new(None),
-            job_runner: RwLock::new(None),
-            partition_manager: RwLock::new(None),
-            webhooks: RwLock::new(None),
+            routing,
+            signals: Signals::default(),
             idempotency: context::IdempotencyCache::default(),
             faults,
         });
@@ -116,8 +129,68 @@ impl Runtime {
         })
     }
 
-    pub fn ctx(&self) -> &Arc<Ctx> {
-        &self.ctx
+    /// Queues accepted rows for the group commit; answers once they are
+    /// durable (or refused).
+    pub async fn submit(&self, rows: Vec<IngestRow>) -> ingest_writer::IngestReply {
+        self.ctx.ingest.submit(rows).await
+    }
+
+    /// Requests waiting for the group commit (metric).
+    pub fn ingest_depth(&self) -> usize {
+        self.ctx.ingest.depth()
+    }
+
+    /// A key the tenant used recently: the event it answered and its
+    /// fingerprint (the storage fence stays the source of truth).
+    pub fn recent_key(&self, tenant: TenantId, key: &str) -> Option<(EventId, [u8; 32])> {
+        self.ctx.idempotency.get(tenant, key)
+    }
+
+    /// Takes one request out of the tenant's budget (and the key's): in
+    /// Redis, shared by every node, when configured — falling back to this
+    /// node's cells if Redis does not answer — else in this node's cells.
+    pub async fn rate_limit(
+        &self,
+        shared: &TenantShared,
+        tenant_q: Quota,
+        key_q: Option<(ApiKeyId, Quota)>,
+    ) -> Decision {
+        let tenant = shared.tenant().id;
+        match &self.ctx.redis_limiter {
+            Some(redis) => match redis.check(tenant, tenant_q, key_q).await {
+                Ok(d) => d,
+                Err(error) => {
+                    tracing::warn!(%error, %tenant, "rate limiter unavailable, letting the request through");
+                    shared.limits.check(tenant_q, key_q)
+                }
+            },
+            None => shared.limits.check(tenant_q, key_q),
+        }
+    }
+
+    /// A job was queued: the runner looks at once.
+    pub fn job_queued(&self) {
+        self.ctx.signals.jobs.raise();
+    }
+
+    /// New inbox rows for the tenant (a quarantined event put back).
+    pub fn wake(&self, tenant: TenantId) {
+        self.ctx.wake(tenant);
+    }
+
+    /// Runs partition maintenance now (tests that move the clock).
+    pub fn maintain_partitions(&self) {
+        self.ctx.signals.partitions.raise();
+    }
+
+    /// The deployment's keys (webhook secrets, export encryption).
+    pub fn keys(&self) -> &Keys {
+        &self.ctx.keys
+    }
+
+    /// Where exports and archives are stored.
+    pub fn objects(&self) -> &Objects {
+        &self.ctx.objects
     }
 
     /// The tenant's running shared state, starting its actors if needed.
@@ -126,9 +199,11 @@ impl Runtime {
             shared.touch();
             return Ok(shared.clone());
         }
-        let registry = self.ctx.registry.read().clone().ok_or(Error::Unavailable {
-            actor: "tenant registry",
-        })?;
+        let registry =
+            ActorRef::<TenantRegistryMsg>::where_is(registered_name(TENANT_REGISTRY, &self.ctx))
+                .ok_or(Error::Unavailable {
+                    actor: "tenant registry",
+                })?;
         let tenant = tenant.clone();
         let shared = ractor::call!(registry, |reply| TenantRegistryMsg::Ensure {
             tenant,

@@ -103,7 +103,8 @@ impl ProcessorActor {
             limit,
             now: ctx.now(),
             lease_ttl: Duration::from_std(ctx.config.lease_ttl).unwrap_or(Duration::seconds(10)),
-            publish_tracked: ctx.emitter.is_some(),
+            tracked: ctx.routing.tracked.clone(),
+            tracked_if_subscribed: ctx.routing.tracked_if_subscribed.clone(),
             after_seq,
             faults: ctx.faults.clone(),
         }

@@ -1,11 +1,13 @@
-//! RootActor: the top of a node's supervision tree. It starts the ingest
-//! writer and the tenant registry and restarts either with capped backoff
-//! when it fails. The ingest queue and the tenant map live in [`Ctx`], so a
-//! restarted child picks up where the failed one stopped.
+//! RootActor: the top of a node's supervision tree. Its children come from
+//! one table ([`children`]): each is started at boot and, when it fails or
+//! stops, started again after a capped backoff. What children share (the
+//! ingest queue, the tenant map, signals) lives in [`Ctx`], so a restarted
+//! child picks up where the failed one stopped.
 
 use std::{collections::HashMap, sync::Arc};
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use futures::future::BoxFuture;
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{error, warn};
 
 use crate::{
@@ -14,12 +16,84 @@ use crate::{
     context::Ctx,
     ingest_writer::{IngestWriterActor, IngestWriterArgs},
     job_runner::{JobRunnerActor, JobRunnerArgs},
-    outbox_relay::{OutboxRelayActor, OutboxRelayArgs},
-    partition_manager::{PartitionManagerActor, PartitionManagerArgs},
-    repairer::{RepairerActor, RepairerArgs},
+    partition_manager::PartitionManager,
+    periodic::PeriodicActor,
+    repairer::Repairer,
+    sinks,
     tenant_registry::{TenantRegistryActor, TenantRegistryArgs},
     webhook_dispatcher::{WebhookDispatcherActor, WebhookDispatcherArgs},
 };
+
+type Start = Box<
+    dyn Fn(Arc<Ctx>, ActorCell) -> BoxFuture<'static, Result<Option<ActorCell>, ActorProcessingErr>>
+        + Send
+        + Sync,
+>;
+
+/// A child of the root: its name (in logs and `fastack_actor_restarts_total`)
+/// and how to start it.
+pub struct ChildSpec {
+    pub name: String,
+    start: Start,
+}
+
+impl ChildSpec {
+    /// A child made by `make`, which says `None` when the child does not run
+    /// on this node (the AMQP relay without a broker). The child is
+    /// registered as `<name>@<node id>` so the runtime finds it by name.
+    pub fn new<A: Actor>(
+        name: impl Into<String>,
+        make: impl Fn(Arc<Ctx>) -> Option<(A, A::Arguments)> + Send + Sync + 'static,
+    ) -> Self {
+        let name = name.into();
+        let registered = name.clone();
+        ChildSpec {
+            name,
+            start: Box::new(move |ctx, supervisor| {
+                let as_name = registered_name(&registered, &ctx);
+                let made = make(ctx);
+                Box::pin(async move {
+                    let Some((actor, args)) = made else {
+                        return Ok(None);
+                    };
+                    let (r, _) =
+                        Actor::spawn_linked(Some(as_name), actor, args, supervisor).await?;
+                    Ok(Some(r.get_cell()))
+                })
+            }),
+        }
+    }
+}
+
+/// The name a child of this node is registered under.
+pub fn registered_name(child: &str, ctx: &Ctx) -> String {
+    format!("{child}@{}", ctx.node_id)
+}
+
+/// The children of a node's root, in start order.
+pub fn children(ctx: &Ctx) -> Vec<ChildSpec> {
+    let mut children = vec![
+        ChildSpec::new("ingest_writer", |ctx| {
+            Some((IngestWriterActor, IngestWriterArgs { ctx }))
+        }),
+        ChildSpec::new(TENANT_REGISTRY, |ctx| {
+            Some((TenantRegistryActor, TenantRegistryArgs { ctx }))
+        }),
+        ChildSpec::new("job_runner", |ctx| {
+            Some((JobRunnerActor, JobRunnerArgs { ctx }))
+        }),
+        PeriodicActor::child(Repairer),
+        PeriodicActor::child(PartitionManager),
+        ChildSpec::new("webhook_dispatcher", |ctx| {
+            Some((WebhookDispatcherActor, WebhookDispatcherArgs { ctx }))
+        }),
+    ];
+    children.extend(sinks::enabled(&ctx.config).into_iter().map(|s| s.child));
+    children
+}
+
+/// The tenant registry's name (the front door asks it for tenants).
+pub const TENANT_REGISTRY: &str = "tenant_registry";
 
 pub struct RootActor;
 
@@ -27,169 +101,52 @@ pub struct RootArgs {
     pub ctx: Arc<Ctx>,
 }
 
-/// The children of the root.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Child {
-    IngestWriter,
-    TenantRegistry,
-    JobRunner,
-    OutboxRelay,
-    Repairer,
-    PartitionManager,
-    WebhookDispatcher,
-}
-
-impl Child {
-    fn name(&self) -> &'static str {
-        match self {
-            Child::IngestWriter => "ingest_writer",
-            Child::TenantRegistry => "tenant_registry",
-            Child::JobRunner => "job_runner",
-            Child::OutboxRelay => "outbox_relay",
-            Child::Repairer => "repairer",
-            Child::PartitionManager => "partition_manager",
-            Child::WebhookDispatcher => "webhook_dispatcher",
-        }
-    }
-}
-
 pub struct RootState {
     ctx: Arc<Ctx>,
-    children: HashMap<ActorId, Child>,
-    backoff: HashMap<Child, Backoff>,
+    children: Vec<ChildSpec>,
+    /// Running children: actor id → index in `children`.
+    running: HashMap<ActorId, usize>,
+    backoff: HashMap<usize, Backoff>,
 }
 
 /// Messages of the root supervisor.
 #[derive(Debug)]
 pub enum RootMsg {
-    /// (Re)start a child (sent after a backoff when it failed).
-    Start { child: Child },
+    /// (Re)start child `index` of the table (sent after a backoff when it
+    /// failed).
+    Start { index: usize },
 }
 
 impl RootActor {
     async fn start(
         myself: &ActorRef<RootMsg>,
         state: &mut RootState,
-        child: Child,
+        index: usize,
     ) -> Result<(), ActorProcessingErr> {
-        let cell = myself.get_cell();
-        let id = match child {
-            Child::IngestWriter => {
-                let (r, _) = Actor::spawn_linked(
-                    None,
-                    IngestWriterActor,
-                    IngestWriterArgs {
-                        ctx: state.ctx.clone(),
-                    },
-                    cell,
-                )
-                .await?;
-                r.get_id()
-            }
-            Child::TenantRegistry => {
-                let (r, _) = Actor::spawn_linked(
-                    None,
-                    TenantRegistryActor,
-                    TenantRegistryArgs {
-                        ctx: state.ctx.clone(),
-                    },
-                    cell,
-                )
-                .await?;
-                *state.ctx.registry.write() = Some(r.clone());
-                r.get_id()
-            }
-            Child::JobRunner => {
-                let (r, _) = Actor::spawn_linked(
-                    None,
-                    JobRunnerActor,
-                    JobRunnerArgs {
-                        ctx: state.ctx.clone(),
-                    },
-                    cell,
-                )
-                .await?;
-                r.get_id()
-            }
-            Child::OutboxRelay => {
-                let (Some(emitter), Some(url)) =
-                    (state.ctx.emitter.clone(), state.ctx.config.amqp_url.clone())
-                else {
-                    return Ok(());
-                };
-                let (r, _) = Actor::spawn_linked(
-                    None,
-                    OutboxRelayActor,
-                    OutboxRelayArgs {
-                        ctx: state.ctx.clone(),
-                        emitter,
-                        amqp_url: url,
-                    },
-                    cell,
-                )
-                .await?;
-                r.get_id()
-            }
-            Child::Repairer => {
-                let (r, _) = Actor::spawn_linked(
-                    None,
-                    RepairerActor,
-                    RepairerArgs {
-                        ctx: state.ctx.clone(),
-                    },
-                    cell,
-                )
-                .await?;
-                r.get_id()
-            }
-            Child::WebhookDispatcher => {
-                let (r, _) = Actor::spawn_linked(
-                    None,
-                    WebhookDispatcherActor,
-                    WebhookDispatcherArgs {
-                        ctx: state.ctx.clone(),
-                    },
-                    cell,
-                )
-                .await?;
-                r.get_id()
-            }
-            Child::PartitionManager => {
-                let (r, _) = Actor::spawn_linked(
-                    None,
-                    PartitionManagerActor,
-                    PartitionManagerArgs {
-                        ctx: state.ctx.clone(),
-                    },
-                    cell,
-                )
-                .await?;
-                r.get_id()
-            }
-        };
-        state.backoff.entry(child).or_default().started();
-        state.children.insert(id, child);
+        let spec = &state.children[index];
+        if let Some(cell) = (spec.start)(state.ctx.clone(), myself.get_cell()).await? {
+            state.running.insert(cell.get_id(), index);
+        }
+        state.backoff.entry(index).or_default().started();
         Ok(())
     }
 
     fn schedule_restart(
         myself: &ActorRef<RootMsg>,
         state: &mut RootState,
-        child: Child,
+        index: usize,
         why: &str,
     ) {
-        if child == Child::TenantRegistry {
-            *state.ctx.registry.write() = None;
-        }
-        state.ctx.metrics.restarted(child.name());
-        let delay = state.backoff.entry(child).or_default().next_delay();
+        let child = state.children[index].name.as_str();
+        state.ctx.metrics.restarted(child);
+        let delay = state.backoff.entry(index).or_default().next_delay();
         warn!(
-            ?child,
+            child,
             why,
             delay_ms = delay.as_millis() as u64,
             "child stopped, restarting after backoff"
         );
-        myself.send_after(delay, move || RootMsg::Start { child });
+        myself.send_after(delay, move || RootMsg::Start { index });
     }
 }
 
@@ -204,8 +161,9 @@ impl Actor for RootActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(RootState {
+            children: children(&args.ctx),
             ctx: args.ctx,
-            children: HashMap::new(),
+            running: HashMap::new(),
             backoff: HashMap::new(),
         })
     }
@@ -215,16 +173,8 @@ impl Actor for RootActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        for child in [
-            Child::IngestWriter,
-            Child::TenantRegistry,
-            Child::JobRunner,
-            Child::OutboxRelay,
-            Child::Repairer,
-            Child::PartitionManager,
-            Child::WebhookDispatcher,
-        ] {
-            Self::start(&myself, state, child).await?;
+        for index in 0..state.children.len() {
+            Self::start(&myself, state, index).await?;
         }
         Ok(())
     }
@@ -247,13 +197,13 @@ impl Actor for RootActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            RootMsg::Start { child } => {
-                if state.children.values().any(|c| *c == child) {
+            RootMsg::Start { index } => {
+                if state.running.values().any(|i| *i == index) {
                     return Ok(());
                 }
-                if let Err(e) = Self::start(&myself, state, child).await {
-                    error!(?child, error = %e, "child failed to start");
-                    Self::schedule_restart(&myself, state, child, "start failed");
+                if let Err(e) = Self::start(&myself, state, index).await {
+                    error!(child = state.children[index].name.as_str(), error = %e, "child failed to start");
+                    Self::schedule_restart(&myself, state, index, "start failed");
                 }
             }
         }
@@ -266,19 +216,15 @@ impl Actor for RootActor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match event {
-            SupervisionEvent::ActorFailed(cell, err) => {
-                if let Some(child) = state.children.remove(&cell.get_id()) {
-                    Self::schedule_restart(&myself, state, child, &err.to_string());
-                }
-            }
+        let (cell, why) = match event {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                if let Some(child) = state.children.remove(&cell.get_id()) {
-                    let why = reason.unwrap_or_else(|| "terminated".to_owned());
-                    Self::schedule_restart(&myself, state, child, &why);
-                }
+                (cell, reason.unwrap_or_else(|| "terminated".to_owned()))
             }
-            _ => {}
+            _ => return Ok(()),
+        };
+        if let Some(index) = state.running.remove(&cell.get_id()) {
+            Self::schedule_restart(&myself, state, index, &why);
         }
         Ok(())
     }

@@ -76,7 +76,7 @@ impl Actor for TenantSupervisorActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        args.shared.set_supervisor(Some(myself.clone()));
+        args.shared.set_supervisor(Some(myself.get_cell()));
         Ok(TenantSupervisorState {
             ctx: args.ctx,
             shared: args.shared,
@@ -106,6 +106,12 @@ impl Actor for TenantSupervisorActor {
         state
             .timers
             .push(myself.send_interval(Duration::from_secs(30), || TenantSupervisorMsg::Refresh));
+        state.timers.push(
+            state
+                .shared
+                .work
+                .forward(myself.clone(), || TenantSupervisorMsg::Wake),
+        );
         Ok(())
     }
 

@@ -1,11 +1,9 @@
-//! WebhookDispatcherActor: turns outbox rows into deliveries and hands due
-//! deliveries to one EndpointWorker per endpoint.
+//! WebhookDispatcherActor: hands due deliveries to one EndpointWorker per
+//! endpoint (the deliveries are created from outbox rows by the webhook
+//! sink, `sinks/webhooks.rs`).
 //!
-//! Fan-out claims outbox rows (`FOR UPDATE SKIP LOCKED`, its own claim
-//! column, independent of the AMQP relay), creates one delivery per event
-//! and subscribed endpoint (unique on endpoint × ce-id, so a re-emitted
-//! event is not delivered twice) and releases the rows, in one transaction.
-//! Dispatch claims due deliveries — a retry's due time is a column, so a
+//! Dispatch runs every 100 ms and when the deliveries signal is raised. It
+//! claims due deliveries — a retry's due time is a column, so a
 //! restart resumes the schedule — and routes them to their endpoint's
 //! worker, at most [`ENDPOINT_BACKLOG`] per endpoint in flight; the rest
 //! stay in the table for the next round.
@@ -17,8 +15,7 @@ use std::{
 };
 
 use chrono::Duration as ChronoDuration;
-use fastack_core::store::NewDelivery;
-use fastack_entities::{DeliveryId, EndpointId, TenantId};
+use fastack_entities::{DeliveryId, EndpointId};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -45,13 +42,13 @@ pub struct WebhookDispatcherState {
     /// Due deliveries were left in the table because an endpoint's backlog
     /// was full: dispatch again as soon as a slot frees, not at the next tick.
     throttled: bool,
-    ticker: Option<JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 /// Messages of the dispatcher.
 #[derive(Debug)]
 pub enum WebhookDispatcherMsg {
-    /// Fan out new outbox rows and dispatch due deliveries.
+    /// Dispatch due deliveries.
     Tick,
     /// A worker finished an attempt.
     Done {
@@ -61,41 +58,6 @@ pub enum WebhookDispatcherMsg {
 }
 
 impl WebhookDispatcherActor {
-    async fn fan_out(state: &mut WebhookDispatcherState) -> Result<usize, ActorProcessingErr> {
-        let ctx = &state.ctx;
-        let rows = ctx
-            .store
-            .claim_fanout(ctx.now(), ChronoDuration::seconds(30), 500)
-            .await?;
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        let mut endpoints: HashMap<TenantId, Vec<fastack_entities::Endpoint>> = HashMap::new();
-        let mut deliveries = Vec::new();
-        for row in &rows {
-            if let std::collections::hash_map::Entry::Vacant(slot) = endpoints.entry(row.tenant_id)
-            {
-                slot.insert(ctx.store.list_endpoints(Some(row.tenant_id)).await?);
-            }
-            for ep in &endpoints[&row.tenant_id] {
-                if ep.wants(&row.routing_key) {
-                    deliveries.push(NewDelivery {
-                        id: DeliveryId::new(),
-                        endpoint_id: ep.id,
-                        tenant_id: row.tenant_id,
-                        event_type: row.routing_key.clone(),
-                        ce_id: row.ce_id.clone(),
-                        body: row.body.clone(),
-                        emitted_at: row.created_at,
-                    });
-                }
-            }
-        }
-        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        ctx.store.complete_fanout(&ids, &deliveries).await?;
-        Ok(rows.len())
-    }
-
     async fn dispatch(
         myself: &ActorRef<WebhookDispatcherMsg>,
         state: &mut WebhookDispatcherState,
@@ -162,14 +124,13 @@ impl Actor for WebhookDispatcherActor {
 
     async fn pre_start(
         &self,
-        myself: ActorRef<Self::Msg>,
+        _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let client = http_client(
             args.ctx.config.webhook_allow_private,
             args.ctx.config.webhook_proxy.as_deref(),
         )?;
-        *args.ctx.webhooks.write() = Some(myself);
         Ok(WebhookDispatcherState {
             client,
             ctx: args.ctx,
@@ -177,7 +138,7 @@ impl Actor for WebhookDispatcherActor {
             worker_ids: HashMap::new(),
             in_flight: HashMap::new(),
             throttled: false,
-            ticker: None,
+            tasks: Vec::new(),
         })
     }
 
@@ -186,8 +147,16 @@ impl Actor for WebhookDispatcherActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state.ticker =
-            Some(myself.send_interval(Duration::from_millis(100), || WebhookDispatcherMsg::Tick));
+        state
+            .tasks
+            .push(myself.send_interval(Duration::from_millis(100), || WebhookDispatcherMsg::Tick));
+        state.tasks.push(
+            state
+                .ctx
+                .signals
+                .deliveries
+                .forward(myself.clone(), || WebhookDispatcherMsg::Tick),
+        );
         myself.send_message(WebhookDispatcherMsg::Tick)?;
         Ok(())
     }
@@ -197,10 +166,9 @@ impl Actor for WebhookDispatcherActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(t) = state.ticker.take() {
+        for t in state.tasks.drain(..) {
             t.abort();
         }
-        *state.ctx.webhooks.write() = None;
         myself
             .stop_children_and_wait(Some("shutdown".to_owned()), Some(crate::SHUTDOWN_WAIT))
             .await;
@@ -214,10 +182,7 @@ impl Actor for WebhookDispatcherActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            WebhookDispatcherMsg::Tick => {
-                while Self::fan_out(state).await? == 500 {}
-                Self::dispatch(&myself, state).await?;
-            }
+            WebhookDispatcherMsg::Tick => Self::dispatch(&myself, state).await?,
             WebhookDispatcherMsg::Done { endpoint, delivery } => {
                 if let Some(b) = state.in_flight.get_mut(&endpoint) {
                     b.remove(&delivery);

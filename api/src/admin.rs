@@ -124,7 +124,7 @@ async fn add_webhook(
     });
     let created = admin::add_webhook(
         state.store.as_ref(),
-        &state.runtime.ctx().keys,
+        state.runtime.keys(),
         t.id,
         &body.url,
         events.as_deref(),
@@ -177,7 +177,7 @@ async fn rotate_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> Ad
     let id: EndpointId = parse_id(&id, "endpoint")?;
     ok(
         StatusCode::OK,
-        &admin::rotate_webhook_secret(state.store.as_ref(), &state.runtime.ctx().keys, id).await?,
+        &admin::rotate_webhook_secret(state.store.as_ref(), state.runtime.keys(), id).await?,
     )
 }
 
@@ -246,7 +246,7 @@ async fn retry_quarantined(
     let t = tenant(&state, &t).await?;
     let event: EventId = parse_id(&event, "quarantined event")?;
     admin::retry_quarantined(state.store.as_ref(), t.id, event).await?;
-    state.runtime.ctx().wake(t.id);
+    state.runtime.wake(t.id);
     ok(StatusCode::OK, &json!({"event_id": event, "retried": true}))
 }
 

@@ -24,7 +24,6 @@ use poem::{
     http::{HeaderValue, StatusCode},
 };
 use poem_openapi::{SecurityScheme, auth::Bearer};
-use tracing::warn;
 
 use crate::{
     problem::{ApiError, ProblemCode, to_problem},
@@ -202,16 +201,7 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
             },
         )
     });
-    let decision = match &state.runtime.ctx().redis_limiter {
-        Some(redis) => match redis.check(tenant.id, tenant_q, key_q).await {
-            Ok(d) => d,
-            Err(error) => {
-                warn!(%error, tenant = %tenant.id, "rate limiter unavailable, letting the request through");
-                shared.limits.check(tenant_q, key_q)
-            }
-        },
-        None => shared.limits.check(tenant_q, key_q),
-    };
+    let decision = state.runtime.rate_limit(&shared, tenant_q, key_q).await;
     if !decision.allowed {
         let mut err = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,

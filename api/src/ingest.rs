@@ -165,12 +165,7 @@ pub async fn accept(
         if alias[i].is_some() {
             continue;
         }
-        if let Some((id, fp)) = state
-            .runtime
-            .ctx()
-            .idempotency
-            .get(tenant_id, &ev.idempotency_key)
-        {
+        if let Some((id, fp)) = state.runtime.recent_key(tenant_id, &ev.idempotency_key) {
             if fp != fps[i] {
                 return Err(conflict(index_of(i), &ev.idempotency_key));
             }
@@ -189,7 +184,7 @@ pub async fn accept(
         row_index.push(i);
     }
     if !rows.is_empty() {
-        match state.runtime.ctx().ingest.submit(rows).await {
+        match state.runtime.submit(rows).await {
             Ok(results) => {
                 for (r, i) in results.into_iter().zip(&row_index) {
                     outcome[*i] = Some(r);

@@ -369,7 +369,7 @@ impl JobsApi {
             attempts: 0,
         };
         state.store.insert_job(&job).await?;
-        state.runtime.ctx().kick_jobs();
+        state.runtime.job_queued();
         Ok(ExportCreated::Accepted(Json(ExportAccepted {
             job_id: job.id.0,
         })))
@@ -465,8 +465,8 @@ impl JobsApi {
             }
         };
         let path = result["path"].as_str().unwrap_or_default();
-        let keys = &state.runtime.ctx().keys;
-        let plain = export::read(&state.runtime.ctx().objects, keys, path).await?;
+        let keys = state.runtime.keys();
+        let plain = export::read(state.runtime.objects(), keys, path).await?;
         let expected = result["hmac"].as_str().unwrap_or_default();
         if !fastack_core::crypto::hmac_verify_hex(&keys.tenant_hmac(tenant), &[&plain], expected) {
             return Err(ApiError::from(fastack_core::Error::Corrupt(format!(

@@ -363,7 +363,7 @@ impl CoreApi {
         state
             .metrics
             .ingest_queue_depth
-            .set(state.runtime.ctx().ingest.depth() as i64);
+            .set(state.runtime.ingest_depth() as i64);
         PlainText(state.metrics.render())
     }
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod export;
 pub mod faults;
 pub mod identity;
+pub mod jobs;
 pub mod json;
 pub mod metrics;
 pub mod objects;

@@ -23,7 +23,12 @@ pub struct HttpLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActorLabels {
-    pub actor: &'static str,
+    pub actor: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkLabels {
+    pub sink: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -55,7 +60,7 @@ pub struct Metrics {
     pub amqp_published: Counter,
     pub amqp_unroutable: Counter,
     pub ratelimit_round_trips: Counter,
-    pub outbox_depth: Gauge,
+    pub outbox_depth: Family<SinkLabels, Gauge>,
     pub events_repaired: Counter,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_first_attempt_lag_seconds: Histogram,
@@ -97,7 +102,7 @@ impl Metrics {
             "rate-limit decisions that went to Redis (the rest were served from leased tokens)",
             ratelimit_round_trips.clone(),
         );
-        let outbox_depth = Gauge::default();
+        let outbox_depth = Family::<SinkLabels, Gauge>::default();
         let events_repaired = Counter::default();
         let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
         let webhook_first_attempt_lag_seconds = latency_histogram();
@@ -123,7 +128,7 @@ impl Metrics {
         );
         registry.register(
             "outbox_depth",
-            "outbox rows waiting for the AMQP relay",
+            "outbox rows each sink (amqp, webhooks) still owes",
             outbox_depth.clone(),
         );
         registry.register(
@@ -249,9 +254,11 @@ impl Metrics {
             .inc();
     }
 
-    pub fn restarted(&self, actor: &'static str) {
+    pub fn restarted(&self, actor: &str) {
         self.actor_restarts
-            .get_or_create(&ActorLabels { actor })
+            .get_or_create(&ActorLabels {
+                actor: actor.to_owned(),
+            })
             .inc();
     }
 

@@ -1,12 +1,14 @@
-//! Schema migrations for both storage backends. Each migration carries the
-//! exact SQL for PostgreSQL and for SQLite: the two differ where it matters
-//! (native partitioning, timestamp and uuid representations).
+//! Schema migrations for both storage backends. New migrations are written
+//! once with sea-orm-migration's schema builder, taking the column types
+//! that differ from [`column`]; the early ones carry exact SQL per backend
+//! (they are kept as they ran: a migration never changes once released).
 //!
 //! Time-partitioned `tracked_events` partitions are created at run time by
 //! the storage layer (they depend on the clock), never here.
 
 pub use sea_orm_migration::prelude::*;
 
+mod column;
 mod m20261130_000001_init;
 mod m20261130_000002_jobs_outbox;
 mod m20261130_000003_default_tripwire;
@@ -14,6 +16,7 @@ mod m20261130_000004_webhooks;
 mod m20261130_000005_ingest_fast_path;
 mod m20261130_000006_queue_vacuum;
 mod m20261201_000007_quarantine;
+mod m20261201_000008_outbox_sinks;
 
 pub struct Migrator;
 
@@ -28,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000005_ingest_fast_path::Migration),
             Box::new(m20261130_000006_queue_vacuum::Migration),
             Box::new(m20261201_000007_quarantine::Migration),
+            Box::new(m20261201_000008_outbox_sinks::Migration),
         ]
     }
 }

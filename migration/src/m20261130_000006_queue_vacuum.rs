@@ -14,7 +14,7 @@ use sea_orm_migration::prelude::*;
 pub struct Migration;
 
 /// The storage parameters given to each queue table.
-const QUEUE_TABLE_OPTIONS: &str =
+pub(crate) const QUEUE_TABLE_OPTIONS: &str =
     "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000";
 
 // The trait's signature elides the manager's lifetime.

@@ -15,7 +15,7 @@ use fastack_core::{
     Error,
     store::{
         DropOutcome, Emit, EventQuery, Fence, IngestRow, Month, NewDelivery, PartitionKey,
-        ProcessOutcome, ProcessRequest, Store, TimeRange, Topic,
+        ProcessOutcome, ProcessRequest, SinkName, Store, TimeRange, Topic,
     },
     validate::fingerprint,
 };
@@ -82,10 +82,17 @@ conformance!(
     lease_lost_rolls_back,
     job_claims_and_terminal_event,
     outbox_claims_are_disjoint,
+    sinks_owe_rows_independently,
     webhook_fanout_and_deliveries,
     partitions_and_retention,
     quarantine_round_trip,
 );
+
+/// Sinks as the node names them; storage knows none of them.
+const AMQP: SinkName = SinkName("amqp");
+const WEBHOOKS: SinkName = SinkName("webhooks");
+/// A sink no node has: a new sink needs no change below storage's API.
+const AUDIT: SinkName = SinkName("audit");
 
 /// Now, at the storage precision (microseconds).
 fn now() -> DateTime<Utc> {
@@ -169,7 +176,12 @@ fn request(tenant: TenantId, node: NodeId, publish: bool) -> ProcessRequest {
         limit: 1000,
         now: Utc::now(),
         lease_ttl: Duration::seconds(30),
-        publish_tracked: publish,
+        tracked: if publish {
+            Emit::to([AMQP])
+        } else {
+            Emit::default()
+        },
+        tracked_if_subscribed: Emit::to([WEBHOOKS]),
         after_seq: None,
         faults: Default::default(),
     }
@@ -724,22 +736,19 @@ async fn job_claims_and_terminal_event(store: &Store) {
     done.result = Some(json!({"rows": 3}));
     done.execution_time_ms = Some(12);
     done.finished_at = Some(late);
-    let emit = Emit {
-        publish: true,
-        fanout: false,
-    };
+    let emit = Emit::to([AMQP]);
     let holder_of_taken = stranger;
     let previous = if taken.id == first.id { n1 } else { n2 };
-    assert!(!store.finish_job(&done, previous, emit).await.unwrap());
+    assert!(!store.finish_job(&done, previous, &emit).await.unwrap());
     assert!(
         store
-            .finish_job(&done, holder_of_taken, emit)
+            .finish_job(&done, holder_of_taken, &emit)
             .await
             .unwrap()
     );
     assert!(
         !store
-            .finish_job(&done, holder_of_taken, emit)
+            .finish_job(&done, holder_of_taken, &emit)
             .await
             .unwrap()
     );
@@ -755,8 +764,11 @@ async fn job_claims_and_terminal_event(store: &Store) {
             .len(),
         1
     );
-    assert_eq!(store.outbox_depth().await.unwrap(), 1);
-    let rows = store.claim_outbox(Utc::now(), claim_for, 10).await.unwrap();
+    assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 1);
+    let rows = store
+        .claim_outbox(AMQP, Utc::now(), claim_for, 10)
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 1);
     let r = &rows[0];
     assert_eq!(r.topic, Topic::Job);
@@ -767,14 +779,14 @@ async fn job_claims_and_terminal_event(store: &Store) {
     // Not the fan-out's: it was not asked for.
     assert!(
         store
-            .claim_fanout(Utc::now(), claim_for, 10)
+            .claim_outbox(WEBHOOKS, Utc::now(), claim_for, 10)
             .await
             .unwrap()
             .is_empty()
     );
     // Published: the row leaves and the job's marker clears.
-    store.complete_publish(&[r.id]).await.unwrap();
-    assert_eq!(store.outbox_depth().await.unwrap(), 0);
+    store.complete_outbox(AMQP, &[r.id]).await.unwrap();
+    assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 0);
     assert!(
         !store
             .get_job(t.id, done.id)
@@ -786,7 +798,7 @@ async fn job_claims_and_terminal_event(store: &Store) {
     // Nothing to repair.
     assert!(
         store
-            .repair_pending_events(Utc::now(), claim_for, emit, 10)
+            .repair_pending_events(Utc::now(), claim_for, &emit, 10)
             .await
             .unwrap()
             .is_empty()
@@ -825,14 +837,14 @@ async fn outbox_claims_are_disjoint(store: &Store) {
     // Streaming on: every processed event owes the relay a row.
     let out = process_all(store, t.id, true).await;
     assert_eq!(out.appended.len(), 60);
-    assert_eq!(store.outbox_depth().await.unwrap(), 60);
+    assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 60);
 
     // Two relays claim at once, in small batches, until nothing is left.
     let claim = |store: Store| async move {
         let mut mine = Vec::new();
         loop {
             let rows = store
-                .claim_outbox(Utc::now(), Duration::seconds(30), 7)
+                .claim_outbox(AMQP, Utc::now(), Duration::seconds(30), 7)
                 .await
                 .unwrap();
             if rows.is_empty() {
@@ -859,12 +871,13 @@ async fn outbox_claims_are_disjoint(store: &Store) {
 
     // Released rows are claimable again at once; completed rows are gone.
     let a_ids: Vec<i64> = ids_a.iter().copied().collect();
-    store.release_outbox(&a_ids).await.unwrap();
+    store.release_outbox(AMQP, &a_ids).await.unwrap();
     let again = claim(store.clone()).await;
     assert_eq!(again.iter().map(|r| r.id).collect::<HashSet<_>>(), ids_a);
     // An expired claim is claimable again too.
     let expired = store
         .claim_outbox(
+            AMQP,
             Utc::now() + Duration::seconds(31),
             Duration::seconds(30),
             100,
@@ -873,15 +886,138 @@ async fn outbox_claims_are_disjoint(store: &Store) {
         .unwrap();
     assert_eq!(expired.len(), 60);
     let all: Vec<i64> = expired.iter().map(|r| r.id).collect();
-    store.complete_publish(&all).await.unwrap();
-    assert_eq!(store.outbox_depth().await.unwrap(), 0);
+    store.complete_outbox(AMQP, &all).await.unwrap();
+    assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 0);
     assert!(
         store
-            .claim_outbox(Utc::now() + Duration::hours(1), Duration::seconds(30), 100)
+            .claim_outbox(
+                AMQP,
+                Utc::now() + Duration::hours(1),
+                Duration::seconds(30),
+                100
+            )
             .await
             .unwrap()
             .is_empty()
     );
+}
+
+/// A row owed to three sinks stays until the last completes it; each sink
+/// claims, releases and completes on its own; the job's event marker clears
+/// only when no sink owes its row; a sink that never completes keeps it.
+async fn sinks_owe_rows_independently(store: &Store) {
+    let t = tenant(store, "t").await;
+    let t0 = now();
+    store
+        .insert_job(&job(t.id, JobKind::Export, t0))
+        .await
+        .unwrap();
+    let node = NodeId::new();
+    let claim_for = Duration::seconds(30);
+    let mut j = store
+        .claim_job(node, t0, claim_for, None)
+        .await
+        .unwrap()
+        .unwrap();
+    j.status = JobStatus::Failed;
+    j.finished_at = Some(t0);
+    let emit = Emit::to([AMQP, WEBHOOKS, AUDIT]);
+    assert!(store.finish_job(&j, node, &emit).await.unwrap());
+    for sink in [AMQP, WEBHOOKS, AUDIT] {
+        assert_eq!(store.outbox_depth(sink).await.unwrap(), 1, "{sink}");
+    }
+    // Every sink claims the same row; a claim by one blocks only that one.
+    let claimed: Vec<Vec<i64>> = join_all([AMQP, WEBHOOKS, AUDIT].map(|sink| async move {
+        store
+            .claim_outbox(sink, Utc::now(), claim_for, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect()
+    }))
+    .await;
+    assert!(
+        claimed
+            .iter()
+            .all(|ids| ids.len() == 1 && ids == &claimed[0])
+    );
+    let id = claimed[0][0];
+    assert!(
+        store
+            .claim_outbox(AMQP, Utc::now(), claim_for, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.release_outbox(AMQP, &[id]).await.unwrap();
+    assert_eq!(
+        store
+            .claim_outbox(AMQP, Utc::now(), claim_for, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    store.complete_outbox(AMQP, &[id]).await.unwrap();
+    store.complete_outbox(WEBHOOKS, &[id]).await.unwrap();
+    assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 0);
+    assert_eq!(store.outbox_depth(AUDIT).await.unwrap(), 1);
+    assert!(
+        store
+            .get_job(t.id, j.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .event_pending
+    );
+    // Completing twice changes nothing.
+    store.complete_outbox(AMQP, &[id]).await.unwrap();
+    assert_eq!(store.outbox_depth(AUDIT).await.unwrap(), 1);
+    let late = store
+        .claim_outbox(AUDIT, Utc::now() + Duration::minutes(1), claim_for, 10)
+        .await
+        .unwrap();
+    assert_eq!(late.len(), 1);
+    assert_eq!(late[0].routing_key, "job.failed");
+    store.complete_outbox(AUDIT, &[id]).await.unwrap();
+    assert!(
+        !store
+            .get_job(t.id, j.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .event_pending
+    );
+    for sink in [AMQP, WEBHOOKS, AUDIT] {
+        assert_eq!(store.outbox_depth(sink).await.unwrap(), 0, "{sink}");
+    }
+    // Nothing written when no sink takes the event.
+    let mut quiet = job(t.id, JobKind::Export, t0);
+    store.insert_job(&quiet).await.unwrap();
+    quiet = store
+        .claim_job(node, t0, claim_for, None)
+        .await
+        .unwrap()
+        .unwrap();
+    quiet.status = JobStatus::Failed;
+    quiet.finished_at = Some(t0);
+    assert!(
+        store
+            .finish_job(&quiet, node, &Emit::default())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .get_job(t.id, quiet.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .event_pending
+    );
+    assert_eq!(store.outbox_depth(AUDIT).await.unwrap(), 0);
 }
 
 async fn webhook_fanout_and_deliveries(store: &Store) {
@@ -927,15 +1063,20 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         .collect();
     accept(store, &rows).await;
     process_all(store, t.id, false).await;
-    assert_eq!(store.outbox_depth().await.unwrap(), 0);
+    assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 0);
     let claim_for = Duration::seconds(30);
     let (fa, fb) = tokio::join!(
-        store.claim_fanout(Utc::now(), claim_for, 2),
-        store.claim_fanout(Utc::now(), claim_for, 2)
+        store.claim_outbox(WEBHOOKS, Utc::now(), claim_for, 2),
+        store.claim_outbox(WEBHOOKS, Utc::now(), claim_for, 2)
     );
     let mut fan: Vec<_> = fa.unwrap();
     fan.extend(fb.unwrap());
-    fan.extend(store.claim_fanout(Utc::now(), claim_for, 10).await.unwrap());
+    fan.extend(
+        store
+            .claim_outbox(WEBHOOKS, Utc::now(), claim_for, 10)
+            .await
+            .unwrap(),
+    );
     assert_eq!(fan.len(), 3, "each row claimed once");
     let deliveries: Vec<NewDelivery> = fan
         .iter()
@@ -950,7 +1091,8 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         })
         .collect();
     let done: Vec<i64> = fan.iter().map(|r| r.id).collect();
-    store.complete_fanout(&done, &deliveries).await.unwrap();
+    store.insert_deliveries(&deliveries).await.unwrap();
+    store.complete_outbox(WEBHOOKS, &done).await.unwrap();
     // Completing again (a retry after a lost answer) creates nothing new.
     let dup: Vec<NewDelivery> = deliveries
         .iter()
@@ -959,10 +1101,10 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
             ..d.clone()
         })
         .collect();
-    store.complete_fanout(&done, &dup).await.unwrap();
+    store.insert_deliveries(&dup).await.unwrap();
     assert!(
         store
-            .claim_fanout(Utc::now() + Duration::hours(1), claim_for, 10)
+            .claim_outbox(WEBHOOKS, Utc::now() + Duration::hours(1), claim_for, 10)
             .await
             .unwrap()
             .is_empty()

@@ -817,7 +817,7 @@ async fn postgres_refuses_a_nul_key_alone() {
     let Some(app) = app_with_faults(Backend::Postgres, Faults::new()).await else {
         return;
     };
-    let ctx = app.server.as_ref().unwrap().state().runtime.ctx().clone();
+    let runtime = &app.server.as_ref().unwrap().state().runtime;
     let now = Utc::now();
     let row = |key: &str| {
         let ev = NewEvent {
@@ -841,8 +841,8 @@ async fn postgres_refuses_a_nul_key_alone() {
     };
     let mut refused = 0;
     for round in 0..20 {
-        let mut submits = vec![ctx.ingest.submit(vec![row(&format!("nul-{round}\u{0}"))])];
-        submits.extend((0..30).map(|i| ctx.ingest.submit(vec![row(&format!("ok-{round}-{i}"))])));
+        let mut submits = vec![runtime.submit(vec![row(&format!("nul-{round}\u{0}"))])];
+        submits.extend((0..30).map(|i| runtime.submit(vec![row(&format!("ok-{round}-{i}"))])));
         let results = join_all(submits).await;
         match &results[0] {
             Err(IngestError::Refused { reason }) => {

@@ -151,8 +151,7 @@ async fn month_rollover_and_backfill_leave_default_empty(backend: Backend) {
         .unwrap()
         .state()
         .runtime
-        .ctx()
-        .kick_partitions();
+        .maintain_partitions();
     eventually("April created ahead", Duration::from_secs(10), || async {
         tables(&app)
             .await
@@ -255,8 +254,7 @@ async fn retention_archives_then_drops_per_plan(backend: Backend, s3: Option<&S3
         .unwrap()
         .state()
         .runtime
-        .ctx()
-        .kick_partitions();
+        .maintain_partitions();
     let job = eventually(
         "the retention job to finish",
         Duration::from_secs(30),
@@ -424,8 +422,8 @@ async fn corrupted_upload_keeps_the_partition(backend: Backend) {
 
     corrupt.store(true, Ordering::SeqCst);
     clock.set(at("2026-03-02T00:00:00Z"));
-    let ctx = app.server.as_ref().unwrap().state().runtime.ctx().clone();
-    ctx.kick_partitions();
+    let runtime = &app.server.as_ref().unwrap().state().runtime;
+    runtime.maintain_partitions();
     let ours = |j: &fastack_entities::Job| j.params["partition"] == "tracked_events_y2025m01_r13";
     let failed = eventually(
         "the retention job to fail",
@@ -465,7 +463,7 @@ async fn corrupted_upload_keeps_the_partition(backend: Backend) {
 
     // Storage healthy again: the next run archives and drops it.
     corrupt.store(false, Ordering::SeqCst);
-    ctx.kick_partitions();
+    runtime.maintain_partitions();
     let done = eventually("a retry to complete", Duration::from_secs(30), || async {
         retention_jobs(&app)
             .await

@@ -60,7 +60,58 @@ async fn upgraded(backend: Backend) -> Option<TestApp> {
             pool.close().await;
         }
     }
+    owe_rows_in_the_old_schema(&db, backend).await;
     Some(spawn_on(Arc::new(db), |_| {}).await)
+}
+
+/// Two outbox rows still owed when the release stopped, in its schema (a
+/// flag and a claim column per consumer): one to the AMQP relay, one to the
+/// webhook fan-out. After the upgrade each is owed to its sink by name.
+async fn owe_rows_in_the_old_schema(db: &TestDb, backend: Backend) {
+    let want = expected(backend);
+    let tenant = want["tenant"]["id"].as_str().unwrap().to_owned();
+    let job = want["job"]["job_id"].as_str().unwrap().to_owned();
+    let row = |ce: &str, publish: bool| match backend {
+        Backend::Postgres => format!(
+            "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, \
+               created_at, publish_pending, fanout_pending) \
+             VALUES ('{tenant}', 'job', 'job.completed', '{ce}', '{job}', '{{}}', '{job}', now(), {publish}, {})",
+            !publish
+        ),
+        Backend::Sqlite => format!(
+            "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, \
+               created_at, publish_pending, fanout_pending) \
+             VALUES (x'{}', 'job', 'job.completed', '{ce}', '{job}', '{{}}', x'{}', 0, {}, {})",
+            tenant.replace('-', ""),
+            job.replace('-', ""),
+            publish as i32,
+            !publish as i32
+        ),
+    };
+    let statements = [row("upgrade-amqp", true), row("upgrade-webhooks", false)];
+    match backend {
+        Backend::Postgres => {
+            let pool = db.pg_pool().await;
+            for sql in statements {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            pool.close().await;
+        }
+        Backend::Sqlite => {
+            let url = format!("sqlite://{}", db.config().sqlite_path().display());
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            for sql in statements {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            pool.close().await;
+        }
+    }
 }
 
 async fn reads_what_the_release_wrote(backend: Backend) {
@@ -110,6 +161,27 @@ async fn reads_what_the_release_wrote(backend: Backend) {
     let job = app.get(&format!("/v1/core/jobs/{job_id}"), key).await;
     assert_eq!(job.status, 200, "{}", job.body);
     assert_eq!(job.body, want["job"]);
+
+    // Rows owed at the upgrade: the one for the relay is still owed (no
+    // broker here); the one for the fan-out became a delivery.
+    assert_eq!(
+        app.store
+            .outbox_depth(fastack_core::store::SinkName("amqp"))
+            .await
+            .unwrap(),
+        1
+    );
+    let tenant_id = app.t.tenant.id;
+    eventually("the owed fan-out", Duration::from_secs(20), || async {
+        app.store
+            .list_deliveries(tenant_id, None, 100)
+            .await
+            .unwrap()
+            .iter()
+            .any(|d| d.ce_id == "upgrade-webhooks")
+            .then_some(())
+    })
+    .await;
 
     // Endpoints as the admin surface lists them.
     let endpoints = serde_json::to_value(app.store.list_endpoints(None).await.unwrap()).unwrap();

@@ -20,6 +20,7 @@ use crate::{
 };
 
 mod ingest;
+mod outbox;
 pub mod postgres;
 mod processing;
 pub mod shared;
@@ -293,17 +294,50 @@ pub struct EventQuery {
     pub limit: u32,
 }
 
-/// Which consumers take outbox rows of a kind: the AMQP relay (`publish`)
-/// and the webhook fan-out (`fanout`). A row nobody takes is not written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// An outbound sink, by the name outbox rows record it under (`amqp`,
+/// `webhooks`, …). Storage knows no sink by name: the runtime says which
+/// sinks a row is written for, and each sink claims its own rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SinkName(pub &'static str);
+
+impl SinkName {
+    pub fn as_str(&self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::fmt::Display for SinkName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.0)
+    }
+}
+
+/// The sinks an outbox row is written for; each owes it until it completes
+/// it. A row no sink takes is not written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Emit {
-    pub publish: bool,
-    pub fanout: bool,
+    sinks: Vec<SinkName>,
 }
 
 impl Emit {
+    pub fn to(sinks: impl IntoIterator<Item = SinkName>) -> Self {
+        let mut sinks: Vec<SinkName> = sinks.into_iter().collect();
+        sinks.sort();
+        sinks.dedup();
+        Emit { sinks }
+    }
+
+    /// These sinks and `more`.
+    pub fn and(&self, more: &Emit) -> Emit {
+        Emit::to(self.sinks.iter().chain(&more.sinks).copied())
+    }
+
     pub fn any(&self) -> bool {
-        self.publish || self.fanout
+        !self.sinks.is_empty()
+    }
+
+    pub fn sinks(&self) -> &[SinkName] {
+        &self.sinks
     }
 }
 
@@ -351,12 +385,12 @@ pub struct OutboxRow {
     pub created_at: DateTime<Utc>,
 }
 
-/// The outbox row of a job's terminal event.
-pub fn job_event(job: &Job) -> (String, String) {
-    let status = job.status.as_str();
+/// The routing key and CloudEvents id of a job's terminal event.
+pub fn job_event(id: JobId, status: JobStatus) -> (String, String) {
+    let status = status.as_str();
     (
         format!("job.{status}"),
-        format!("fastack.job.{status}.{}", job.id),
+        format!("fastack.job.{status}.{id}"),
     )
 }
 
@@ -374,11 +408,14 @@ pub struct ProcessRequest {
     pub limit: u32,
     pub now: DateTime<Utc>,
     pub lease_ttl: Duration,
-    /// Whether `core.event.tracked` goes to the AMQP relay (streaming on).
-    /// The webhook fan-out is decided inside the transaction, from the
-    /// tenant's endpoints as they are then: an endpoint added before the
-    /// transaction starts gets its events, on every node.
-    pub publish_tracked: bool,
+    /// The sinks that take every `core.event.tracked` (the AMQP relay
+    /// when streaming is on).
+    pub tracked: Emit,
+    /// The sinks that take `core.event.tracked` when an enabled endpoint of
+    /// the tenant subscribes to it (the webhook fan-out). Decided inside the
+    /// transaction, from the endpoints as they are then: an endpoint added
+    /// before the transaction starts gets its events, on every node.
+    pub tracked_if_subscribed: Emit,
     /// Read only inbox rows whose `seq` is above this (`None`: from the
     /// tenant's oldest row). Lets a processor start its index scan near the
     /// live rows instead of walking every row deleted since the last vacuum.
@@ -388,6 +425,16 @@ pub struct ProcessRequest {
 }
 
 impl ProcessRequest {
+    /// The sinks this transaction's events are written for, given whether
+    /// the tenant's endpoints take them.
+    pub(crate) fn emit_tracked(&self, subscribed: bool) -> Emit {
+        if subscribed {
+            self.tracked.and(&self.tracked_if_subscribed)
+        } else {
+            self.tracked.clone()
+        }
+    }
+
     /// Fails the transaction when a test armed a fault for one of these
     /// events (called by every backend once the batch is read, so the
     /// rollback is the real one).
@@ -517,22 +564,25 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// Writes the terminal state, the pending-event marker and the outbox row
     /// in one transaction — only if this node still holds the job, so a job
     /// ends exactly once. Returns whether it did.
-    async fn finish_job(&self, job: &Job, node: NodeId, emit: Emit) -> Result<bool>;
+    async fn finish_job(&self, job: &Job, node: NodeId, emit: &Emit) -> Result<bool>;
 
     // --- outbox -----------------------------------------------------------
 
-    /// Claims rows waiting for the AMQP relay (safe across nodes).
+    /// Claims rows the sink still owes (safe across nodes: a row is claimed
+    /// by one caller until the claim expires or is released).
     async fn claim_outbox(
         &self,
+        sink: SinkName,
         now: DateTime<Utc>,
         claim_for: Duration,
         limit: u32,
     ) -> Result<Vec<OutboxRow>>;
-    /// After the broker confirmed them: rows leave the relay's queue, and
-    /// jobs with nothing left to send lose their pending marker.
-    async fn complete_publish(&self, ids: &[i64]) -> Result<()>;
-    /// Gives claimed rows back (publish failed).
-    async fn release_outbox(&self, ids: &[i64]) -> Result<()>;
+    /// The sink is done with these rows (published, fanned out): they no
+    /// longer owe it; rows no sink owes are deleted, and jobs with nothing
+    /// left to send lose their pending marker — one transaction.
+    async fn complete_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()>;
+    /// Gives claimed rows back to the sink's queue at once (it failed).
+    async fn release_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()>;
     /// Terminal jobs whose marker is still set but whose outbox row is gone
     /// (a crash between confirm and clear): writes their stored event body
     /// to the outbox again, same ce-id. Claimed, so several nodes sweeping
@@ -541,11 +591,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         &self,
         now: DateTime<Utc>,
         claim_for: Duration,
-        emit: Emit,
+        emit: &Emit,
         limit: u32,
     ) -> Result<Vec<JobId>>;
-    /// Rows waiting for the relay (metric).
-    async fn outbox_depth(&self) -> Result<i64>;
+    /// Rows the sink still owes (metric).
+    async fn outbox_depth(&self, sink: SinkName) -> Result<i64>;
 
     // --- partitions and retention -----------------------------------------
 
@@ -602,16 +652,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<bool>;
     /// Whether an enabled endpoint of the tenant subscribes to the type.
     async fn tenant_subscribes(&self, tenant: TenantId, event_type: &str) -> Result<bool>;
-    /// Claims outbox rows waiting for the webhook fan-out.
-    async fn claim_fanout(
-        &self,
-        now: DateTime<Utc>,
-        claim_for: Duration,
-        limit: u32,
-    ) -> Result<Vec<OutboxRow>>;
-    /// Creates the deliveries (once per event and endpoint) and releases the
-    /// rows from the fan-out, in one transaction.
-    async fn complete_fanout(&self, done: &[i64], deliveries: &[NewDelivery]) -> Result<()>;
+    /// Creates deliveries, once per event and endpoint (creating one again
+    /// does nothing: a fan-out repeated after a crash delivers nothing twice).
+    async fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<()>;
     /// Claims deliveries whose next attempt is due.
     async fn claim_deliveries(
         &self,

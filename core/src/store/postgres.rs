@@ -27,9 +27,8 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    ArchiveCursor, ArchiveRow, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn,
-    PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
-    archive_row,
+    ArchiveCursor, ArchiveRow, DropOutcome, EventQuery, Fence, IngestRow, KeepFn, PartitionInfo,
+    PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange, archive_row,
 };
 use crate::error::{Error, Result};
 
@@ -245,16 +244,13 @@ impl Engine for PgStore {
         .bind(req.node_id.0)
         .bind(req.now + req.lease_ttl)
         .bind(req.now)
-        .bind(req.publish_tracked)
+        .bind(req.tracked.any())
         .fetch_optional(&mut *tx)
         .await?;
         let Some(held) = held else {
             return Err(Error::LeaseLost);
         };
-        let emit = Emit {
-            publish: req.publish_tracked,
-            fanout: held.try_get("fanout")?,
-        };
+        let emit = req.emit_tracked(held.try_get("fanout")?);
         processing::run(self, Tx::Pg(tx), emit, req).await
     }
 

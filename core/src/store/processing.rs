@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::{
-    Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, decode_payload,
+    Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, decode_payload, outbox,
     sql::{Col, Dialect, ListKind, Q, Tx},
     tracked_body,
 };
@@ -245,12 +245,16 @@ pub(crate) async fn run(
             .collect();
 
         if emit.any() {
-            let k = todo.len();
-            let bodies: Vec<String> = todo
+            let entries = todo
                 .iter()
                 .zip(&plan.contact_of)
-                .map(|(i, contact)| {
-                    tracked_body(&StoredEvent {
+                .map(|(i, contact)| outbox::Entry {
+                    tenant_id: tenant,
+                    topic: Topic::Core,
+                    routing_key: "core.event.tracked".to_owned(),
+                    ce_id: format!("fastack.event.tracked.{}", i.id),
+                    subject: i.id.to_string(),
+                    body: tracked_body(&StoredEvent {
                         id: i.id,
                         kind: i.event.kind,
                         event: i.event.event.clone(),
@@ -260,41 +264,12 @@ pub(crate) async fn run(
                         properties: i.event.properties.clone(),
                         occurred_at: i.event.occurred_at,
                         received_at: i.received_at,
-                    })
+                    }),
+                    job_id: None,
+                    created_at: req.now,
                 })
                 .collect();
-            tx.insert(
-                d.insert(
-                    "outbox",
-                    &[
-                        ("tenant_id", Col::Uuid(vec![tenant.0; k])),
-                        ("topic", Col::Text(vec!["core".to_owned(); k])),
-                        (
-                            "routing_key",
-                            Col::Text(vec!["core.event.tracked".to_owned(); k]),
-                        ),
-                        (
-                            "ce_id",
-                            Col::Text(
-                                todo.iter()
-                                    .map(|i| format!("fastack.event.tracked.{}", i.id))
-                                    .collect(),
-                            ),
-                        ),
-                        (
-                            "subject",
-                            Col::Text(todo.iter().map(|i| i.id.to_string()).collect()),
-                        ),
-                        ("body", Col::Text(bodies)),
-                        ("job_id", Col::OptUuid(vec![None; k])),
-                        ("created_at", Col::Time(vec![req.now; k])),
-                        ("publish_pending", Col::Bool(vec![emit.publish; k])),
-                        ("fanout_pending", Col::Bool(vec![emit.fanout; k])),
-                    ],
-                    "",
-                ),
-            )
-            .await?;
+            outbox::write(&mut tx, entries, &emit).await?;
         }
     }
     tx.execute(

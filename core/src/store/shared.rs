@@ -19,7 +19,8 @@ use uuid::Uuid;
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
     Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo, PartitionKey,
-    ProcessOutcome, ProcessRequest, SealedSecrets, Storage, TimeRange, Topic, job_event,
+    ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TimeRange, Topic, job_event,
+    outbox,
     sql::{Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::error::{Error, Result};
@@ -69,8 +70,6 @@ const TENANT_COLUMNS: &str = "id, name, plan, retention_months, created_at";
 const KEY_COLUMNS: &str = "id, tenant_id, prefix, rate_limit_rps, created_at, revoked_at";
 const JOB_COLUMNS: &str = "id, tenant_id, kind, status, params, metadata, result, execution_time_ms, \
                            created_at, finished_at, event_body, event_pending, attempts";
-const OUTBOX_COLUMNS: &str =
-    "id, tenant_id, topic, routing_key, ce_id, subject, body, job_id, created_at";
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, events, enabled, disabled_reason, previous_until, \
                                 created_at, updated_at";
 const QUARANTINE_COLUMNS: &str =
@@ -151,20 +150,6 @@ fn endpoint_from(r: &Row) -> Result<Endpoint> {
         previous_secret_until: r.opt_time("previous_until")?,
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
-    })
-}
-
-fn outbox_from(r: &Row) -> Result<OutboxRow> {
-    Ok(OutboxRow {
-        id: r.int("id")?,
-        tenant_id: TenantId(r.uuid("tenant_id")?),
-        topic: Topic::parse(&r.text("topic")?)?,
-        routing_key: r.text("routing_key")?,
-        ce_id: r.text("ce_id")?,
-        subject: r.text("subject")?,
-        body: r.text("body")?,
-        job_id: r.opt_uuid("job_id")?.map(JobId),
-        created_at: r.time("created_at")?,
     })
 }
 
@@ -282,94 +267,6 @@ impl SqlStore {
         Err(Error::Corrupt(format!(
             "merge chain of contact {id} too long"
         )))
-    }
-
-    /// A consumer is done with these outbox rows (`pending` is its column:
-    /// `publish_pending` or `fanout_pending`); rows nobody owes anything are
-    /// deleted, and jobs with nothing left to send lose their pending-event
-    /// marker — in the caller's transaction.
-    async fn release_rows(&self, tx: &mut Tx<'_>, ids: &[i64], publish: bool) -> Result<()> {
-        let d = self.d();
-        let (mine, claim, other) = if publish {
-            ("publish_pending", "claimed_until", "fanout_pending")
-        } else {
-            ("fanout_pending", "fanout_claimed_until", "publish_pending")
-        };
-        let jobs = tx
-            .fetch(
-                Q::new(format!(
-                    "UPDATE outbox SET {mine} = false, {claim} = NULL WHERE {} RETURNING job_id",
-                    d.in_list("id", 1, ListKind::Int)
-                ))
-                .bind(ids.to_vec()),
-            )
-            .await?;
-        tx.execute(
-            Q::new(format!(
-                "DELETE FROM outbox WHERE NOT {other} AND {}",
-                d.in_list("id", 1, ListKind::Int)
-            ))
-            .bind(ids.to_vec()),
-        )
-        .await?;
-        let jobs: Vec<Uuid> = jobs
-            .iter()
-            .map(|r| r.opt_uuid("job_id"))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .collect();
-        if !jobs.is_empty() {
-            tx.execute(
-                Q::new(format!(
-                    "UPDATE jobs SET event_pending = false WHERE {} AND NOT EXISTS \
-                     (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id \
-                      AND (o.publish_pending OR o.fanout_pending))",
-                    d.in_list("id", 1, ListKind::Uuid)
-                ))
-                .bind(jobs),
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Claims outbox rows owed to one consumer.
-    async fn claim_side(
-        &self,
-        now: DateTime<Utc>,
-        claim_for: Duration,
-        limit: u32,
-        publish: bool,
-    ) -> Result<Vec<OutboxRow>> {
-        let (pending, claim, count) = if publish {
-            (
-                "publish_pending",
-                "claimed_until",
-                ", attempts = attempts + 1",
-            )
-        } else {
-            ("fanout_pending", "fanout_claimed_until", "")
-        };
-        let rows = self
-            .db
-            .write(
-                Q::new(format!(
-                    "UPDATE outbox SET {claim} = $2{count} \
-                     WHERE id IN (SELECT id FROM outbox WHERE {pending} \
-                                    AND ({claim} IS NULL OR {claim} < $1) \
-                                  ORDER BY id LIMIT $3{}) \
-                     RETURNING {OUTBOX_COLUMNS}",
-                    self.d().skip_locked("outbox")
-                ))
-                .bind(now)
-                .bind(now + claim_for)
-                .bind(i64::from(limit)),
-            )
-            .await?;
-        let mut out: Vec<OutboxRow> = rows.iter().map(outbox_from).collect::<Result<_>>()?;
-        out.sort_by_key(|r| r.id);
-        Ok(out)
     }
 
     /// Fails an endpoint's pending deliveries (it was disabled).
@@ -771,7 +668,7 @@ impl Storage for SqlStore {
         Ok(n == 1)
     }
 
-    async fn finish_job(&self, job: &Job, node: NodeId, emit: Emit) -> Result<bool> {
+    async fn finish_job(&self, job: &Job, node: NodeId, emit: &Emit) -> Result<bool> {
         let body = job.render();
         let mut tx = self.db.begin().await?;
         let n = tx
@@ -796,26 +693,22 @@ impl Storage for SqlStore {
         if n != 1 {
             return Ok(false);
         }
-        if emit.any() {
-            let (routing_key, ce_id) = job_event(job);
-            tx.execute(
-                Q::new(
-                    "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, \
-                        created_at, publish_pending, fanout_pending) \
-                     VALUES ($1, 'job', $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(job.tenant_id.0)
-                .bind(routing_key)
-                .bind(ce_id)
-                .bind(job.id.0.to_string())
-                .bind(body)
-                .bind(job.id.0)
-                .bind(job.finished_at.unwrap_or_else(Utc::now))
-                .bind(emit.publish)
-                .bind(emit.fanout),
-            )
-            .await?;
-        }
+        let (routing_key, ce_id) = job_event(job.id, job.status);
+        outbox::write(
+            &mut tx,
+            vec![outbox::Entry {
+                tenant_id: job.tenant_id,
+                topic: Topic::Job,
+                routing_key,
+                ce_id,
+                subject: job.id.0.to_string(),
+                body,
+                job_id: Some(job.id),
+                created_at: job.finished_at.unwrap_or_else(Utc::now),
+            }],
+            emit,
+        )
+        .await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -824,43 +717,27 @@ impl Storage for SqlStore {
 
     async fn claim_outbox(
         &self,
+        sink: SinkName,
         now: DateTime<Utc>,
         claim_for: Duration,
         limit: u32,
     ) -> Result<Vec<OutboxRow>> {
-        self.claim_side(now, claim_for, limit, true).await
+        outbox::claim(&self.db, sink, now, claim_for, limit).await
     }
 
-    async fn complete_publish(&self, ids: &[i64]) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.db.begin().await?;
-        self.release_rows(&mut tx, ids, true).await?;
-        tx.commit().await
+    async fn complete_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()> {
+        outbox::complete(&self.db, sink, ids).await
     }
 
-    async fn release_outbox(&self, ids: &[i64]) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        self.db
-            .execute(
-                Q::new(format!(
-                    "UPDATE outbox SET claimed_until = NULL WHERE {}",
-                    self.d().in_list("id", 1, ListKind::Int)
-                ))
-                .bind(ids.to_vec()),
-            )
-            .await?;
-        Ok(())
+    async fn release_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()> {
+        outbox::release(&self.db, sink, ids).await
     }
 
     async fn repair_pending_events(
         &self,
         now: DateTime<Utc>,
         claim_for: Duration,
-        emit: Emit,
+        emit: &Emit,
         limit: u32,
     ) -> Result<Vec<JobId>> {
         let mut tx = self.db.begin().await?;
@@ -883,39 +760,30 @@ impl Storage for SqlStore {
             )
             .await?;
         let mut repaired = Vec::with_capacity(rows.len());
+        let mut entries = Vec::with_capacity(rows.len());
         for row in &rows {
-            let id = row.uuid("id")?;
-            let status = row.text("status")?;
-            tx.execute(
-                Q::new(
-                    "INSERT INTO outbox (tenant_id, topic, routing_key, ce_id, subject, body, job_id, \
-                        created_at, publish_pending, fanout_pending) \
-                     VALUES ($1, 'job', $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(row.uuid("tenant_id")?)
-                .bind(format!("job.{status}"))
-                .bind(format!("fastack.job.{status}.{id}"))
-                .bind(id.to_string())
-                .bind(row.text("event_body")?)
-                .bind(id)
-                .bind(now)
-                .bind(emit.publish)
-                .bind(emit.fanout),
-            )
-            .await?;
-            repaired.push(JobId(id));
+            let id = JobId(row.uuid("id")?);
+            let status: JobStatus = row.text("status")?.parse().map_err(corrupt)?;
+            let (routing_key, ce_id) = job_event(id, status);
+            entries.push(outbox::Entry {
+                tenant_id: TenantId(row.uuid("tenant_id")?),
+                topic: Topic::Job,
+                routing_key,
+                ce_id,
+                subject: id.to_string(),
+                body: row.text("event_body")?,
+                job_id: Some(id),
+                created_at: now,
+            });
+            repaired.push(id);
         }
+        outbox::write(&mut tx, entries, emit).await?;
         tx.commit().await?;
         Ok(repaired)
     }
 
-    async fn outbox_depth(&self) -> Result<i64> {
-        self.db
-            .read_one(Q::new(
-                "SELECT count(*) AS n FROM outbox WHERE publish_pending",
-            ))
-            .await?
-            .int("n")
+    async fn outbox_depth(&self, sink: SinkName) -> Result<i64> {
+        outbox::depth(&self.db, sink).await
     }
 
     // --- partitions and retention -----------------------------------------
@@ -1080,17 +948,8 @@ impl Storage for SqlStore {
             .bool("yes")
     }
 
-    async fn claim_fanout(
-        &self,
-        now: DateTime<Utc>,
-        claim_for: Duration,
-        limit: u32,
-    ) -> Result<Vec<OutboxRow>> {
-        self.claim_side(now, claim_for, limit, false).await
-    }
-
-    async fn complete_fanout(&self, done: &[i64], deliveries: &[NewDelivery]) -> Result<()> {
-        if done.is_empty() {
+    async fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<()> {
+        if deliveries.is_empty() {
             return Ok(());
         }
         let now = Utc::now();
@@ -1118,7 +977,6 @@ impl Storage for SqlStore {
             }
             tx.execute(q).await?;
         }
-        self.release_rows(&mut tx, done, false).await?;
         tx.commit().await
     }
 

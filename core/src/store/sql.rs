@@ -72,7 +72,6 @@ pub enum Col {
     Text(Vec<String>),
     OptText(Vec<Option<String>>),
     Int(Vec<i64>),
-    Bool(Vec<bool>),
     Bytes(Vec<Vec<u8>>),
     /// JSON text, stored as `jsonb` on PostgreSQL.
     Json(Vec<String>),
@@ -87,7 +86,6 @@ impl Col {
             Col::Text(v) | Col::Json(v) => v.len(),
             Col::OptText(v) => v.len(),
             Col::Int(v) => v.len(),
-            Col::Bool(v) => v.len(),
             Col::Bytes(v) => v.len(),
         }
     }
@@ -101,7 +99,6 @@ impl Col {
             Col::Text(v) => (Arg::Texts(v), format!("${n}::text[]")),
             Col::OptText(v) => (Arg::OptTexts(v), format!("${n}::text[]")),
             Col::Int(v) => (Arg::Ints(v), format!("${n}::int8[]")),
-            Col::Bool(v) => (Arg::Bools(v), format!("${n}::bool[]")),
             Col::Bytes(v) => (Arg::ByteLists(v), format!("${n}::bytea[]")),
             Col::Json(v) => (Arg::Texts(v), format!("${n}::text[]")),
         }
@@ -116,7 +113,6 @@ impl Col {
             Col::Text(v) | Col::Json(v) => Arg::Text(Some(v[i].clone())),
             Col::OptText(v) => Arg::Text(v[i].clone()),
             Col::Int(v) => Arg::Int(Some(v[i])),
-            Col::Bool(v) => Arg::Bool(v[i]),
             Col::Bytes(v) => Arg::Bytes(Some(v[i].clone())),
         }
     }
@@ -215,7 +211,6 @@ pub enum Arg {
     OptUuids(Vec<Option<Uuid>>),
     Times(Vec<DateTime<Utc>>),
     OptTexts(Vec<Option<String>>),
-    Bools(Vec<bool>),
     ByteLists(Vec<Vec<u8>>),
 }
 
@@ -297,7 +292,6 @@ impl Q {
                 Arg::OptUuids(v) => q.bind(v.clone()),
                 Arg::Times(v) => q.bind(v.clone()),
                 Arg::OptTexts(v) => q.bind(v.clone()),
-                Arg::Bools(v) => q.bind(v.clone()),
                 Arg::ByteLists(v) => q.bind(v.clone()),
             };
         }
@@ -325,11 +319,7 @@ impl Q {
                 ),
                 Arg::Ints(v) => q.bind(Value::from(v.clone()).to_string()),
                 Arg::Texts(v) => q.bind(Value::from(v.clone()).to_string()),
-                Arg::OptUuids(_)
-                | Arg::Times(_)
-                | Arg::OptTexts(_)
-                | Arg::Bools(_)
-                | Arg::ByteLists(_) => {
+                Arg::OptUuids(_) | Arg::Times(_) | Arg::OptTexts(_) | Arg::ByteLists(_) => {
                     unreachable!("array parameters are PostgreSQL's; SQLite inserts VALUES rows")
                 }
             };
@@ -547,26 +537,6 @@ impl Db {
         Ok(match self {
             Db::Pg(p) => Row::Pg(q.pg().fetch_one(p).await?),
             Db::Lite { reader, .. } => Row::Lite(q.lite().fetch_one(reader).await?),
-        })
-    }
-
-    /// A write returning rows (`… RETURNING`).
-    pub async fn write(&self, q: Q) -> Result<Vec<Row>> {
-        Ok(match self {
-            Db::Pg(p) => q
-                .pg()
-                .fetch_all(p)
-                .await?
-                .into_iter()
-                .map(Row::Pg)
-                .collect(),
-            Db::Lite { writer, .. } => q
-                .lite()
-                .fetch_all(writer)
-                .await?
-                .into_iter()
-                .map(Row::Lite)
-                .collect(),
         })
     }
 

@@ -28,7 +28,7 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    ArchiveCursor, ArchiveRow, DropOutcome, Emit, EventQuery, Fence, IngestRow, KeepFn, Month,
+    ArchiveCursor, ArchiveRow, DropOutcome, EventQuery, Fence, IngestRow, KeepFn, Month,
     PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
     archive_row,
 };
@@ -272,10 +272,7 @@ impl Engine for SqliteStore {
                 .bind(req.tenant_id.0)
                 .fetch_one(&mut *conn)
                 .await?;
-        let emit = Emit {
-            publish: req.publish_tracked,
-            fanout,
-        };
+        let emit = req.emit_tracked(fanout);
         // Processing may skip the fsync at commit: the inbox rows it consumes
         // are durable, and WAL with synchronous=NORMAL loses nothing on a
         // process crash (only the last transactions on power loss, which

@@ -1,0 +1,51 @@
+//! Signals: "there is work for you" between actors that do not know each
+//! other's types. The one who raises holds a [`Signal`]; the actor that
+//! listens turns it into one of its own messages with [`Signal::forward`].
+//! Raises coalesce (ten raises before the listener runs are one message),
+//! every listener sees them, and a signal raised while its listener is
+//! restarting is not lost: a listener always runs once when it starts.
+
+use ractor::{ActorRef, Message};
+use tokio::{sync::watch, task::JoinHandle};
+
+#[derive(Clone, Debug)]
+pub struct Signal(watch::Sender<u64>);
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal(watch::Sender::new(0))
+    }
+}
+
+impl Signal {
+    /// Wakes every listener.
+    pub fn raise(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Sends `msg()` to `actor` after each raise, until the actor is gone.
+    /// Abort the handle when the actor stops.
+    pub fn forward<M: Message>(&self, actor: ActorRef<M>, msg: fn() -> M) -> JoinHandle<()> {
+        let mut rx = self.0.subscribe();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                if actor.cast(msg()).is_err() {
+                    return;
+                }
+            }
+        })
+    }
+}
+
+/// The signals of a node.
+#[derive(Clone, Debug, Default)]
+pub struct Signals {
+    /// New outbox rows: every sink's relay looks.
+    pub outbox: Signal,
+    /// New webhook deliveries: the dispatcher looks.
+    pub deliveries: Signal,
+    /// A job was queued: the runner looks.
+    pub jobs: Signal,
+    /// Run partition maintenance now (tests that move the clock).
+    pub partitions: Signal,
+}

@@ -1,0 +1,226 @@
+//! The transactional outbox, written once: `outbox` holds each event on its
+//! way out (body byte for byte, CloudEvents id), `outbox_sinks` holds a row
+//! per (sink, outbox row) still owed. A sink claims its own rows, completes
+//! or releases them; a row no sink owes any more is deleted, and a job whose
+//! event is out loses its pending marker, in the same transaction. Adding a
+//! sink adds rows under a new name: no column, no migration.
+
+use chrono::{DateTime, Duration, Utc};
+use fastack_entities::{JobId, TenantId};
+use uuid::Uuid;
+
+use super::{
+    Emit, OutboxRow, SinkName, Topic,
+    sql::{Col, Db, ListKind, Q, Row, Tx},
+};
+use crate::error::Result;
+
+const COLUMNS: &str = "o.id, o.tenant_id, o.topic, o.routing_key, o.ce_id, o.subject, o.body, \
+                       o.job_id, o.created_at";
+
+/// An event to write to the outbox.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub tenant_id: TenantId,
+    pub topic: Topic,
+    pub routing_key: String,
+    pub ce_id: String,
+    pub subject: String,
+    pub body: String,
+    pub job_id: Option<JobId>,
+    pub created_at: DateTime<Utc>,
+}
+
+fn row_from(r: &Row) -> Result<OutboxRow> {
+    Ok(OutboxRow {
+        id: r.int("id")?,
+        tenant_id: TenantId(r.uuid("tenant_id")?),
+        topic: Topic::parse(&r.text("topic")?)?,
+        routing_key: r.text("routing_key")?,
+        ce_id: r.text("ce_id")?,
+        subject: r.text("subject")?,
+        body: r.text("body")?,
+        job_id: r.opt_uuid("job_id")?.map(JobId),
+        created_at: r.time("created_at")?,
+    })
+}
+
+/// Writes `entries`, owed to every sink of `emit`, in the caller's
+/// transaction (nothing when no sink takes them).
+pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> Result<()> {
+    if entries.is_empty() || !emit.any() {
+        return Ok(());
+    }
+    let d = tx.dialect();
+    let mut cols = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    for e in entries {
+        cols.0.push(e.tenant_id.0);
+        cols.1.push(e.topic.as_str().to_owned());
+        cols.2.push(e.routing_key);
+        cols.3.push(e.ce_id);
+        cols.4.push(e.subject);
+        cols.5.push(e.body);
+        cols.6.push(e.job_id.map(|j| j.0));
+        cols.7.push(e.created_at);
+    }
+    let ids: Vec<i64> = tx
+        .insert(d.insert(
+            "outbox",
+            &[
+                ("tenant_id", Col::Uuid(cols.0)),
+                ("topic", Col::Text(cols.1)),
+                ("routing_key", Col::Text(cols.2)),
+                ("ce_id", Col::Text(cols.3)),
+                ("subject", Col::Text(cols.4)),
+                ("body", Col::Text(cols.5)),
+                ("job_id", Col::OptUuid(cols.6)),
+                ("created_at", Col::Time(cols.7)),
+            ],
+            "RETURNING id",
+        ))
+        .await?
+        .iter()
+        .map(|r| r.int("id"))
+        .collect::<Result<_>>()?;
+    let (sinks, owed): (Vec<String>, Vec<i64>) = emit
+        .sinks()
+        .iter()
+        .flat_map(|s| ids.iter().map(move |id| (s.as_str().to_owned(), *id)))
+        .unzip();
+    tx.insert(d.insert(
+        "outbox_sinks",
+        &[("sink", Col::Text(sinks)), ("outbox_id", Col::Int(owed))],
+        "",
+    ))
+    .await?;
+    Ok(())
+}
+
+/// Claims up to `limit` rows the sink owes, oldest first.
+pub(crate) async fn claim(
+    db: &Db,
+    sink: SinkName,
+    now: DateTime<Utc>,
+    claim_for: Duration,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let d = db.dialect();
+    let mut tx = db.begin().await?;
+    let ids: Vec<i64> = tx
+        .fetch(
+            Q::new(format!(
+                "UPDATE outbox_sinks SET claimed_until = $3, attempts = attempts + 1 \
+                 WHERE sink = $1 AND outbox_id IN \
+                     (SELECT outbox_id FROM outbox_sinks \
+                      WHERE sink = $1 AND (claimed_until IS NULL OR claimed_until < $2) \
+                      ORDER BY outbox_id LIMIT $4{}) \
+                 RETURNING outbox_id",
+                d.skip_locked("outbox_sinks")
+            ))
+            .bind(sink.as_str())
+            .bind(now)
+            .bind(now + claim_for)
+            .bind(i64::from(limit)),
+        )
+        .await?
+        .iter()
+        .map(|r| r.int("outbox_id"))
+        .collect::<Result<_>>()?;
+    if ids.is_empty() {
+        tx.commit().await?;
+        return Ok(Vec::new());
+    }
+    let rows = tx
+        .fetch(
+            Q::new(format!(
+                "SELECT {COLUMNS} FROM outbox o WHERE {} ORDER BY o.id",
+                d.in_list("o.id", 1, ListKind::Int)
+            ))
+            .bind(ids),
+        )
+        .await?;
+    tx.commit().await?;
+    rows.iter().map(row_from).collect()
+}
+
+/// The sink is done with `ids`.
+pub(crate) async fn complete(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let d = db.dialect();
+    let mut tx = db.begin().await?;
+    tx.execute(
+        Q::new(format!(
+            "DELETE FROM outbox_sinks WHERE sink = $1 AND {}",
+            d.in_list("outbox_id", 2, ListKind::Int)
+        ))
+        .bind(sink.as_str())
+        .bind(ids.to_vec()),
+    )
+    .await?;
+    let jobs: Vec<Uuid> = tx
+        .fetch(
+            Q::new(format!(
+                "DELETE FROM outbox WHERE {} \
+                   AND NOT EXISTS (SELECT 1 FROM outbox_sinks s WHERE s.outbox_id = outbox.id) \
+                 RETURNING job_id",
+                d.in_list("id", 1, ListKind::Int)
+            ))
+            .bind(ids.to_vec()),
+        )
+        .await?
+        .iter()
+        .map(|r| r.opt_uuid("job_id"))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    if !jobs.is_empty() {
+        tx.execute(
+            Q::new(format!(
+                "UPDATE jobs SET event_pending = false WHERE {} \
+                   AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = jobs.id)",
+                d.in_list("id", 1, ListKind::Uuid)
+            ))
+            .bind(jobs),
+        )
+        .await?;
+    }
+    tx.commit().await
+}
+
+/// Gives claimed rows back to the sink's queue.
+pub(crate) async fn release(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    db.execute(
+        Q::new(format!(
+            "UPDATE outbox_sinks SET claimed_until = NULL WHERE sink = $1 AND {}",
+            db.dialect().in_list("outbox_id", 2, ListKind::Int)
+        ))
+        .bind(sink.as_str())
+        .bind(ids.to_vec()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Rows the sink owes.
+pub(crate) async fn depth(db: &Db, sink: SinkName) -> Result<i64> {
+    db.read_one(
+        Q::new("SELECT count(*) AS n FROM outbox_sinks WHERE sink = $1").bind(sink.as_str()),
+    )
+    .await?
+    .int("n")
+}
