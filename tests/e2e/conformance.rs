@@ -83,6 +83,7 @@ conformance!(
     job_claims_and_terminal_event,
     outbox_claims_are_disjoint,
     sinks_owe_rows_independently,
+    sinks_completing_at_once_clear_the_marker,
     webhook_fanout_and_deliveries,
     partitions_and_retention,
     quarantine_round_trip,
@@ -1018,6 +1019,51 @@ async fn sinks_owe_rows_independently(store: &Store) {
             .event_pending
     );
     assert_eq!(store.outbox_depth(AUDIT).await.unwrap(), 0);
+}
+
+/// Every sink of a job's terminal event completing it at the same moment
+/// (each node's relays wake on the same signal): the last one to commit
+/// must see the others' and clear the marker, or the event is stuck with
+/// the repairer blind to it.
+async fn sinks_completing_at_once_clear_the_marker(store: &Store) {
+    let t = tenant(store, "t").await;
+    let node = NodeId::new();
+    let claim_for = Duration::seconds(30);
+    let sinks = [AMQP, WEBHOOKS, AUDIT];
+    for _ in 0..10 {
+        let t0 = now();
+        store
+            .insert_job(&job(t.id, JobKind::Export, t0))
+            .await
+            .unwrap();
+        let mut j = store
+            .claim_job(node, t0, claim_for, None)
+            .await
+            .unwrap()
+            .unwrap();
+        j.status = JobStatus::Completed;
+        j.finished_at = Some(t0);
+        assert!(store.finish_job(&j, node, &Emit::to(sinks)).await.unwrap());
+        let claimed = join_all(sinks.map(|sink| async move {
+            let rows = store
+                .claim_outbox(sink, Utc::now(), claim_for, 10)
+                .await
+                .unwrap();
+            (sink, rows.iter().map(|r| r.id).collect::<Vec<_>>())
+        }))
+        .await;
+        join_all(
+            claimed
+                .iter()
+                .map(|(sink, ids)| store.complete_outbox(*sink, ids)),
+        )
+        .await
+        .into_iter()
+        .collect::<fastack_core::Result<Vec<()>>>()
+        .unwrap();
+        let after = store.get_job(t.id, j.id).await.unwrap().unwrap();
+        assert!(!after.event_pending, "job {} stays pending", j.id);
+    }
 }
 
 async fn webhook_fanout_and_deliveries(store: &Store) {

@@ -159,6 +159,18 @@ pub(crate) async fn complete(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()>
     }
     let d = db.dialect();
     let mut tx = db.begin().await?;
+    // Two sinks completing the same row at once would each still see the
+    // other's claim and neither would delete the row (nor clear its job's
+    // marker): the row lock makes the second wait and see the first.
+    tx.fetch(
+        Q::new(format!(
+            "SELECT id FROM outbox WHERE {} ORDER BY id{}",
+            d.in_list("id", 1, ListKind::Int),
+            d.lock()
+        ))
+        .bind(ids.to_vec()),
+    )
+    .await?;
     tx.execute(
         Q::new(format!(
             "DELETE FROM outbox_sinks WHERE sink = $1 AND {}",

@@ -61,6 +61,16 @@ impl Dialect {
             Dialect::Sqlite => String::new(),
         }
     }
+
+    /// Row locks for a select whose rows the transaction goes on to change
+    /// depending on what other transactions do to them. SQLite needs none:
+    /// a transaction that writes holds the only write lock.
+    pub fn lock(self) -> &'static str {
+        match self {
+            Dialect::Postgres => " FOR UPDATE",
+            Dialect::Sqlite => "",
+        }
+    }
 }
 
 /// One column of a bulk insert: a value per row.

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from .. import types
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.export_request_metadata import ExportRequestMetadata
+
+
+T = TypeVar("T", bound="ExportRequest")
+
+
+@_attrs_define
+class ExportRequest:
+    """`POST /v1/core/exports`.
+
+    Attributes:
+        from_ (datetime.datetime): Inclusive lower bound of `occurred_at` (RFC 3339).
+        to (datetime.datetime): Exclusive upper bound of `occurred_at`.
+        event (str | Unset): Only events with this name.
+        metadata (ExportRequestMetadata | Unset): Copied to the job and its terminal event (e.g. `source`,
+            `correlationId`); `error` is reserved for failures.
+    """
+
+    from_: datetime.datetime
+    to: datetime.datetime
+    event: str | Unset = UNSET
+    metadata: ExportRequestMetadata | Unset = UNSET
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        from_ = self.from_.isoformat()
+
+        to = self.to.isoformat()
+
+        event = self.event
+
+        metadata: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.metadata, Unset):
+            metadata = self.metadata.to_dict()
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "from": from_,
+                "to": to,
+            }
+        )
+        if event is not UNSET:
+            field_dict["event"] = event
+        if metadata is not UNSET:
+            field_dict["metadata"] = metadata
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.export_request_metadata import ExportRequestMetadata  # noqa: PLC0415
+
+        d = dict(src_dict)
+        from_ = types.parse_datetime(d.pop("from"))
+
+        to = types.parse_datetime(d.pop("to"))
+
+        event = d.pop("event", UNSET)
+
+        _metadata = d.pop("metadata", UNSET)
+        metadata: ExportRequestMetadata | Unset
+        if isinstance(_metadata, Unset):
+            metadata = UNSET
+        else:
+            metadata = ExportRequestMetadata.from_dict(_metadata)
+
+        export_request = cls(
+            from_=from_,
+            to=to,
+            event=event,
+            metadata=metadata,
+        )
+
+        export_request.additional_properties = d
+        return export_request
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

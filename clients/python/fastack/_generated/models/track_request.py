@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from .. import types
+from ..types import UNSET, Unset
+
+if TYPE_CHECKING:
+    from ..models.track_request_properties import TrackRequestProperties
+
+
+T = TypeVar("T", bound="TrackRequest")
+
+
+@_attrs_define
+class TrackRequest:
+    """`POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
+    Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
+    control characters; no string holds NUL; numbers must be storable
+    exactly (README "Input rules").
+
+        Attributes:
+            event (str): Event name, 1–200 characters.
+            occurred_at (datetime.datetime): When it happened, RFC 3339 with offset; at most 24 h in the future and
+                inside the tenant's retention. The offset is kept.
+            idempotency_key (str): Unique per tenant across track, identify and batch (1–255
+                characters). A retry with the same key answers the original id.
+            user_id (str | Unset): Your stable user id (1–255 characters).
+            anonymous_id (str | Unset): A device or session id for a not yet identified user (1–255
+                characters).
+            properties (TrackRequestProperties | Unset): Free-form event properties.
+            sent_at (datetime.datetime | Unset): When the client sent it (not part of the idempotency comparison).
+    """
+
+    event: str
+    occurred_at: datetime.datetime
+    idempotency_key: str
+    user_id: str | Unset = UNSET
+    anonymous_id: str | Unset = UNSET
+    properties: TrackRequestProperties | Unset = UNSET
+    sent_at: datetime.datetime | Unset = UNSET
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        event = self.event
+
+        occurred_at = self.occurred_at.isoformat()
+
+        idempotency_key = self.idempotency_key
+
+        user_id = self.user_id
+
+        anonymous_id = self.anonymous_id
+
+        properties: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.properties, Unset):
+            properties = self.properties.to_dict()
+
+        sent_at: str | Unset = UNSET
+        if not isinstance(self.sent_at, Unset):
+            sent_at = self.sent_at.isoformat()
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "event": event,
+                "occurred_at": occurred_at,
+                "idempotency_key": idempotency_key,
+            }
+        )
+        if user_id is not UNSET:
+            field_dict["user_id"] = user_id
+        if anonymous_id is not UNSET:
+            field_dict["anonymous_id"] = anonymous_id
+        if properties is not UNSET:
+            field_dict["properties"] = properties
+        if sent_at is not UNSET:
+            field_dict["sent_at"] = sent_at
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.track_request_properties import TrackRequestProperties  # noqa: PLC0415
+
+        d = dict(src_dict)
+        event = d.pop("event")
+
+        occurred_at = types.parse_datetime(d.pop("occurred_at"))
+
+        idempotency_key = d.pop("idempotency_key")
+
+        user_id = d.pop("user_id", UNSET)
+
+        anonymous_id = d.pop("anonymous_id", UNSET)
+
+        _properties = d.pop("properties", UNSET)
+        properties: TrackRequestProperties | Unset
+        if isinstance(_properties, Unset):
+            properties = UNSET
+        else:
+            properties = TrackRequestProperties.from_dict(_properties)
+
+        _sent_at = d.pop("sent_at", UNSET)
+        sent_at: datetime.datetime | Unset
+        if isinstance(_sent_at, Unset):
+            sent_at = UNSET
+        else:
+            sent_at = types.parse_datetime(_sent_at)
+
+        track_request = cls(
+            event=event,
+            occurred_at=occurred_at,
+            idempotency_key=idempotency_key,
+            user_id=user_id,
+            anonymous_id=anonymous_id,
+            properties=properties,
+            sent_at=sent_at,
+        )
+
+        track_request.additional_properties = d
+        return track_request
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -1,0 +1,574 @@
+"""`Tracker`: fire-and-forget track/identify, batched by a background worker."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, NoReturn
+
+import httpx
+
+from . import _fast, _time
+from ._errors import ApiError, EventTooLarge, FastackError, QueueFull, TrackerClosed, TransportError
+from ._retry import BACKOFF_MAX, retry_delay
+from ._version import __version__
+
+__all__ = ["MAX_BATCH_ITEMS", "MAX_EVENT_BYTES", "MAX_REQUEST_BYTES", "Tracker", "TrackerStats"]
+
+log = logging.getLogger("fastack")
+
+#: Server limits (README "Limits"): one event's JSON, one request, one batch.
+MAX_EVENT_BYTES = 32 * 1024
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_BATCH_ITEMS = 500
+
+_HEAD = b'{"batch":['
+# Nothing was accepted and the same request may succeed later: 429 (after
+# Retry-After), 408 (the body came too slowly), and every 5xx.
+_RETRY_STATUSES = frozenset({408, 429})
+# Problem codes about an item's content: the rest of the batch is not at fault.
+_ITEM_PROBLEMS = frozenset(
+    {
+        "invalid_json",
+        "invalid_payload",
+        "payload_too_large",
+        "idempotency_key_conflict",
+        "occurred_at_in_future",
+        "occurred_at_out_of_retention",
+    }
+)
+_TAIL = b"]}"
+_ENVELOPE = len(_HEAD) + len(_TAIL)
+_FULL_BYTES = MAX_REQUEST_BYTES - _ENVELOPE  # queued bytes (with commas) that fill a request
+
+ErrorCallback = Callable[[FastackError, "list[dict[str, Any]]"], None]
+
+
+@dataclass(frozen=True)
+class TrackerStats:
+    """Counters since the tracker started (`tracker.stats()`)."""
+
+    queued: int  #: items waiting in memory now
+    in_flight: int  #: items in batches being sent now
+    accepted: int  #: items the server acknowledged (202), duplicates included
+    duplicates: int  #: of which the server had seen already (a retry of a lost answer)
+    failed: int  #: items given to on_error (rejected, too large, dropped, undelivered)
+    dropped: int  #: of which dropped because the queue was full
+    requests: int  #: HTTP requests sent
+    retries: int  #: requests repeated after a 429, 5xx or connection error
+
+
+def _refuse(name: str, value: Any, max_len: int) -> NoReturn:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    raise ValueError(f"{name} must be 1–{max_len} characters, not {len(value)}")
+
+
+class Tracker:
+    """Queues `track` / `identify` in memory and sends them in batches from a
+    background thread — the application never waits for the network.
+
+    - `track()` / `identify()` return at once with the idempotency key used
+      (generated when not given: a random, time-ordered UUID, version 7).
+      The item is encoded to JSON at once (later changes to your dicts do
+      not leak in). They raise only for arguments that can never be sent (no
+      user_id/anonymous_id, an empty or too long name or id, properties that
+      are not JSON): `ValueError` / `TypeError`.
+    - A worker thread sends batches of at most `max_batch` (≤ 500) items and
+      4 MiB, as soon as a batch is full and at least every `flush_interval`
+      seconds. With the default `max_inflight=1` one batch is in flight at a
+      time, so the server accepts items in the order they were tracked (it
+      resolves identities in that order). `max_inflight=2` or more sends
+      batches in parallel on as many connections — more throughput on
+      PostgreSQL, but two batches in flight may be accepted in either order.
+    - 429 (waiting `Retry-After`), 408, 5xx and connection errors are retried with
+      capped exponential backoff and jitter, re-sending the same items with
+      the same idempotency keys: a batch is all or nothing on the server, and
+      a repeat of an accepted item answers its original id, so nothing is
+      lost or doubled. `max_retries=None` (default) retries until delivered
+      or closed.
+    - A 4xx other than 429 and 408 is not retried. When the problem names
+      items (`errors[].index`, e.g. a 422 for one bad item), those items go
+      to `on_error` and the rest of the batch is sent again. When it is about
+      an item without naming it, the batch is split in halves until the
+      culprit is alone.
+      Otherwise (401, 415, ...) the whole batch goes to `on_error`.
+    - An item whose JSON is over 32 KiB is not queued: it goes to `on_error`
+      (`EventTooLarge`) and never fails a batch.
+    - The queue holds at most `max_queue_size` items; past that an item is
+      dropped, counted (`stats().dropped`) and given to `on_error`
+      (`QueueFull`) — `track()` never blocks.
+    - `flush(timeout)` waits until everything tracked before it is
+      delivered or reported; `close()` flushes and stops; at interpreter exit
+      every open tracker is closed (waiting at most `shutdown_timeout`).
+
+    `on_error(error, items)` receives every item that will not be delivered,
+    as dicts (the JSON sent), with why: an `ApiError`, `EventTooLarge`,
+    `QueueFull`, `TransportError` (retries exhausted) or `TrackerClosed`. It is
+    called from the worker thread, or from the calling thread for
+    `EventTooLarge` / `QueueFull` / tracking after close; keep it short and
+    thread-safe. Without it, these are logged on the `fastack` logger.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = "http://127.0.0.1:8080",
+        flush_interval: float = 0.5,
+        max_batch: int = 500,
+        max_queue_size: int = 100_000,
+        on_error: ErrorCallback | None = None,
+        *,
+        max_retries: int | None = None,
+        timeout: float = 15.0,
+        shutdown_timeout: float = 10.0,
+        max_inflight: int = 1,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not 1 <= max_batch <= MAX_BATCH_ITEMS:
+            raise ValueError(f"max_batch must be 1–{MAX_BATCH_ITEMS}")
+        if max_queue_size < 1:
+            raise ValueError("max_queue_size must be at least 1")
+        if flush_interval <= 0:
+            raise ValueError("flush_interval must be positive")
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
+        self._api_key = api_key
+        self._base_url = base_url.rstrip("/")
+        self._flush_interval = float(flush_interval)
+        self._max_batch = int(max_batch)
+        self._max_queue_size = int(max_queue_size)
+        self._on_error = on_error
+        self._max_retries = max_retries
+        self._timeout = timeout
+        self._shutdown_timeout = shutdown_timeout
+        self._max_inflight = int(max_inflight)
+        self._headers = dict(headers or {})
+        self._transport = transport
+        self._init_state()
+        _live.add(self)
+        self._start()
+
+    # -- state (also rebuilt in a forked child)
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # workers wait here
+        self._done = threading.Condition(self._lock)  # flush() waits here
+        self._queue: deque[bytes] = deque()
+        self._queue_bytes = 0
+        self._seq = 0  # items ever queued; the queue's front item is number _seq - len(_queue)
+        self._drain_to = 0  # send every item numbered below this, full batch or not
+        self._next_tick = time.monotonic() + self._flush_interval
+        self._inflight: dict[int, int] = {}  # batch's first item number -> size
+        self._closing = False
+        self._closed = False
+        self._abort = threading.Event()
+        self._accepted = 0
+        self._duplicates = 0
+        self._failed = 0
+        self._dropped = 0
+        self._requests = 0
+        self._retries = 0
+        self._workers: list[threading.Thread] = []
+        self._http = self._make_http()
+
+    def _make_http(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self._base_url,
+            headers={
+                "authorization": f"Bearer {self._api_key}",
+                "content-type": "application/json",
+                "user-agent": f"fastack-python/{__version__} (tracker)",
+                **self._headers,
+            },
+            timeout=httpx.Timeout(self._timeout),
+            limits=httpx.Limits(
+                max_connections=self._max_inflight, max_keepalive_connections=self._max_inflight
+            ),
+            transport=self._transport,
+        )
+
+    def _start(self) -> None:
+        for i in range(self._max_inflight):
+            t = threading.Thread(target=self._run, name=f"fastack-tracker-{i}", daemon=True)
+            self._workers.append(t)
+            t.start()
+
+    # -- the application's side (hot path: keep it lean)
+    def track(
+        self,
+        event: str,
+        *,
+        user_id: str | None = None,
+        anonymous_id: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        occurred_at: _time.TimeLike | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Queues a track event; returns its idempotency key.
+
+        `occurred_at`: a datetime (naive = local time) or an RFC 3339 string
+        with an offset (sent as it is); default now with the local offset.
+        Raises ValueError/TypeError only for what can never be sent."""
+        if not isinstance(event, str) or not 0 < len(event) <= 200:
+            _refuse("event", event, 200)
+        item: dict[str, Any] = {"type": "track", "event": event}
+        if user_id is not None:
+            if not isinstance(user_id, str) or not 0 < len(user_id) <= 255:
+                _refuse("user_id", user_id, 255)
+            item["user_id"] = user_id
+        elif anonymous_id is None:
+            raise ValueError("one of user_id or anonymous_id is required")
+        if anonymous_id is not None:
+            if not isinstance(anonymous_id, str) or not 0 < len(anonymous_id) <= 255:
+                _refuse("anonymous_id", anonymous_id, 255)
+            item["anonymous_id"] = anonymous_id
+        if properties is not None:
+            item["properties"] = properties
+        item["occurred_at"] = _fast.now() if occurred_at is None else _time.format_time(occurred_at)
+        if idempotency_key is None:
+            key = _fast.new_key()
+        else:
+            if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255:
+                _refuse("idempotency_key", idempotency_key, 255)
+            key = idempotency_key
+        item["idempotency_key"] = key
+        self._enqueue(item)
+        return key
+
+    def identify(
+        self,
+        *,
+        user_id: str | None = None,
+        anonymous_id: str | None = None,
+        traits: Mapping[str, Any] | None = None,
+        occurred_at: _time.TimeLike | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Queues an identify (with both ids: links them); returns its
+        idempotency key. Same rules as `track`."""
+        item: dict[str, Any] = {"type": "identify"}
+        if user_id is not None:
+            if not isinstance(user_id, str) or not 0 < len(user_id) <= 255:
+                _refuse("user_id", user_id, 255)
+            item["user_id"] = user_id
+        elif anonymous_id is None:
+            raise ValueError("one of user_id or anonymous_id is required")
+        if anonymous_id is not None:
+            if not isinstance(anonymous_id, str) or not 0 < len(anonymous_id) <= 255:
+                _refuse("anonymous_id", anonymous_id, 255)
+            item["anonymous_id"] = anonymous_id
+        if traits is not None:
+            item["traits"] = traits
+        item["occurred_at"] = _fast.now() if occurred_at is None else _time.format_time(occurred_at)
+        if idempotency_key is None:
+            key = _fast.new_key()
+        else:
+            if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255:
+                _refuse("idempotency_key", idempotency_key, 255)
+            key = idempotency_key
+        item["idempotency_key"] = key
+        self._enqueue(item)
+        return key
+
+    def _enqueue(self, item: dict[str, Any]) -> None:
+        # Encoded now: the caller may reuse its dicts, and a value that is not
+        # JSON fails here (TypeError/ValueError) rather than in the worker.
+        data = _fast.dumps(item).encode("utf-8")
+        size = len(data)
+        if size > MAX_EVENT_BYTES:
+            with self._lock:
+                self._failed += 1
+            self._report(EventTooLarge(size, MAX_EVENT_BYTES), [data])
+            return
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._closing:
+                self._failed += 1
+                problem: FastackError | None = TrackerClosed("tracked after close()")
+            else:
+                queue = self._queue
+                if len(queue) >= self._max_queue_size:
+                    self._dropped += 1
+                    self._failed += 1
+                    problem = QueueFull(self._dropped)
+                else:
+                    problem = None
+                    queue.append(data)
+                    self._queue_bytes += size + 1
+                    self._seq += 1
+                    if len(queue) % self._max_batch == 0 or self._queue_bytes >= _FULL_BYTES:
+                        self._work.notify()
+        finally:
+            lock.release()
+        if problem is not None:
+            self._report(problem, [data])
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Sends everything queued now and waits until it is delivered (or
+        given to on_error). Returns False if `timeout` seconds passed first
+        (the items stay queued and keep being retried)."""
+        if threading.current_thread() in self._workers:
+            return False  # called from on_error: waiting here would wait for ourselves
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            target = self._seq
+            self._drain_to = max(self._drain_to, target)
+            self._work.notify_all()
+            while self._lowest_pending() < target:
+                if not any(t.is_alive() for t in self._workers):
+                    return False
+                if deadline is None:
+                    self._done.wait(1.0)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._done.wait(left)
+        return True
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Flushes and stops the worker. With a `timeout`, items not delivered
+        by then go to on_error (`TrackerClosed`) and False is returned (a
+        request in flight may still take up to the request timeout). Items
+        tracked after close() go to on_error. Idempotent."""
+        if threading.current_thread() in self._workers:
+            raise RuntimeError("close() cannot be called from on_error")
+        with self._lock:
+            if self._closed:
+                return True
+            self._closing = True
+            self._drain_to = self._seq
+            self._work.notify_all()
+        delivered = self.flush(timeout)
+        if not delivered:
+            self._abort.set()
+            with self._lock:
+                self._work.notify_all()
+        for t in self._workers:
+            t.join()
+        with self._lock:
+            self._closed = True
+        self._http.close()
+        _live.discard(self)
+        return delivered
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> TrackerStats:
+        with self._lock:
+            return TrackerStats(
+                queued=len(self._queue),
+                in_flight=sum(self._inflight.values()),
+                accepted=self._accepted,
+                duplicates=self._duplicates,
+                failed=self._failed,
+                dropped=self._dropped,
+                requests=self._requests,
+                retries=self._retries,
+            )
+
+    @property
+    def dropped(self) -> int:
+        """Items dropped because the queue was full."""
+        return self._dropped
+
+    # -- the worker's side
+    def _lowest_pending(self) -> int:
+        low = self._seq - len(self._queue)
+        if self._inflight:
+            low = min(low, min(self._inflight))
+        return low
+
+    def _take(self) -> tuple[int, list[bytes]]:
+        """Pops the next batch (lock held): ≤ max_batch items, ≤ 4 MiB."""
+        queue = self._queue
+        first = self._seq - len(queue)
+        items: list[bytes] = []
+        size = _ENVELOPE
+        while queue and len(items) < self._max_batch:
+            n = len(queue[0]) + 1
+            if items and size + n > MAX_REQUEST_BYTES:
+                break
+            items.append(queue.popleft())
+            size += n
+            self._queue_bytes -= n
+        self._inflight[first] = len(items)
+        return first, items
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    now = time.monotonic()
+                    if now >= self._next_tick:
+                        self._drain_to = max(self._drain_to, self._seq)
+                        self._next_tick = now + self._flush_interval
+                    queue = self._queue
+                    if queue and self._abort.is_set():
+                        first, items = self._take()
+                        break
+                    if queue and (
+                        len(queue) >= self._max_batch
+                        or self._queue_bytes >= _FULL_BYTES
+                        or self._seq - len(queue) < self._drain_to
+                    ):
+                        first, items = self._take()
+                        break
+                    if self._closing and not queue:
+                        return
+                    self._work.wait(max(0.0, self._next_tick - now))
+            try:
+                self._deliver(items)
+            except Exception as exc:  # never let the worker die
+                log.exception("fastack tracker: unexpected error")
+                self._fail(TrackerClosed(f"unexpected error: {exc!r}"), items)
+            with self._lock:
+                del self._inflight[first]
+                self._done.notify_all()
+
+    def _deliver(self, items: list[bytes]) -> None:
+        pending = items
+        attempt = 0
+        while pending:
+            if self._abort.is_set():
+                self._fail(TrackerClosed("not delivered before close() timed out"), pending)
+                return
+            body = _HEAD + b",".join(pending) + _TAIL
+            with self._lock:
+                self._requests += 1
+            try:
+                resp = self._http.post("/v1/core/batch", content=body)
+            except httpx.TransportError as exc:
+                err: FastackError = TransportError(f"{type(exc).__name__}: {exc}")
+                err.__cause__ = exc
+                if self._retry_or_fail(attempt, None, None, err, pending):
+                    attempt += 1
+                    continue
+                return
+            status = resp.status_code
+            if status == 202:
+                self._accepted_batch(pending, resp)
+                return
+            problem = ApiError.from_response(status, resp.headers, resp.content)
+            if status in _RETRY_STATUSES or status >= 500:
+                if self._retry_or_fail(attempt, status, problem.retry_after, problem, pending):
+                    attempt += 1
+                    continue
+                return
+            bad = sorted(
+                {e.index for e in problem.errors if e.index is not None and 0 <= e.index < len(pending)}
+            )
+            if bad and len(bad) < len(pending) and problem.code in _ITEM_PROBLEMS:
+                # The problem names the refused items; the others were not
+                # accepted either (all or nothing): send them again.
+                self._fail(problem, [pending[i] for i in bad])
+                skip = set(bad)
+                pending = [p for i, p in enumerate(pending) if i not in skip]
+                attempt = 0
+                continue
+            if not bad and len(pending) > 1 and problem.code in _ITEM_PROBLEMS:
+                # About some item, without saying which: find it by halves;
+                # the good halves go through.
+                half = len(pending) // 2
+                self._deliver(pending[:half])
+                pending = pending[half:]
+                continue
+            self._fail(problem, pending)
+            return
+
+    def _retry_or_fail(
+        self,
+        attempt: int,
+        status: int | None,
+        retry_after: float | None,
+        error: FastackError,
+        pending: list[bytes],
+    ) -> bool:
+        """Sleeps before a retry and returns True; or reports the items and
+        returns False when retries are exhausted or close() ran out of time."""
+        if self._max_retries is not None and attempt >= self._max_retries:
+            self._fail(error, pending)
+            return False
+        with self._lock:
+            self._retries += 1
+        if self._abort.wait(retry_delay(status, retry_after, attempt, cap=BACKOFF_MAX)):
+            self._fail(
+                TrackerClosed(f"not delivered before close() timed out (last error: {error})"), pending
+            )
+            return False
+        return True
+
+    def _accepted_batch(self, pending: list[bytes], resp: httpx.Response) -> None:
+        # {"items":[{"duplicate":false,"id":"…"},…]}: counted without parsing.
+        body = resp.content
+        acks = body.count(b'"id"')
+        duplicates = body.count(b'"duplicate":true')
+        if acks != len(pending):
+            log.warning("fastack tracker: %d items sent, %d acknowledged: %.200r", len(pending), acks, body)
+        with self._lock:
+            self._accepted += len(pending)
+            self._duplicates += duplicates
+
+    def _fail(self, error: FastackError, items: list[bytes]) -> None:
+        with self._lock:
+            self._failed += len(items)
+        self._report(error, items)
+
+    def _report(self, error: FastackError, items: list[bytes]) -> None:
+        if self._on_error is None:
+            if isinstance(error, QueueFull) and error.dropped not in (1, 10, 100) and error.dropped % 1000:
+                return  # do not flood the log while dropping
+            log.warning("fastack tracker: %d item(s) not delivered: %s", len(items), error)
+            return
+        try:
+            self._on_error(error, [json.loads(b) for b in items])
+        except Exception:
+            log.exception("fastack tracker: on_error raised")
+
+    # -- process life
+    def _after_fork(self) -> None:
+        # The parent's worker owns what was queued before the fork; the child
+        # starts empty with new locks, a new connection pool and new workers.
+        if self._closing:
+            return
+        self._init_state()
+        self._start()
+
+    def _atexit(self) -> None:
+        try:
+            self.close(self._shutdown_timeout)
+        except Exception:
+            log.exception("fastack tracker: close at exit failed")
+
+
+_live: weakref.WeakSet[Tracker] = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    for tracker in list(_live):
+        tracker._atexit()
+
+
+def _after_fork_in_child() -> None:
+    for tracker in list(_live):
+        tracker._after_fork()
+
+
+atexit.register(_close_all_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
