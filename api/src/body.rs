@@ -108,6 +108,22 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             )
             .into());
         }
+        // A compressed body would read as invalid JSON: say what is wrong.
+        if let Some(encoding) = request
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.trim().eq_ignore_ascii_case("identity"))
+        {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ProblemCode::UnsupportedMediaType,
+                format!(
+                    "compressed bodies are not accepted (got `content-encoding: {encoding}`); send the JSON as is"
+                ),
+            )
+            .into());
+        }
         let too_large = || {
             ApiError::payload_too_large(format!("request body is over {} bytes", MAX_REQUEST_BYTES))
         };

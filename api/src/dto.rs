@@ -140,10 +140,11 @@ pub struct EventOut {
     /// For `identify`.
     #[oai(skip_serializing_if_is_none)]
     pub traits: Option<BTreeMap<String, Value>>,
-    /// As sent, with the caller's offset.
-    pub occurred_at: String,
+    /// The instant sent, with the caller's offset (normalised: leap
+    /// seconds and digits beyond microseconds are not kept).
+    pub occurred_at: Timestamp,
     /// When fastack accepted it (UTC).
-    pub received_at: String,
+    pub received_at: Timestamp,
 }
 
 pub fn rfc3339<Tz: chrono::TimeZone>(t: &DateTime<Tz>) -> String
@@ -151,6 +152,64 @@ where
     Tz::Offset: std::fmt::Display,
 {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// An instant as RFC 3339 text, exactly as fastack formats it (the
+/// caller's offset kept where it was sent, as many fractional digits as
+/// the instant needs): `string`, `format: date-time` in the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timestamp(pub String);
+
+impl Timestamp {
+    pub fn of<Tz: chrono::TimeZone>(t: &DateTime<Tz>) -> Self
+    where
+        Tz::Offset: std::fmt::Display,
+    {
+        Timestamp(rfc3339(t))
+    }
+}
+
+impl poem_openapi::types::Type for Timestamp {
+    const IS_REQUIRED: bool = true;
+    type RawValueType = Self;
+    type RawElementValueType = Self;
+
+    fn name() -> std::borrow::Cow<'static, str> {
+        "string_date-time".into()
+    }
+
+    fn schema_ref() -> poem_openapi::registry::MetaSchemaRef {
+        poem_openapi::registry::MetaSchemaRef::Inline(Box::new(
+            poem_openapi::registry::MetaSchema::new_with_format("string", "date-time"),
+        ))
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        Some(self)
+    }
+
+    fn raw_element_iter<'a>(
+        &'a self,
+    ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        Box::new(self.as_raw_value().into_iter())
+    }
+}
+
+impl poem_openapi::types::ToJSON for Timestamp {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::String(self.0.clone()))
+    }
+}
+
+impl poem_openapi::types::ParseFromJSON for Timestamp {
+    fn parse_from_json(value: Option<Value>) -> poem_openapi::types::ParseResult<Self> {
+        match value {
+            Some(Value::String(s)) if DateTime::parse_from_rfc3339(&s).is_ok() => Ok(Timestamp(s)),
+            other => Err(poem_openapi::types::ParseError::expected_type(
+                other.unwrap_or_default(),
+            )),
+        }
+    }
 }
 
 impl From<StoredEvent> for EventOut {
@@ -172,8 +231,8 @@ impl From<StoredEvent> for EventOut {
             anonymous_id: e.anonymous_id,
             properties,
             traits,
-            occurred_at: rfc3339(&e.occurred_at),
-            received_at: rfc3339(&e.received_at),
+            occurred_at: Timestamp::of(&e.occurred_at),
+            received_at: Timestamp::of(&e.received_at),
         }
     }
 }
@@ -196,8 +255,8 @@ pub struct ContactOut {
     pub traits: BTreeMap<String, Value>,
     /// Contacts merged into this one by an identify.
     pub merged_ids: Vec<Uuid>,
-    pub created_at: String,
-    pub updated_at: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
 }
 
 impl From<Contact> for ContactOut {
@@ -208,8 +267,8 @@ impl From<Contact> for ContactOut {
             anonymous_ids: c.anonymous_ids,
             traits: c.traits.into_iter().collect(),
             merged_ids: c.merged_ids.into_iter().map(|m| m.0).collect(),
-            created_at: rfc3339(&c.created_at),
-            updated_at: rfc3339(&c.updated_at),
+            created_at: Timestamp::of(&c.created_at),
+            updated_at: Timestamp::of(&c.updated_at),
         }
     }
 }

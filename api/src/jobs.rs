@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::{
     body::JsonBody,
     gate::ApiKeyAuth,
-    problem::{ApiError, ProblemCode},
+    problem::{ApiError, Errors, ExportErrors, GetErrors, ListErrors, ProblemCode, ResultErrors},
     state::SharedState,
 };
 
@@ -89,15 +89,13 @@ pub struct JobResult {
 #[derive(Debug, Object)]
 pub struct JobOut {
     pub job_id: Uuid,
-    /// `export` or `retention`.
-    pub kind: String,
-    /// `queued`, `processing`, `completed`, `failed`.
-    pub status: String,
+    pub kind: JobKindOut,
+    pub status: JobState,
     pub metadata: BTreeMap<String, Value>,
     pub result: Option<JobResult>,
     pub execution_time_ms: Option<i64>,
-    pub created_at: String,
-    pub completed_at: Option<String>,
+    pub created_at: crate::dto::Timestamp,
+    pub completed_at: Option<crate::dto::Timestamp>,
 }
 
 #[derive(Debug, Object)]
@@ -312,7 +310,16 @@ fn job_id(raw: &str) -> Result<JobId, ApiError> {
 
 pub struct JobsApi;
 
-/// A job's state, as a query parameter.
+/// What a job does: an `export` requested through this API, or a
+/// `retention` archive of a partition (the operator's).
+#[derive(Clone, Copy, Debug, poem_openapi::Enum)]
+#[oai(rename = "JobKind", rename_all = "lowercase")]
+pub enum JobKindOut {
+    Export,
+    Retention,
+}
+
+/// A job's state (and the `status` filter of the job list).
 #[derive(Clone, Copy, Debug, poem_openapi::Enum)]
 #[oai(rename_all = "lowercase")]
 pub enum JobState {
@@ -351,7 +358,7 @@ impl JobsApi {
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
         body: JsonBody<ExportRequest>,
-    ) -> Result<ExportCreated, ApiError> {
+    ) -> Result<ExportCreated, Errors<ExportErrors>> {
         let (params, metadata) = parse_export(&body.bytes)?;
         let job = Job {
             id: JobId::new(),
@@ -389,7 +396,7 @@ impl JobsApi {
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
         id: Path<String>,
-    ) -> Result<RawJson<JobOut>, ApiError> {
+    ) -> Result<RawJson<JobOut>, Errors<GetErrors>> {
         let id = job_id(&id.0)?;
         let job = state
             .store
@@ -417,7 +424,7 @@ impl JobsApi {
         /// Page size, 1–500 (default 50).
         #[oai(validator(minimum(value = "1"), maximum(value = "500")))]
         limit: Query<Option<u32>>,
-    ) -> Result<RawJson<JobList>, ApiError> {
+    ) -> Result<RawJson<JobList>, Errors<ListErrors>> {
         let status = status.0.map(JobStatus::from);
         let limit = limit.0.unwrap_or(50);
         let jobs = state
@@ -443,7 +450,7 @@ impl JobsApi {
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
         id: Path<String>,
-    ) -> Result<ExportResult, ApiError> {
+    ) -> Result<ExportResult, Errors<ResultErrors>> {
         let id = job_id(&id.0)?;
         let tenant = auth.0.shared.tenant().id;
         let job = state
@@ -461,7 +468,8 @@ impl JobsApi {
                         "job {} is {}, there is no result to download",
                         job.id, job.status
                     ),
-                ));
+                )
+                .into());
             }
         };
         let path = result["path"].as_str().unwrap_or_default();
@@ -472,7 +480,8 @@ impl JobsApi {
             return Err(ApiError::from(fastack_core::Error::Corrupt(format!(
                 "export {} does not match its HMAC",
                 job.id
-            ))));
+            )))
+            .into());
         }
         Ok(ExportResult::Ok(Ndjson(plain)))
     }

@@ -7,7 +7,7 @@ use fastack_core::{ServiceError, validate::FieldError};
 use poem::{IntoResponse, Response, error::ResponseError, http::StatusCode};
 use poem_openapi::{
     ApiResponse, Enum, Object,
-    registry::{MetaMediaType, MetaResponse, MetaResponses, MetaSchemaRef, Registry},
+    registry::{MetaHeader, MetaMediaType, MetaResponse, MetaResponses, MetaSchemaRef, Registry},
     types::Type,
 };
 use serde::Serialize;
@@ -138,7 +138,6 @@ pub struct Problem {
     pub title: String,
     pub status: u16,
     pub detail: String,
-    /// Stable machine-readable error code.
     pub code: ProblemCode,
     /// Validation errors, one per offending field.
     #[oai(skip_serializing_if_is_none)]
@@ -315,48 +314,146 @@ impl ResponseError for ApiError {
     }
 }
 
-impl ApiResponse for ApiError {
+/// One documented error answer of an operation.
+type Answer = (u16, &'static str);
+
+const BAD_JSON: Answer = (
+    400,
+    "Malformed JSON or a repeated member name (`invalid_json`), or a batch over 500 items (`batch_too_large`)",
+);
+const BAD_BODY: Answer = (
+    400,
+    "Malformed JSON or a repeated member name (`invalid_json`)",
+);
+const BAD_QUERY: Answer = (
+    400,
+    "A query parameter is missing or invalid (`invalid_query`), each named in `errors`",
+);
+const UNAUTHORIZED: Answer = (401, "Missing, unknown or revoked API key (`unauthorized`)");
+const NOT_FOUND: Answer = (404, "Not found, or not this tenant's (`not_found`)");
+const TIMEOUT: Answer = (
+    408,
+    "The body did not arrive within the body timeout (`request_timeout`)",
+);
+const KEY_CONFLICT: Answer = (
+    409,
+    "Idempotency key reused with a different payload (`idempotency_key_conflict`)",
+);
+const NOT_COMPLETED: Answer = (
+    409,
+    "The job has not completed: no result to download (`job_not_completed`)",
+);
+const TOO_LARGE: Answer = (
+    413,
+    "Event over 32 KiB or request over 4 MiB (`payload_too_large`)",
+);
+const MEDIA: Answer = (
+    415,
+    "The body is not `application/json`, or is compressed (`unsupported_media_type`)",
+);
+const INVALID: Answer = (
+    422,
+    "Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included",
+);
+const RATE_LIMITED: Answer = (
+    429,
+    "Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; retry after `Retry-After` seconds",
+);
+const INTERNAL: Answer = (
+    500,
+    "An unexpected failure (`internal`); nothing of the request was accepted",
+);
+const UNAVAILABLE: Answer = (
+    503,
+    "Temporarily unavailable (`unavailable`); nothing was accepted, retry",
+);
+
+/// The error answers a group of operations can give, for the spec. What is
+/// sent is always an [`ApiError`]'s problem document.
+pub trait ErrorSet: Send + Sync + 'static {
+    const ANSWERS: &'static [Answer];
+}
+
+/// The answers of every authenticated operation.
+macro_rules! error_sets {
+    ($($(#[$doc:meta])* $name:ident: [$($answer:ident),* $(,)?];)*) => {
+        $(
+            $(#[$doc])*
+            pub struct $name;
+            impl ErrorSet for $name {
+                const ANSWERS: &'static [Answer] =
+                    &[$($answer,)* UNAUTHORIZED, RATE_LIMITED, INTERNAL, UNAVAILABLE];
+            }
+        )*
+    };
+}
+
+error_sets! {
+    /// `track`, `identify`, `batch`.
+    IngestErrors: [BAD_JSON, TIMEOUT, KEY_CONFLICT, TOO_LARGE, MEDIA, INVALID];
+    /// `POST /v1/core/exports`.
+    ExportErrors: [BAD_BODY, TIMEOUT, TOO_LARGE, MEDIA, INVALID];
+    /// Lists read with query parameters.
+    ListErrors: [BAD_QUERY];
+    /// A contact found by one of its ids.
+    FindErrors: [BAD_QUERY, NOT_FOUND];
+    /// One record by its id.
+    GetErrors: [NOT_FOUND];
+    /// An export's file.
+    ResultErrors: [NOT_FOUND, NOT_COMPLETED];
+}
+
+/// An [`ApiError`] documented as one of the answers of `S`.
+pub struct Errors<S>(pub ApiError, std::marker::PhantomData<S>);
+
+impl<S> From<ApiError> for Errors<S> {
+    fn from(err: ApiError) -> Self {
+        Errors(err, std::marker::PhantomData)
+    }
+}
+
+impl<S> From<fastack_core::Error> for Errors<S> {
+    fn from(err: fastack_core::Error) -> Self {
+        ApiError::from(err).into()
+    }
+}
+
+impl<S> From<Errors<S>> for poem::Error {
+    fn from(err: Errors<S>) -> Self {
+        err.0.into()
+    }
+}
+
+/// `Retry-After`, `RateLimit-Policy` and `RateLimit` on a 429.
+fn rate_limit_headers() -> Vec<MetaHeader> {
+    [
+        ("Retry-After", "Seconds to wait before retrying."),
+        (
+            "RateLimit-Policy",
+            "The quota that refused the request: `q` requests (the burst) per `w` seconds.",
+        ),
+        (
+            "RateLimit",
+            "What is left of the quota (`r`, here 0) and when it refills (`t`, seconds).",
+        ),
+    ]
+    .into_iter()
+    .map(|(name, description)| MetaHeader {
+        name: name.to_owned(),
+        description: Some(description.to_owned()),
+        required: true,
+        deprecated: false,
+        schema: String::schema_ref(),
+    })
+    .collect()
+}
+
+impl<S: ErrorSet> ApiResponse for Errors<S> {
     fn meta() -> MetaResponses {
-        let statuses: [(u16, &str); 10] = [
-            (
-                400,
-                "Malformed JSON or a repeated member name (`invalid_json`), bad query (`invalid_query`), or a batch over 500 items (`batch_too_large`)",
-            ),
-            (401, "Missing, unknown or revoked API key (`unauthorized`)"),
-            (404, "Not found, or not this tenant's (`not_found`)"),
-            (
-                408,
-                "The body did not arrive within the body timeout (`request_timeout`)",
-            ),
-            (
-                409,
-                "Idempotency key reused with a different payload (`idempotency_key_conflict`)",
-            ),
-            (
-                413,
-                "Event over 32 KiB or request over 4 MiB (`payload_too_large`)",
-            ),
-            (
-                415,
-                "The body is not `application/json` (`unsupported_media_type`)",
-            ),
-            (
-                422,
-                "Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included",
-            ),
-            (
-                429,
-                "Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; see `Retry-After`",
-            ),
-            (
-                503,
-                "Temporarily unavailable (`unavailable`); nothing was accepted, retry",
-            ),
-        ];
         MetaResponses {
-            responses: statuses
-                .into_iter()
-                .map(|(status, description)| MetaResponse {
+            responses: S::ANSWERS
+                .iter()
+                .map(|&(status, description)| MetaResponse {
                     description,
                     status: Some(status),
                     status_range: None,
@@ -364,7 +461,11 @@ impl ApiResponse for ApiError {
                         content_type: PROBLEM_JSON,
                         schema: MetaSchemaRef::Reference(Problem::name().into_owned()),
                     }],
-                    headers: vec![],
+                    headers: if status == 429 {
+                        rate_limit_headers()
+                    } else {
+                        vec![]
+                    },
                 })
                 .collect(),
         }

@@ -23,7 +23,7 @@ use crate::{
     },
     gate::ApiKeyAuth,
     ingest,
-    problem::{ApiError, ProblemCode},
+    problem::{ApiError, Errors, FindErrors, GetErrors, IngestErrors, ListErrors, ProblemCode},
     state::SharedState,
 };
 
@@ -85,7 +85,7 @@ impl CoreApi {
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
         body: JsonBody<TrackRequest>,
-    ) -> Result<Accepted, ApiError> {
+    ) -> Result<Accepted, Errors<IngestErrors>> {
         let ev = ingest::single(&state, &auth.0, &body.bytes, EventKind::Track)?;
         let mut acks = ingest::accept(&state, &auth.0, vec![ev], false).await?;
         Ok(Accepted::Accepted(Json(acks.remove(0))))
@@ -106,7 +106,7 @@ impl CoreApi {
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
         body: JsonBody<IdentifyRequest>,
-    ) -> Result<Accepted, ApiError> {
+    ) -> Result<Accepted, Errors<IngestErrors>> {
         let ev = ingest::single(&state, &auth.0, &body.bytes, EventKind::Identify)?;
         let mut acks = ingest::accept(&state, &auth.0, vec![ev], false).await?;
         Ok(Accepted::Accepted(Json(acks.remove(0))))
@@ -128,7 +128,7 @@ impl CoreApi {
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
         body: JsonBody<BatchRequest>,
-    ) -> Result<BatchAccepted, ApiError> {
+    ) -> Result<BatchAccepted, Errors<IngestErrors>> {
         let events = ingest::batch(&state, &auth.0, &body.bytes)?;
         let items = ingest::accept(&state, &auth.0, events, true).await?;
         Ok(BatchAccepted::Accepted(Json(BatchAck { items })))
@@ -164,7 +164,7 @@ impl CoreApi {
         limit: Query<Option<u32>>,
         /// `next_cursor` of the previous page.
         cursor: Query<Option<String>>,
-    ) -> Result<Json<EventsPage>, ApiError> {
+    ) -> Result<Json<EventsPage>, Errors<ListErrors>> {
         let mut errors = Vec::new();
         let from = Some(normalize(from.0).with_timezone(&Utc));
         let to = Some(normalize(to.0).with_timezone(&Utc));
@@ -203,7 +203,7 @@ impl CoreApi {
             let mut err = ApiError::validation(errors);
             err.status = poem::http::StatusCode::BAD_REQUEST;
             err.code = ProblemCode::InvalidQuery;
-            return Err(err);
+            return Err(err.into());
         }
         let range = range.expect("checked above");
         let tenant_row = auth.0.shared.tenant();
@@ -270,7 +270,7 @@ impl CoreApi {
         state: Data<&SharedState>,
         auth: ApiKeyAuth,
         id: Path<String>,
-    ) -> Result<Json<ContactOut>, ApiError> {
+    ) -> Result<Json<ContactOut>, Errors<GetErrors>> {
         let id: Uuid = id.0.parse().map_err(|_| ApiError::not_found("contact"))?;
         let tenant = auth.0.shared.tenant().id;
         state
@@ -278,7 +278,7 @@ impl CoreApi {
             .get_contact(tenant, ContactId(id))
             .await?
             .map(|c| Json(ContactOut::from(c)))
-            .ok_or_else(|| ApiError::not_found("contact"))
+            .ok_or_else(|| ApiError::not_found("contact").into())
     }
 
     /// Find a contact by user id or anonymous id
@@ -301,7 +301,7 @@ impl CoreApi {
         /// An anonymous id (1–255 characters); not with `user_id`.
         #[oai(validator(min_length = 1, max_length = 255))]
         anonymous_id: Query<Option<String>>,
-    ) -> Result<Json<ContactOut>, ApiError> {
+    ) -> Result<Json<ContactOut>, Errors<FindErrors>> {
         let (kind, value) = match (user_id.0, anonymous_id.0) {
             (Some(u), None) => (IdentityKind::User, u),
             (None, Some(a)) => (IdentityKind::Anonymous, a),
@@ -309,7 +309,8 @@ impl CoreApi {
                 return Err(ApiError::bad_request(
                     ProblemCode::InvalidQuery,
                     "give exactly one of `user_id` or `anonymous_id`",
-                ));
+                )
+                .into());
             }
         };
         let tenant = auth.0.shared.tenant().id;
@@ -318,7 +319,7 @@ impl CoreApi {
             .find_contact(tenant, kind, &value)
             .await?
             .map(|c| Json(ContactOut::from(c)))
-            .ok_or_else(|| ApiError::not_found("contact"))
+            .ok_or_else(|| ApiError::not_found("contact").into())
     }
 
     /// Liveness
