@@ -1014,9 +1014,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         std::fs::write(path, &json_text).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
-        println!("{json_text}");
+        out!("{json_text}")?;
     } else {
-        println!("{}", table(&report));
+        out!("{}", table(&report))?;
     }
     Ok(())
 }

@@ -1,6 +1,15 @@
 //! `fastack`: the one binary. `serve` runs a node; the other subcommands
 //! administer the same storage the configuration points at.
 
+/// `println!` that returns the write's error instead of panicking, so
+/// `fastack openapi | head` ends quietly when the reader goes away.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod bench;
 
 /// glibc's allocator spent a quarter of the node's CPU under load (many
@@ -309,9 +318,9 @@ fn print<T: Serialize>(
     human: impl FnOnce(&T) -> String,
 ) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
+        out!("{}", serde_json::to_string_pretty(value)?)?;
     } else {
-        println!("{}", human(value));
+        out!("{}", human(value))?;
     }
     Ok(())
 }
@@ -711,7 +720,7 @@ async fn retention_run(
             bar
         });
         if !terminal && !json {
-            println!("archiving {table}");
+            out!("archiving {table}")?;
         }
         let started = std::time::Instant::now();
         let outcome =
@@ -733,14 +742,14 @@ async fn retention_run(
         match outcome {
             Ok(report) => {
                 if !json {
-                    println!(
+                    out!(
                         "{}: {} rows archived to {} ({} -> {} bytes), verified, dropped",
                         report.partition,
                         report.manifest.rows,
                         report.path,
                         report.manifest.uncompressed_bytes,
                         report.manifest.compressed_bytes
-                    );
+                    )?;
                 }
                 reports.push(report);
             }
@@ -757,13 +766,13 @@ async fn retention_run(
         store.finish_job(&job, node, &emit).await?;
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        out!("{}", serde_json::to_string_pretty(&reports)?)?;
     } else if reports.is_empty() && failures == 0 {
-        println!(
+        out!(
             "nothing to do ({} partitions due, {} idempotency keys pruned)",
             maintenance.due.len(),
             maintenance.pruned_keys
-        );
+        )?;
     }
     if failures > 0 {
         anyhow::bail!("{failures} partition(s) could not be archived; they were kept");
@@ -774,13 +783,13 @@ async fn retention_run(
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Openapi => {
-            println!("{}", fastack_api::openapi_json());
+            out!("{}", fastack_api::openapi_json())?;
             Ok(())
         }
         Command::Config => {
-            println!("| variable | default | meaning |\n|---|---|---|");
+            out!("| variable | default | meaning |\n|---|---|---|")?;
             for (name, default, meaning) in SETTINGS {
-                println!("| `{name}` | {default} | {meaning} |");
+                out!("| `{name}` | {default} | {meaning} |")?;
             }
             Ok(())
         }
@@ -802,7 +811,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = store::open(&config).await.context("migrating")?;
             fastack_core::retention::ensure_window(store.as_ref(), &config, chrono::Utc::now())
                 .await?;
-            println!("migrations applied");
+            out!("migrations applied")?;
             Ok(())
         }
         Command::Bench(args) => bench::run(args).await,
@@ -819,7 +828,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     keys.tenant_hmac(tenant.id)
                 }
             };
-            println!("{}", hex_encode(&key));
+            out!("{}", hex_encode(&key))?;
             Ok(())
         }
         Command::Admin(args) => {
@@ -848,9 +857,18 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The reader of our standard output went away (`| head`): not an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

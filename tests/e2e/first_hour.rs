@@ -1,7 +1,7 @@
 //! The first hour of a new user: the compose file starts a ready node, a
 //! port in use writes nothing, a new endpoint gets the very next event,
 //! every problem code is documented, errors speak our words, refusals keep
-//! the connection.
+//! the connection, output into a closed pipe ends quietly.
 
 use std::time::Duration;
 
@@ -523,4 +523,24 @@ fn cli_help_describes_every_flag() {
         help(&["admin", "tenant", "create"]).contains("[possible values: free, pro, enterprise]")
     );
     assert!(help(&["serve"]).contains("fastack config"));
+}
+
+/// `fastack openapi | head`: the reader leaving early ends the command
+/// quietly (exit 0), not with a panic about a broken pipe.
+#[test]
+fn output_into_a_closed_pipe_is_not_a_panic() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(bin_path())
+        .arg("openapi")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the spec (~70 KiB, more than a pipe
+    // buffer) is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
