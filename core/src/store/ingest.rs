@@ -80,9 +80,9 @@ pub(crate) async fn commit(
         for row in tx
             .fetch(
                 Q::new(format!(
-                    "SELECT idempotency_key, event_id, fingerprint FROM idempotency_keys \
-                     WHERE tenant_id = $1 AND {}",
-                    d.in_list("idempotency_key", 2, ListKind::Text)
+                    "SELECT k.idempotency_key, k.event_id, k.fingerprint FROM {} \
+                     JOIN idempotency_keys k ON k.tenant_id = $1 AND k.idempotency_key = q.v",
+                    d.list_rows(2, ListKind::Text)
                 ))
                 .bind(tenant)
                 .bind(keys),

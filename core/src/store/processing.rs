@@ -313,9 +313,10 @@ async fn snapshot(tx: &mut Tx<'_>, tenant: TenantId, events: &[&NewEvent]) -> Re
         for r in tx
             .fetch(
                 Q::new(format!(
-                    "SELECT value, contact_id FROM contact_identities \
-                     WHERE tenant_id = $1 AND kind = $2 AND {}",
-                    d.in_list("value", 3, ListKind::Text)
+                    "SELECT ci.value, ci.contact_id FROM {} \
+                     JOIN contact_identities ci \
+                       ON ci.tenant_id = $1 AND ci.kind = $2 AND ci.value = q.v",
+                    d.list_rows(3, ListKind::Text)
                 ))
                 .bind(tenant.0)
                 .bind(i64::from(kind.as_i16()))

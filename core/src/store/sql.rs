@@ -53,6 +53,23 @@ impl Dialect {
         }
     }
 
+    /// List parameter `$n` as a table `q` of one column `v`, to join a
+    /// table's key against. Probes by many keys use this rather than
+    /// [`Dialect::in_list`]: PostgreSQL, misled by a young table's
+    /// statistics, may scan a tenant's whole key range and test each row
+    /// against the array, where a join looks every key up in the index.
+    pub fn list_rows(self, n: usize, kind: ListKind) -> String {
+        match (self, kind) {
+            (Dialect::Postgres, ListKind::Uuid) => format!("UNNEST(${n}::uuid[]) AS q(v)"),
+            (Dialect::Postgres, ListKind::Int) => format!("UNNEST(${n}::int8[]) AS q(v)"),
+            (Dialect::Postgres, ListKind::Text) => format!("UNNEST(${n}::text[]) AS q(v)"),
+            (Dialect::Sqlite, ListKind::Uuid) => {
+                format!("(SELECT unhex(value) AS v FROM json_each(${n})) AS q")
+            }
+            (Dialect::Sqlite, _) => format!("(SELECT value AS v FROM json_each(${n})) AS q"),
+        }
+    }
+
     /// Row locks on `of` (a table or alias) for the inner select of a
     /// claim, so several nodes claim different rows.
     pub fn skip_locked(self, of: &str) -> String {
