@@ -11,10 +11,9 @@ use fastack_core::{export, jobs, retention};
 use fastack_entities::{Job, JobId, JobKind};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::Value;
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::context::Ctx;
+use crate::{context::Ctx, signal::Wakes};
 
 /// Runs started before a job is failed for good (a job that kills its node
 /// must not loop forever).
@@ -29,7 +28,8 @@ pub struct JobRunnerArgs {
 pub struct JobRunnerState {
     ctx: Arc<Ctx>,
     running: HashSet<JobId>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Its timer and signal, stopped with the state.
+    wakes: Option<Wakes>,
 }
 
 /// Messages of the job runner.
@@ -58,7 +58,7 @@ impl Actor for JobRunnerActor {
         Ok(JobRunnerState {
             ctx: args.ctx,
             running: HashSet::new(),
-            tasks: Vec::new(),
+            wakes: None,
         })
     }
 
@@ -67,28 +67,13 @@ impl Actor for JobRunnerActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state
-            .tasks
-            .push(myself.send_interval(state.ctx.config.poll_interval, || JobRunnerMsg::Poll));
-        state.tasks.push(
-            state
-                .ctx
-                .signals
-                .jobs
-                .forward(myself.clone(), || JobRunnerMsg::Poll),
-        );
+        state.wakes = Some(Wakes::start(
+            &myself,
+            state.ctx.config.poll_interval,
+            Some(&state.ctx.signals.jobs),
+            || JobRunnerMsg::Poll,
+        ));
         myself.send_message(JobRunnerMsg::Poll)?;
-        Ok(())
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        for t in state.tasks.drain(..) {
-            t.abort();
-        }
         Ok(())
     }
 

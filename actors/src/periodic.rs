@@ -7,9 +7,12 @@ use std::{marker::PhantomData, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::task::JoinHandle;
 
-use crate::{context::Ctx, root::ChildSpec, signal::Signal};
+use crate::{
+    context::Ctx,
+    root::ChildSpec,
+    signal::{Signal, Wakes},
+};
 
 #[async_trait]
 pub trait Periodic: Clone + Send + Sync + 'static {
@@ -38,7 +41,8 @@ pub struct PeriodicArgs<P> {
 pub struct PeriodicState<P> {
     ctx: Arc<Ctx>,
     work: P,
-    tasks: Vec<JoinHandle<()>>,
+    /// Its timer and signal, stopped with the state.
+    wakes: Option<Wakes>,
 }
 
 /// Messages of a periodic actor.
@@ -75,7 +79,7 @@ impl<P: Periodic> Actor for PeriodicActor<P> {
         Ok(PeriodicState {
             ctx: args.ctx,
             work: args.work,
-            tasks: Vec::new(),
+            wakes: None,
         })
     }
 
@@ -85,26 +89,13 @@ impl<P: Periodic> Actor for PeriodicActor<P> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let every = state.work.every(&state.ctx);
-        state
-            .tasks
-            .push(myself.send_interval(every, || PeriodicMsg::Tick));
-        if let Some(signal) = state.work.signal(&state.ctx) {
-            state
-                .tasks
-                .push(signal.forward(myself.clone(), || PeriodicMsg::Tick));
-        }
+        state.wakes = Some(Wakes::start(
+            &myself,
+            every,
+            state.work.signal(&state.ctx),
+            || PeriodicMsg::Tick,
+        ));
         myself.send_message(PeriodicMsg::Tick)?;
-        Ok(())
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        for task in state.tasks.drain(..) {
-            task.abort();
-        }
         Ok(())
     }
 

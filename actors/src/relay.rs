@@ -11,10 +11,10 @@ use std::{marker::PhantomData, sync::Arc, time::Duration};
 use chrono::Duration as ChronoDuration;
 use fastack_core::metrics::SinkLabels;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::{task::JoinHandle, time::Instant};
+use tokio::time::Instant;
 use tracing::warn;
 
-use crate::{backoff::Backoff, context::Ctx, root::ChildSpec, sinks::Sink};
+use crate::{backoff::Backoff, context::Ctx, root::ChildSpec, signal::Wakes, sinks::Sink};
 
 /// How long a claimed row stays with this relay before others may take it.
 const CLAIM: ChronoDuration = ChronoDuration::seconds(30);
@@ -36,7 +36,8 @@ pub struct RelayState<S> {
     reconnecting: bool,
     backoff: Backoff,
     depth_at: Option<Instant>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Its timer and signal, stopped with the state.
+    wakes: Option<Wakes>,
 }
 
 /// Messages of a relay.
@@ -134,7 +135,7 @@ impl<S: Sink> Actor for RelayActor<S> {
             reconnecting: false,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
             depth_at: None,
-            tasks: Vec::new(),
+            wakes: None,
         })
     }
 
@@ -143,16 +144,12 @@ impl<S: Sink> Actor for RelayActor<S> {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state
-            .tasks
-            .push(myself.send_interval(state.sink.interval(), || RelayMsg::Pump));
-        state.tasks.push(
-            state
-                .ctx
-                .signals
-                .outbox
-                .forward(myself.clone(), || RelayMsg::Pump),
-        );
+        state.wakes = Some(Wakes::start(
+            &myself,
+            state.sink.interval(),
+            Some(&state.ctx.signals.outbox),
+            || RelayMsg::Pump,
+        ));
         myself.send_message(RelayMsg::Connect)?;
         Ok(())
     }
@@ -162,9 +159,7 @@ impl<S: Sink> Actor for RelayActor<S> {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        for task in state.tasks.drain(..) {
-            task.abort();
-        }
+        state.wakes = None;
         state.sink.close().await;
         Ok(())
     }

@@ -5,6 +5,8 @@
 //! every listener sees them, and a signal raised while its listener is
 //! restarting is not lost: a listener always runs once when it starts.
 
+use std::time::Duration;
+
 use ractor::{ActorRef, Message};
 use tokio::{sync::watch, task::JoinHandle};
 
@@ -34,6 +36,36 @@ impl Signal {
                 }
             }
         })
+    }
+}
+
+/// What wakes a polling actor: a timer, and a signal when it has one.
+/// Kept in the actor's state, so it goes with the state whether the actor
+/// stops or fails: no timer outlives its actor.
+#[derive(Debug)]
+pub struct Wakes(Vec<JoinHandle<()>>);
+
+impl Wakes {
+    /// Sends `msg()` to `actor` every `every`, and after each raise of `signal`.
+    pub fn start<M: Message>(
+        actor: &ActorRef<M>,
+        every: Duration,
+        signal: Option<&Signal>,
+        msg: fn() -> M,
+    ) -> Wakes {
+        let mut tasks = vec![actor.send_interval(every, msg)];
+        if let Some(signal) = signal {
+            tasks.push(signal.forward(actor.clone(), msg));
+        }
+        Wakes(tasks)
+    }
+}
+
+impl Drop for Wakes {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
     }
 }
 

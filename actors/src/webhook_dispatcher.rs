@@ -17,7 +17,6 @@ use std::{
 use chrono::Duration as ChronoDuration;
 use fastack_entities::{DeliveryId, EndpointId};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
-use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::{
@@ -25,6 +24,7 @@ use crate::{
     endpoint_worker::{
         ENDPOINT_BACKLOG, EndpointWorkerActor, EndpointWorkerArgs, EndpointWorkerMsg, http_client,
     },
+    signal::Wakes,
 };
 
 pub struct WebhookDispatcherActor;
@@ -42,7 +42,8 @@ pub struct WebhookDispatcherState {
     /// Due deliveries were left in the table because an endpoint's backlog
     /// was full: dispatch again as soon as a slot frees, not at the next tick.
     throttled: bool,
-    tasks: Vec<JoinHandle<()>>,
+    /// Its timer and signal, stopped with the state.
+    wakes: Option<Wakes>,
 }
 
 /// Messages of the dispatcher.
@@ -138,7 +139,7 @@ impl Actor for WebhookDispatcherActor {
             worker_ids: HashMap::new(),
             in_flight: HashMap::new(),
             throttled: false,
-            tasks: Vec::new(),
+            wakes: None,
         })
     }
 
@@ -147,16 +148,12 @@ impl Actor for WebhookDispatcherActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state
-            .tasks
-            .push(myself.send_interval(Duration::from_millis(100), || WebhookDispatcherMsg::Tick));
-        state.tasks.push(
-            state
-                .ctx
-                .signals
-                .deliveries
-                .forward(myself.clone(), || WebhookDispatcherMsg::Tick),
-        );
+        state.wakes = Some(Wakes::start(
+            &myself,
+            Duration::from_millis(100),
+            Some(&state.ctx.signals.deliveries),
+            || WebhookDispatcherMsg::Tick,
+        ));
         myself.send_message(WebhookDispatcherMsg::Tick)?;
         Ok(())
     }
@@ -166,9 +163,7 @@ impl Actor for WebhookDispatcherActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        for t in state.tasks.drain(..) {
-            t.abort();
-        }
+        state.wakes = None;
         myself
             .stop_children_and_wait(Some("shutdown".to_owned()), Some(crate::SHUTDOWN_WAIT))
             .await;
