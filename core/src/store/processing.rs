@@ -309,13 +309,18 @@ async fn snapshot(tx: &mut Tx<'_>, tenant: TenantId, events: &[&NewEvent]) -> Re
         if values.is_empty() {
             continue;
         }
-        // The primary key (tenant, kind, value) serves each probe.
+        // One primary-key lookup per value, whatever the statistics say: a
+        // correlated subquery cannot be turned into a join, and a join is
+        // what PostgreSQL picks on a young table (hashing every identity of
+        // the tenant, or filtering them against the list).
         for r in tx
             .fetch(
                 Q::new(format!(
-                    "SELECT ci.value, ci.contact_id FROM {} \
-                     JOIN contact_identities ci \
-                       ON ci.tenant_id = $1 AND ci.kind = $2 AND ci.value = q.v",
+                    "SELECT q.v AS value, \
+                            (SELECT ci.contact_id FROM contact_identities ci \
+                             WHERE ci.tenant_id = $1 AND ci.kind = $2 AND ci.value = q.v) \
+                              AS contact_id \
+                     FROM {}",
                     d.list_rows(3, ListKind::Text)
                 ))
                 .bind(tenant.0)
@@ -324,9 +329,11 @@ async fn snapshot(tx: &mut Tx<'_>, tenant: TenantId, events: &[&NewEvent]) -> Re
             )
             .await?
         {
-            snapshot
-                .identities
-                .insert((kind, r.text("value")?), ContactId(r.uuid("contact_id")?));
+            if let Some(contact) = r.opt_uuid("contact_id")? {
+                snapshot
+                    .identities
+                    .insert((kind, r.text("value")?), ContactId(contact));
+            }
         }
     }
     let merging = events

@@ -53,11 +53,11 @@ impl Dialect {
         }
     }
 
-    /// List parameter `$n` as a table `q` of one column `v`, to join a
-    /// table's key against. Probes by many keys use this rather than
-    /// [`Dialect::in_list`]: PostgreSQL, misled by a young table's
-    /// statistics, may scan a tenant's whole key range and test each row
-    /// against the array, where a join looks every key up in the index.
+    /// List parameter `$n` as a table `q` of one column `v`: to join a
+    /// table's key against, or to look each value up with a correlated
+    /// subquery (the identity probe does: PostgreSQL, misled by a young
+    /// table's statistics, plans `= ANY(list)` as a filter over a tenant's
+    /// whole key range, and a join as a hash of it).
     pub fn list_rows(self, n: usize, kind: ListKind) -> String {
         match (self, kind) {
             (Dialect::Postgres, ListKind::Uuid) => format!("UNNEST(${n}::uuid[]) AS q(v)"),
