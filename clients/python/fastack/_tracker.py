@@ -222,26 +222,10 @@ class Tracker:
         if not isinstance(event, str) or not 0 < len(event) <= 200:
             _refuse("event", event, 200)
         item: dict[str, Any] = {"type": "track", "event": event}
-        if user_id is not None:
-            if not isinstance(user_id, str) or not 0 < len(user_id) <= 255:
-                _refuse("user_id", user_id, 255)
-            item["user_id"] = user_id
-        elif anonymous_id is None:
-            raise ValueError("one of user_id or anonymous_id is required")
-        if anonymous_id is not None:
-            if not isinstance(anonymous_id, str) or not 0 < len(anonymous_id) <= 255:
-                _refuse("anonymous_id", anonymous_id, 255)
-            item["anonymous_id"] = anonymous_id
+        _put_ids(item, user_id, anonymous_id)
         if properties is not None:
             item["properties"] = properties
-        item["occurred_at"] = _fast.now() if occurred_at is None else _time.format_time(occurred_at)
-        if idempotency_key is None:
-            key = _fast.new_key()
-        else:
-            if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255:
-                _refuse("idempotency_key", idempotency_key, 255)
-            key = idempotency_key
-        item["idempotency_key"] = key
+        key = _put_time_and_key(item, occurred_at, idempotency_key)
         self._enqueue(item)
         return key
 
@@ -257,26 +241,10 @@ class Tracker:
         """Queues an identify (with both ids: links them); returns its
         idempotency key. Same rules as `track`."""
         item: dict[str, Any] = {"type": "identify"}
-        if user_id is not None:
-            if not isinstance(user_id, str) or not 0 < len(user_id) <= 255:
-                _refuse("user_id", user_id, 255)
-            item["user_id"] = user_id
-        elif anonymous_id is None:
-            raise ValueError("one of user_id or anonymous_id is required")
-        if anonymous_id is not None:
-            if not isinstance(anonymous_id, str) or not 0 < len(anonymous_id) <= 255:
-                _refuse("anonymous_id", anonymous_id, 255)
-            item["anonymous_id"] = anonymous_id
+        _put_ids(item, user_id, anonymous_id)
         if traits is not None:
             item["traits"] = traits
-        item["occurred_at"] = _fast.now() if occurred_at is None else _time.format_time(occurred_at)
-        if idempotency_key is None:
-            key = _fast.new_key()
-        else:
-            if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255:
-                _refuse("idempotency_key", idempotency_key, 255)
-            key = idempotency_key
-        item["idempotency_key"] = key
+        key = _put_time_and_key(item, occurred_at, idempotency_key)
         self._enqueue(item)
         return key
 
@@ -572,3 +540,33 @@ def _after_fork_in_child() -> None:
 atexit.register(_close_all_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _put_ids(item: dict[str, Any], user_id: str | None, anonymous_id: str | None) -> None:
+    """The ids of a track or identify item, checked as the server would."""
+    if user_id is not None:
+        if not isinstance(user_id, str) or not 0 < len(user_id) <= 255:
+            _refuse("user_id", user_id, 255)
+        item["user_id"] = user_id
+    elif anonymous_id is None:
+        raise ValueError("one of user_id or anonymous_id is required")
+    if anonymous_id is not None:
+        if not isinstance(anonymous_id, str) or not 0 < len(anonymous_id) <= 255:
+            _refuse("anonymous_id", anonymous_id, 255)
+        item["anonymous_id"] = anonymous_id
+
+
+def _put_time_and_key(
+    item: dict[str, Any], occurred_at: _time.TimeLike | None, idempotency_key: str | None
+) -> str:
+    """`occurred_at` (default now) and the idempotency key (generated when
+    not given) of an item; returns the key."""
+    item["occurred_at"] = _fast.now() if occurred_at is None else _time.format_time(occurred_at)
+    if idempotency_key is None:
+        key = _fast.new_key()
+    else:
+        if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255:
+            _refuse("idempotency_key", idempotency_key, 255)
+        key = idempotency_key
+    item["idempotency_key"] = key
+    return key
