@@ -12,7 +12,11 @@ pub enum Error {
     #[error("database error: {}", describe_sqlx(.0))]
     Database(#[from] sqlx::Error),
     #[error("migration failed")]
-    Migration(#[from] sea_orm::DbErr),
+    Migration(#[source] sea_orm::DbErr),
+    /// What sea-orm said when it was not the database answering (a value
+    /// it could not convert, a record it expected).
+    #[error("database error: {0}")]
+    Orm(#[source] sea_orm::DbErr),
     #[error("redis error")]
     Redis(#[from] redis::RedisError),
     #[error("i/o error on {path}")]
@@ -48,6 +52,39 @@ pub enum Error {
     /// production.
     #[error("injected fault: {0}")]
     Injected(String),
+}
+
+/// sea-orm carries the driver's error: kept as [`Error::Database`] so a
+/// refusal is told from an outage the same way for both ways of querying.
+impl From<sea_orm::DbErr> for Error {
+    fn from(e: sea_orm::DbErr) -> Self {
+        use sea_orm::{DbErr, RuntimeErr};
+        match e {
+            DbErr::Exec(RuntimeErr::SqlxError(s))
+            | DbErr::Query(RuntimeErr::SqlxError(s))
+            | DbErr::Conn(RuntimeErr::SqlxError(s)) => match std::sync::Arc::try_unwrap(s) {
+                Ok(e) => Error::Database(e),
+                Err(s) => Error::Orm(DbErr::Query(RuntimeErr::SqlxError(s))),
+            },
+            DbErr::Type(m) | DbErr::Json(m) => Error::Corrupt(m),
+            DbErr::TryIntoErr { from, into, source } => {
+                Error::Corrupt(format!("{from} into {into}: {source}"))
+            }
+            other => Error::Orm(other),
+        }
+    }
+}
+
+impl From<std::convert::Infallible> for Error {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
+impl From<fastack_entities::db::Corrupt> for Error {
+    fn from(e: fastack_entities::db::Corrupt) -> Self {
+        Error::Corrupt(e.to_string())
+    }
 }
 
 /// What a sqlx error says, without bound values: SQLSTATE, constraint,
@@ -118,6 +155,7 @@ impl ServiceError for Error {
             Error::Config(_) => 500,
             Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => 500,
             Error::Signature(_) => 401,
+            Error::Orm(_) => 500,
             Error::Database(_)
             | Error::Migration(_)
             | Error::Redis(_)
@@ -134,9 +172,11 @@ impl ServiceError for Error {
             Error::NotFound { .. } => "not_found",
             Error::Conflict(_) => "conflict",
             Error::InvalidEndpoint(_) => "invalid_endpoint",
-            Error::Config(_) | Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => {
-                "internal"
-            }
+            Error::Config(_)
+            | Error::Corrupt(_)
+            | Error::Orm(_)
+            | Error::Protocol(_)
+            | Error::Injected(_) => "internal",
             Error::Signature(_) => "invalid_signature",
             _ => "unavailable",
         }

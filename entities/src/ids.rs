@@ -9,9 +9,19 @@ use uuid::Uuid;
 macro_rules! typed_id {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+            sea_orm::DeriveValueType,
+        )]
         #[serde(transparent)]
         pub struct $name(pub Uuid);
+
+        /// Ids are made by us, never by the database.
+        impl sea_orm::TryFromU64 for $name {
+            fn try_from_u64(_: u64) -> Result<Self, sea_orm::DbErr> {
+                Err(sea_orm::DbErr::ConvertFromU64(stringify!($name)))
+            }
+        }
 
         impl $name {
             /// A new time-ordered (v7) id.

@@ -1,6 +1,7 @@
 //! fastack's data model: typed ids, plans and the event and contact records
 //! that storage, actors and the HTTP surface exchange.
 
+pub mod db;
 pub mod ids;
 pub mod job;
 pub mod model;

@@ -187,7 +187,7 @@ impl Engine for PgStore {
         let conn_db = SqlxPostgresConnector::from_sqlx_postgres_pool(self.pool.clone());
         let result = fastack_migration::Migrator::up(&conn_db, None)
             .await
-            .map_err(Error::from);
+            .map_err(Error::Migration);
         sqlx::query("SELECT pg_advisory_unlock(hashtext('fastack.migrate'))")
             .execute(&mut *conn)
             .await?;

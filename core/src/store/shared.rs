@@ -1,10 +1,14 @@
-//! [`SqlStore`]: the one implementation of [`Storage`]. Every transaction
-//! that reads and writes plain records — tenants, API keys, leases, jobs,
-//! the outbox and its claims, webhook endpoints, deliveries and attempts,
-//! contacts, quarantine — is written here once, over the seam of
-//! [`super::sql`]. What depends on a backend's storage layout (the group
-//! commit, the processing transaction, monthly partitions, pruning) is the
-//! [`Engine`] of that backend: `postgres.rs` and `sqlite.rs`.
+//! [`SqlStore`]: the one implementation of [`Storage`]. The plain records —
+//! tenants, API keys, jobs, webhook endpoints, deliveries and attempts,
+//! quarantine — are sea-orm entities (`fastack_entities::db`) read and
+//! written with sea-orm's backend-neutral queries; leases, the inbox,
+//! contacts and the outbox's claims are tuned statements written once over
+//! the seam of [`super::sql`]. What depends on a backend's storage layout
+//! (the group commit, the processing transaction, monthly partitions,
+//! pruning) is the [`Engine`] of that backend: `postgres.rs` and
+//! `sqlite.rs`.
+
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -12,16 +16,24 @@ use fastack_entities::{
     ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
     EndpointId, EventId, IdentityKind, Job, JobId, JobKind, JobStatus, NodeId, Plan,
     QuarantinedEvent, StoredEvent, Tenant, TenantId,
+    db::{
+        Time, api_key, job, quarantine, signed, tenant, unsigned, webhook_attempt,
+        webhook_delivery, webhook_endpoint,
+    },
+};
+use sea_orm::{
+    ColumnTrait, EntityTrait, ExprTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
+    QueryTrait,
+    sea_query::{Expr, Func, LockBehavior, LockType, OnConflict},
 };
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
     Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo, PartitionKey,
     ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TimeRange, Topic, job_event,
     outbox,
-    sql::{Db, Dialect, ListKind, Q, Row, Tx},
+    sql::{Db, Dialect, Q, Tx},
 };
 use crate::error::{Error, Result};
 
@@ -66,135 +78,31 @@ impl SqlStore {
     }
 }
 
-const TENANT_COLUMNS: &str = "id, name, plan, retention_months, created_at";
-const KEY_COLUMNS: &str = "id, tenant_id, prefix, rate_limit_rps, created_at, revoked_at";
-const JOB_COLUMNS: &str = "id, tenant_id, kind, status, params, metadata, result, execution_time_ms, \
-                           created_at, finished_at, event_body, event_pending, attempts";
-const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, events, enabled, disabled_reason, previous_until, \
-                                created_at, updated_at";
-const QUARANTINE_COLUMNS: &str =
-    "tenant_id, event_id, payload, received_at, error, attempts, quarantined_at";
-const DELIVERY_COLUMNS: &str =
-    "id, endpoint_id, tenant_id, event_type, ce_id, status, next_attempt_at, created_at";
-
-fn corrupt(e: impl std::fmt::Display) -> Error {
-    Error::Corrupt(e.to_string())
+/// Stored models as domain values.
+fn domain<M, T>(models: Vec<M>) -> Result<Vec<T>>
+where
+    T: TryFrom<M>,
+    Error: From<T::Error>,
+{
+    models
+        .into_iter()
+        .map(|m| T::try_from(m).map_err(Error::from))
+        .collect()
 }
 
-fn u32_of(v: i64) -> u32 {
-    v.clamp(0, i64::from(u32::MAX)) as u32
+fn domain_opt<M, T>(model: Option<M>) -> Result<Option<T>>
+where
+    T: TryFrom<M>,
+    Error: From<T::Error>,
+{
+    model
+        .map(|m| T::try_from(m).map_err(Error::from))
+        .transpose()
 }
 
-fn object(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
-}
-
-fn tenant_from(r: &Row) -> Result<Tenant> {
-    Ok(Tenant {
-        id: TenantId(r.uuid("id")?),
-        name: r.text("name")?,
-        plan: r.text("plan")?.parse::<Plan>().map_err(corrupt)?,
-        retention_months: r.opt_int("retention_months")?.map(u32_of),
-        created_at: r.time("created_at")?,
-    })
-}
-
-fn key_from(r: &Row) -> Result<ApiKey> {
-    Ok(ApiKey {
-        id: ApiKeyId(r.uuid("id")?),
-        tenant_id: TenantId(r.uuid("tenant_id")?),
-        prefix: r.text("prefix")?,
-        rate_limit_rps: r.opt_int("rate_limit_rps")?.map(u32_of),
-        created_at: r.time("created_at")?,
-        revoked_at: r.opt_time("revoked_at")?,
-    })
-}
-
-fn job_from(r: &Row) -> Result<Job> {
-    Ok(Job {
-        id: JobId(r.uuid("id")?),
-        tenant_id: TenantId(r.uuid("tenant_id")?),
-        kind: r.text("kind")?.parse::<JobKind>().map_err(Error::Corrupt)?,
-        status: r
-            .text("status")?
-            .parse::<JobStatus>()
-            .map_err(Error::Corrupt)?,
-        params: r.json("params")?,
-        metadata: object(r.json("metadata")?),
-        result: r.opt_json("result")?,
-        execution_time_ms: r.opt_int("execution_time_ms")?,
-        created_at: r.time("created_at")?,
-        finished_at: r.opt_time("finished_at")?,
-        event_body: r.opt_text("event_body")?,
-        event_pending: r.bool("event_pending")?,
-        attempts: u32_of(r.int("attempts")?),
-    })
-}
-
-fn endpoint_from(r: &Row) -> Result<Endpoint> {
-    Ok(Endpoint {
-        id: EndpointId(r.uuid("id")?),
-        tenant_id: TenantId(r.uuid("tenant_id")?),
-        url: r.text("url")?,
-        events: r
-            .text("events")?
-            .split(',')
-            .filter(|e| !e.is_empty())
-            .map(str::to_owned)
-            .collect(),
-        enabled: r.bool("enabled")?,
-        disabled_reason: r.opt_text("disabled_reason")?,
-        previous_secret_until: r.opt_time("previous_until")?,
-        created_at: r.time("created_at")?,
-        updated_at: r.time("updated_at")?,
-    })
-}
-
-fn quarantined_from(r: &Row) -> Result<QuarantinedEvent> {
-    Ok(QuarantinedEvent {
-        tenant_id: TenantId(r.uuid("tenant_id")?),
-        event_id: EventId(r.uuid("event_id")?),
-        payload: QuarantinedEvent::payload_value(&r.text("payload")?),
-        received_at: r.time("received_at")?,
-        error: r.text("error")?,
-        attempts: u32_of(r.int("attempts")?),
-        quarantined_at: r.time("quarantined_at")?,
-    })
-}
-
-fn attempt_from(r: &Row) -> Result<Attempt> {
-    Ok(Attempt {
-        attempt: u32_of(r.int("attempt")?),
-        attempted_at: r.time("attempted_at")?,
-        status_code: r.opt_int("status_code")?.map(|c| c.clamp(0, 999) as u16),
-        error_kind: r.opt_text("error_kind")?,
-        latency_ms: u32_of(r.int("latency_ms")?),
-    })
-}
-
-/// Rows per statement of a multi-row `VALUES` insert (SQLite binds at most
-/// 32,766 values to one statement).
+/// Rows per multi-row insert (SQLite binds at most 32,766 values to one
+/// statement).
 const ROWS_PER_INSERT: usize = 1_000;
-
-/// `($k+1, …, $k+cols), (…)`: `rows` tuples numbered from `$k+1`.
-fn values(rows: usize, cols: usize) -> String {
-    let mut out = String::with_capacity(rows * cols * 5);
-    for r in 0..rows {
-        out.push_str(if r == 0 { "(" } else { ", (" });
-        for c in 0..cols {
-            if c > 0 {
-                out.push_str(", ");
-            }
-            out.push('$');
-            out.push_str(&(r * cols + c + 1).to_string());
-        }
-        out.push(')');
-    }
-    out
-}
 
 impl SqlStore {
     /// The contact `id` resolves to (merges followed to the survivor),
@@ -271,12 +179,14 @@ impl SqlStore {
 
     /// Fails an endpoint's pending deliveries (it was disabled).
     async fn fail_pending(tx: &mut Tx<'_>, endpoint: EndpointId) -> Result<()> {
-        tx.execute(
-            Q::new(
-                "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, claimed_until = NULL \
-                 WHERE endpoint_id = $1 AND status = 'pending'",
-            )
-            .bind(endpoint.0),
+        use webhook_delivery::Column as C;
+        tx.run(
+            &webhook_delivery::Entity::update_many()
+                .col_expr(C::Status, Expr::value(DeliveryStatus::Failed.as_str()))
+                .col_expr(C::NextAttemptAt, Expr::value(Option::<Time>::None))
+                .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+                .filter(C::EndpointId.eq(endpoint))
+                .filter(C::Status.eq(DeliveryStatus::Pending.as_str())),
         )
         .await?;
         Ok(())
@@ -303,60 +213,35 @@ impl Storage for SqlStore {
     // --- tenants and keys -------------------------------------------------
 
     async fn insert_tenant(&self, t: &Tenant) -> Result<()> {
-        self.db
-            .execute(
-                Q::new(
-                    "INSERT INTO tenants (id, name, plan, retention_months, created_at) \
-                     VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(t.id.0)
-                .bind(t.name.as_str())
-                .bind(t.plan.as_str())
-                .bind(t.retention_months)
-                .bind(t.created_at),
-            )
+        tenant::Entity::insert(tenant::Model::from(t).into_active_model())
+            .exec_without_returning(&self.db)
             .await
-            .map_err(|e| unique_as_conflict(e, &format!("tenant named {}", t.name)))?;
+            .map_err(|e| unique_as_conflict(e.into(), &format!("tenant named {}", t.name)))?;
         Ok(())
     }
 
     async fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        self.db
-            .read(Q::new(format!(
-                "SELECT {TENANT_COLUMNS} FROM tenants ORDER BY created_at, id"
-            )))
-            .await?
-            .iter()
-            .map(tenant_from)
-            .collect()
+        use tenant::Column as C;
+        domain(
+            tenant::Entity::find()
+                .order_by_asc(C::CreatedAt)
+                .order_by_asc(C::Id)
+                .all(&self.db)
+                .await?,
+        )
     }
 
     async fn get_tenant(&self, id: TenantId) -> Result<Option<Tenant>> {
-        self.db
-            .read_opt(
-                Q::new(format!(
-                    "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1"
-                ))
-                .bind(id.0),
-            )
-            .await?
-            .as_ref()
-            .map(tenant_from)
-            .transpose()
+        domain_opt(tenant::Entity::find_by_id(id).one(&self.db).await?)
     }
 
     async fn find_tenant_by_name(&self, name: &str) -> Result<Option<Tenant>> {
-        self.db
-            .read_opt(
-                Q::new(format!(
-                    "SELECT {TENANT_COLUMNS} FROM tenants WHERE name = $1"
-                ))
-                .bind(name),
-            )
-            .await?
-            .as_ref()
-            .map(tenant_from)
-            .transpose()
+        domain_opt(
+            tenant::Entity::find()
+                .filter(tenant::Column::Name.eq(name))
+                .one(&self.db)
+                .await?,
+        )
     }
 
     async fn update_tenant_plan(
@@ -365,86 +250,63 @@ impl Storage for SqlStore {
         plan: Plan,
         retention_months: Option<u32>,
     ) -> Result<bool> {
-        let n = self
-            .db
-            .execute(
-                Q::new("UPDATE tenants SET plan = $2, retention_months = $3 WHERE id = $1")
-                    .bind(id.0)
-                    .bind(plan.as_str())
-                    .bind(retention_months),
+        use tenant::Column as C;
+        let r = tenant::Entity::update_many()
+            .col_expr(C::Plan, Expr::value(plan.as_str()))
+            .col_expr(
+                C::RetentionMonths,
+                Expr::value(retention_months.map(signed)),
             )
+            .filter(C::Id.eq(id))
+            .exec(&self.db)
             .await?;
-        Ok(n == 1)
+        Ok(r.rows_affected == 1)
     }
 
     async fn insert_api_key(&self, key: &ApiKey, hash: &[u8; 32]) -> Result<()> {
-        self.db
-            .execute(
-                Q::new(
-                    "INSERT INTO api_keys (id, tenant_id, key_hash, prefix, rate_limit_rps, created_at, revoked_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(key.id.0)
-                .bind(key.tenant_id.0)
-                .bind(&hash[..])
-                .bind(key.prefix.as_str())
-                .bind(key.rate_limit_rps)
-                .bind(key.created_at)
-                .bind(key.revoked_at),
-            )
+        api_key::Entity::insert(api_key::Model::new(key, hash).into_active_model())
+            .exec_without_returning(&self.db)
             .await
-            .map_err(|e| unique_as_conflict(e, "api key"))?;
+            .map_err(|e| unique_as_conflict(e.into(), "api key"))?;
         Ok(())
     }
 
     async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>> {
-        self.db
-            .read(
-                Q::new(format!(
-                    "SELECT {KEY_COLUMNS} FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id"
-                ))
-                .bind(tenant.0),
-            )
-            .await?
-            .iter()
-            .map(key_from)
-            .collect()
+        use api_key::Column as C;
+        domain(
+            api_key::Entity::find()
+                .filter(C::TenantId.eq(tenant))
+                .order_by_asc(C::CreatedAt)
+                .order_by_asc(C::Id)
+                .all(&self.db)
+                .await?,
+        )
     }
 
     async fn revoke_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<bool> {
-        let n = self
-            .db
-            .execute(
-                Q::new("UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-                    .bind(id.0)
-                    .bind(at),
-            )
+        use api_key::Column as C;
+        let r = api_key::Entity::update_many()
+            .col_expr(C::RevokedAt, Expr::value(Time(at)))
+            .filter(C::Id.eq(id))
+            .filter(C::RevokedAt.is_null())
+            .exec(&self.db)
             .await?;
-        Ok(n == 1)
+        Ok(r.rows_affected == 1)
     }
 
     async fn lookup_api_key(&self, hash: &[u8; 32]) -> Result<Option<KeyRecord>> {
-        let row = self
-            .db
-            .read_opt(
-                Q::new(
-                    "SELECT k.id, k.tenant_id, k.prefix, k.rate_limit_rps, k.created_at, k.revoked_at, \
-                            t.name, t.plan, t.retention_months, t.created_at AS tenant_created_at \
-                     FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = $1",
-                )
-                .bind(&hash[..]),
-            )
+        let found = api_key::Entity::find()
+            .filter(api_key::Column::KeyHash.eq(hash.to_vec()))
+            .find_also_related(tenant::Entity)
+            .one(&self.db)
             .await?;
-        let Some(row) = row else { return Ok(None) };
-        let key = key_from(&row)?;
-        let tenant = Tenant {
-            id: key.tenant_id,
-            name: row.text("name")?,
-            plan: row.text("plan")?.parse::<Plan>().map_err(corrupt)?,
-            retention_months: row.opt_int("retention_months")?.map(u32_of),
-            created_at: row.time("tenant_created_at")?,
+        let Some((key, Some(tenant))) = found else {
+            return Ok(None);
         };
-        Ok(Some(KeyRecord { key, tenant }))
+        Ok(Some(KeyRecord {
+            key: key.into(),
+            tenant: tenant.try_into()?,
+        }))
     }
 
     // --- the accept path --------------------------------------------------
@@ -565,40 +427,32 @@ impl Storage for SqlStore {
     }
 
     // --- jobs -------------------------------------------------------------
-
-    async fn insert_job(&self, job: &Job) -> Result<()> {
-        self.db
-            .execute(
-                Q::new(
-                    "INSERT INTO jobs (id, tenant_id, kind, status, params, metadata, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(job.id.0)
-                .bind(job.tenant_id.0)
-                .bind(job.kind.as_str())
-                .bind(job.status.as_str())
-                .bind(job.params.clone())
-                .bind(Value::Object(job.metadata.clone()))
-                .bind(job.created_at),
-            )
+    async fn insert_job(&self, j: &Job) -> Result<()> {
+        use sea_orm::ActiveValue::Set;
+        let row = job::ActiveModel {
+            id: Set(j.id),
+            tenant_id: Set(j.tenant_id),
+            kind: Set(j.kind.as_str().to_owned()),
+            status: Set(j.status.as_str().to_owned()),
+            params: Set(j.params.clone()),
+            metadata: Set(Value::Object(j.metadata.clone())),
+            created_at: Set(j.created_at.into()),
+            ..Default::default()
+        };
+        job::Entity::insert(row)
+            .exec_without_returning(&self.db)
             .await
-            .map_err(|e| unique_as_conflict(e, "an active job for this partition"))?;
+            .map_err(|e| unique_as_conflict(e.into(), "an active job for this partition"))?;
         Ok(())
     }
 
     async fn get_job(&self, tenant: TenantId, id: JobId) -> Result<Option<Job>> {
-        self.db
-            .read_opt(
-                Q::new(format!(
-                    "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND id = $2"
-                ))
-                .bind(tenant.0)
-                .bind(id.0),
-            )
-            .await?
-            .as_ref()
-            .map(job_from)
-            .transpose()
+        domain_opt(
+            job::Entity::find_by_id(id)
+                .filter(job::Column::TenantId.eq(tenant))
+                .one(&self.db)
+                .await?,
+        )
     }
 
     async fn list_jobs(
@@ -607,20 +461,17 @@ impl Storage for SqlStore {
         status: Option<JobStatus>,
         limit: u32,
     ) -> Result<Vec<Job>> {
-        self.db
-            .read(
-                Q::new(format!(
-                    "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND ($2 IS NULL OR status = $2) \
-                     ORDER BY created_at DESC, id DESC LIMIT $3"
-                ))
-                .bind(tenant.0)
-                .bind(status.map(|s| s.as_str()))
-                .bind(i64::from(limit)),
-            )
-            .await?
-            .iter()
-            .map(job_from)
-            .collect()
+        use job::Column as C;
+        domain(
+            job::Entity::find()
+                .filter(C::TenantId.eq(tenant))
+                .apply_if(status, |q, s| q.filter(C::Status.eq(s.as_str())))
+                .order_by_desc(C::CreatedAt)
+                .order_by_desc(C::Id)
+                .limit(u64::from(limit))
+                .all(&self.db)
+                .await?,
+        )
     }
 
     async fn claim_job(
@@ -630,81 +481,85 @@ impl Storage for SqlStore {
         claim_for: Duration,
         kind: Option<JobKind>,
     ) -> Result<Option<Job>> {
-        self.db
-            .write_opt(
-                Q::new(format!(
-                    "UPDATE jobs SET status = 'processing', claimed_by = $1, claim_expires_at = $3, \
-                            started_at = COALESCE(started_at, $2), attempts = attempts + 1 \
-                     WHERE id = (SELECT id FROM jobs WHERE ($4 IS NULL OR kind = $4) \
-                                 AND (status = 'queued' OR (status = 'processing' AND claim_expires_at < $2)) \
-                                 ORDER BY created_at LIMIT 1{}) \
-                     RETURNING {JOB_COLUMNS}",
-                    self.d().skip_locked("jobs")
-                ))
-                .bind(node.0)
-                .bind(now)
-                .bind(now + claim_for)
-                .bind(kind.map(|k| k.as_str())),
+        use job::Column as C;
+        // The oldest runnable job, locked so two nodes claim different ones
+        // (SQLite has one writer: no lock there).
+        let next = job::Entity::find()
+            .select_only()
+            .column(C::Id)
+            .apply_if(kind, |q, k| q.filter(C::Kind.eq(k.as_str())))
+            .filter(
+                C::Status.eq(JobStatus::Queued.as_str()).or(C::Status
+                    .eq(JobStatus::Processing.as_str())
+                    .and(C::ClaimExpiresAt.lt(Time(now)))),
             )
-            .await?
-            .as_ref()
-            .map(job_from)
-            .transpose()
+            .order_by_asc(C::CreatedAt)
+            .limit(1)
+            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+            .into_query();
+        let claimed = job::Entity::update_many()
+            .col_expr(C::Status, Expr::value(JobStatus::Processing.as_str()))
+            .col_expr(C::ClaimedBy, Expr::value(node))
+            .col_expr(C::ClaimExpiresAt, Expr::value(Time(now + claim_for)))
+            .col_expr(
+                C::StartedAt,
+                Func::coalesce([Expr::col(C::StartedAt), Expr::value(Time(now))]).into(),
+            )
+            .col_expr(C::Attempts, Expr::col(C::Attempts).add(1))
+            .filter(C::Id.in_subquery(next))
+            .exec_with_returning(&self.db)
+            .await?;
+        domain_opt(claimed.into_iter().next())
     }
 
     async fn renew_job_claim(&self, id: JobId, node: NodeId, until: DateTime<Utc>) -> Result<bool> {
-        let n = self
-            .db
-            .execute(
-                Q::new(
-                    "UPDATE jobs SET claim_expires_at = $3 \
-                     WHERE id = $1 AND claimed_by = $2 AND status = 'processing'",
-                )
-                .bind(id.0)
-                .bind(node.0)
-                .bind(until),
-            )
+        use job::Column as C;
+        let r = job::Entity::update_many()
+            .col_expr(C::ClaimExpiresAt, Expr::value(Time(until)))
+            .filter(C::Id.eq(id))
+            .filter(C::ClaimedBy.eq(node))
+            .filter(C::Status.eq(JobStatus::Processing.as_str()))
+            .exec(&self.db)
             .await?;
-        Ok(n == 1)
+        Ok(r.rows_affected == 1)
     }
 
-    async fn finish_job(&self, job: &Job, node: NodeId, emit: &Emit) -> Result<bool> {
-        let body = job.render();
+    async fn finish_job(&self, j: &Job, node: NodeId, emit: &Emit) -> Result<bool> {
+        use job::Column as C;
+        let body = j.render();
         let mut tx = self.db.begin().await?;
         let n = tx
-            .execute(
-                Q::new(
-                    "UPDATE jobs SET status = $3, metadata = $4, result = $5, execution_time_ms = $6, \
-                            finished_at = $7, event_body = $8, event_pending = $9, claimed_by = NULL, \
-                            claim_expires_at = NULL \
-                     WHERE id = $1 AND claimed_by = $2 AND status = 'processing'",
-                )
-                .bind(job.id.0)
-                .bind(node.0)
-                .bind(job.status.as_str())
-                .bind(Value::Object(job.metadata.clone()))
-                .bind(job.result.clone())
-                .bind(job.execution_time_ms)
-                .bind(job.finished_at)
-                .bind(body.as_str())
-                .bind(emit.any()),
+            .run(
+                &job::Entity::update_many()
+                    .col_expr(C::Status, Expr::value(j.status.as_str()))
+                    .col_expr(C::Metadata, Expr::value(Value::Object(j.metadata.clone())))
+                    .col_expr(C::Result, Expr::value(j.result.clone()))
+                    .col_expr(C::ExecutionTimeMs, Expr::value(j.execution_time_ms))
+                    .col_expr(C::FinishedAt, Expr::value(j.finished_at.map(Time)))
+                    .col_expr(C::EventBody, Expr::value(body.as_str()))
+                    .col_expr(C::EventPending, Expr::value(emit.any()))
+                    .col_expr(C::ClaimedBy, Expr::value(Option::<NodeId>::None))
+                    .col_expr(C::ClaimExpiresAt, Expr::value(Option::<Time>::None))
+                    .filter(C::Id.eq(j.id))
+                    .filter(C::ClaimedBy.eq(node))
+                    .filter(C::Status.eq(JobStatus::Processing.as_str())),
             )
             .await?;
         if n != 1 {
             return Ok(false);
         }
-        let (routing_key, ce_id) = job_event(job.id, job.status);
+        let (routing_key, ce_id) = job_event(j.id, j.status);
         outbox::write(
             &mut tx,
             vec![outbox::Entry {
-                tenant_id: job.tenant_id,
+                tenant_id: j.tenant_id,
                 topic: Topic::Job,
                 routing_key,
                 ce_id,
-                subject: job.id.0.to_string(),
+                subject: j.id.0.to_string(),
                 body,
-                job_id: Some(job.id),
-                created_at: job.finished_at.unwrap_or_else(Utc::now),
+                job_id: Some(j.id),
+                created_at: j.finished_at.unwrap_or_else(Utc::now),
             }],
             emit,
         )
@@ -818,70 +673,45 @@ impl Storage for SqlStore {
     }
 
     async fn active_retention_jobs(&self) -> Result<Vec<String>> {
-        let partition = match self.d() {
-            Dialect::Postgres => "params->>'partition'",
-            Dialect::Sqlite => "json_extract(params, '$.partition')",
-        };
-        self.db
-            .read(Q::new(format!(
-                "SELECT {partition} AS partition FROM jobs \
-                 WHERE kind = 'retention' AND status IN ('queued', 'processing') \
-                   AND {partition} IS NOT NULL"
-            )))
-            .await?
-            .iter()
-            .map(|r| r.text("partition"))
-            .collect()
+        use job::Column as C;
+        let jobs = job::Entity::find()
+            .filter(C::Kind.eq(JobKind::Retention.as_str()))
+            .filter(C::Status.is_in([JobStatus::Queued.as_str(), JobStatus::Processing.as_str()]))
+            .all(&self.db)
+            .await?;
+        Ok(jobs
+            .into_iter()
+            .filter_map(|j| Some(j.params.get("partition")?.as_str()?.to_owned()))
+            .collect())
     }
 
     // --- webhooks -----------------------------------------------------------
 
     async fn insert_endpoint(&self, ep: &Endpoint, secret: &[u8]) -> Result<()> {
-        self.db
-            .execute(
-                Q::new(
-                    "INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret_enc, enabled, \
-                        created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
-                )
-                .bind(ep.id.0)
-                .bind(ep.tenant_id.0)
-                .bind(ep.url.as_str())
-                .bind(ep.events.join(","))
-                .bind(secret)
-                .bind(ep.enabled)
-                .bind(ep.created_at),
-            )
-            .await?;
+        webhook_endpoint::Entity::insert(
+            webhook_endpoint::Model::new(ep, secret).into_active_model(),
+        )
+        .exec_without_returning(&self.db)
+        .await?;
         Ok(())
     }
 
     async fn list_endpoints(&self, tenant: Option<TenantId>) -> Result<Vec<Endpoint>> {
-        self.db
-            .read(
-                Q::new(format!(
-                    "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints \
-                     WHERE $1 IS NULL OR tenant_id = $1 ORDER BY created_at, id"
-                ))
-                .bind(tenant.map(|t| t.0)),
-            )
-            .await?
-            .iter()
-            .map(endpoint_from)
-            .collect()
+        use webhook_endpoint::Column as C;
+        let rows = webhook_endpoint::Entity::find()
+            .apply_if(tenant, |q, t| q.filter(C::TenantId.eq(t)))
+            .order_by_asc(C::CreatedAt)
+            .order_by_asc(C::Id)
+            .all(&self.db)
+            .await?;
+        Ok(rows.iter().map(Endpoint::from).collect())
     }
 
     async fn get_endpoint(&self, id: EndpointId) -> Result<Option<Endpoint>> {
-        self.db
-            .read_opt(
-                Q::new(format!(
-                    "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE id = $1"
-                ))
-                .bind(id.0),
-            )
-            .await?
-            .as_ref()
-            .map(endpoint_from)
-            .transpose()
+        let row = webhook_endpoint::Entity::find_by_id(id)
+            .one(&self.db)
+            .await?;
+        Ok(row.as_ref().map(Endpoint::from))
     }
 
     async fn set_endpoint_enabled(
@@ -891,17 +721,18 @@ impl Storage for SqlStore {
         reason: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<bool> {
+        use webhook_endpoint::Column as C;
         let mut tx = self.db.begin().await?;
         let n = tx
-            .execute(
-                Q::new(
-                    "UPDATE webhook_endpoints SET enabled = $2, disabled_reason = $3, updated_at = $4 \
-                     WHERE id = $1",
-                )
-                .bind(id.0)
-                .bind(enabled)
-                .bind(if enabled { None } else { reason })
-                .bind(now),
+            .run(
+                &webhook_endpoint::Entity::update_many()
+                    .col_expr(C::Enabled, Expr::value(enabled))
+                    .col_expr(
+                        C::DisabledReason,
+                        Expr::value(reason.filter(|_| !enabled).map(str::to_owned)),
+                    )
+                    .col_expr(C::UpdatedAt, Expr::value(Time(now)))
+                    .filter(C::Id.eq(id)),
             )
             .await?;
         if !enabled {
@@ -918,64 +749,57 @@ impl Storage for SqlStore {
         previous_until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let n = self
-            .db
-            .execute(
-                Q::new(
-                    "UPDATE webhook_endpoints SET previous_secret_enc = secret_enc, previous_until = $3, \
-                            secret_enc = $2, updated_at = $4 WHERE id = $1",
-                )
-                .bind(id.0)
-                .bind(secret)
-                .bind(previous_until)
-                .bind(now),
-            )
+        use webhook_endpoint::Column as C;
+        let r = webhook_endpoint::Entity::update_many()
+            .col_expr(C::PreviousSecretEnc, Expr::col(C::SecretEnc))
+            .col_expr(C::PreviousUntil, Expr::value(Time(previous_until)))
+            .col_expr(C::SecretEnc, Expr::value(secret.to_vec()))
+            .col_expr(C::UpdatedAt, Expr::value(Time(now)))
+            .filter(C::Id.eq(id))
+            .exec(&self.db)
             .await?;
-        Ok(n == 1)
+        Ok(r.rows_affected == 1)
     }
 
     async fn tenant_subscribes(&self, tenant: TenantId, event_type: &str) -> Result<bool> {
-        self.db
-            .read_one(
-                Q::new(
-                    "SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE tenant_id = $1 AND enabled \
-                     AND (',' || events || ',') LIKE ('%,' || $2 || ',%')) AS yes",
-                )
-                .bind(tenant.0)
-                .bind(event_type),
-            )
+        Ok(self
+            .list_endpoints(Some(tenant))
             .await?
-            .bool("yes")
+            .iter()
+            .any(|e| e.wants(event_type)))
     }
 
     async fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<()> {
+        use sea_orm::ActiveValue::Set;
+        use webhook_delivery::Column as C;
         if deliveries.is_empty() {
             return Ok(());
         }
-        let now = Utc::now();
+        let now = Time(Utc::now());
         let mut tx = self.db.begin().await?;
         for chunk in deliveries.chunks(ROWS_PER_INSERT) {
-            let mut q = Q::new(format!(
-                "INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_type, ce_id, body, \
-                    status, attempts, next_attempt_at, created_at, emitted_at) VALUES {} \
-                 ON CONFLICT (endpoint_id, ce_id) DO NOTHING",
-                values(chunk.len(), 11)
-            ));
-            for d in chunk {
-                q = q
-                    .bind(d.id.0)
-                    .bind(d.endpoint_id.0)
-                    .bind(d.tenant_id.0)
-                    .bind(d.event_type.as_str())
-                    .bind(d.ce_id.as_str())
-                    .bind(d.body.as_str())
-                    .bind("pending")
-                    .bind(0i64)
-                    .bind(now)
-                    .bind(now)
-                    .bind(d.emitted_at);
-            }
-            tx.execute(q).await?;
+            let rows = chunk.iter().map(|d| webhook_delivery::ActiveModel {
+                id: Set(d.id),
+                endpoint_id: Set(d.endpoint_id),
+                tenant_id: Set(d.tenant_id),
+                event_type: Set(d.event_type.clone()),
+                ce_id: Set(d.ce_id.clone()),
+                body: Set(d.body.clone()),
+                status: Set(DeliveryStatus::Pending.as_str().to_owned()),
+                attempts: Set(0),
+                next_attempt_at: Set(Some(now)),
+                created_at: Set(now),
+                emitted_at: Set(d.emitted_at.into()),
+                ..Default::default()
+            });
+            tx.run(
+                &webhook_delivery::Entity::insert_many(rows).on_conflict(
+                    OnConflict::columns([C::EndpointId, C::CeId])
+                        .do_nothing()
+                        .to_owned(),
+                ),
+            )
+            .await?;
         }
         tx.commit().await
     }
@@ -986,9 +810,10 @@ impl Storage for SqlStore {
         claim_for: Duration,
         limit: u32,
     ) -> Result<Vec<DueDelivery>> {
+        use webhook_delivery::Column as C;
         let d = self.d();
         let mut tx = self.db.begin().await?;
-        let ids: Vec<Uuid> = tx
+        let ids: Vec<DeliveryId> = tx
             .fetch(
                 Q::new(format!(
                     "SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
@@ -1002,68 +827,68 @@ impl Storage for SqlStore {
             )
             .await?
             .iter()
-            .map(|r| r.uuid("id"))
+            .map(|r| r.uuid("id").map(DeliveryId))
             .collect::<Result<_>>()?;
         if ids.is_empty() {
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        tx.execute(
-            Q::new(format!(
-                "UPDATE webhook_deliveries SET claimed_until = $2 WHERE {}",
-                d.in_list("id", 1, ListKind::Uuid)
-            ))
-            .bind(ids.clone())
-            .bind(now + claim_for),
+        tx.run(
+            &webhook_delivery::Entity::update_many()
+                .col_expr(C::ClaimedUntil, Expr::value(Time(now + claim_for)))
+                .filter(C::Id.is_in(ids.clone())),
         )
         .await?;
-        let rows = tx
-            .fetch(
-                Q::new(format!(
-                    "SELECT d.id AS d_id, d.event_type, d.body, d.attempts, d.emitted_at, e.id, e.tenant_id, \
-                            e.url, e.events, e.enabled, e.disabled_reason, e.previous_until, e.created_at, \
-                            e.updated_at, e.secret_enc, e.previous_secret_enc \
-                     FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
-                     WHERE {} ORDER BY d.next_attempt_at",
-                    d.in_list("d.id", 1, ListKind::Uuid)
-                ))
-                .bind(ids),
+        let due: Vec<webhook_delivery::Model> = tx
+            .models(
+                &webhook_delivery::Entity::find()
+                    .filter(C::Id.is_in(ids))
+                    .order_by_asc(C::NextAttemptAt),
             )
             .await?;
+        let endpoints: HashMap<EndpointId, webhook_endpoint::Model> = tx
+            .models::<webhook_endpoint::Model>(
+                &webhook_endpoint::Entity::find()
+                    .filter(webhook_endpoint::Column::Id.is_in(due.iter().map(|d| d.endpoint_id))),
+            )
+            .await?
+            .into_iter()
+            .map(|e| (e.id, e))
+            .collect();
         tx.commit().await?;
-        rows.iter()
-            .map(|r| {
-                let endpoint = endpoint_from(r)?;
-                Ok(DueDelivery {
-                    id: DeliveryId(r.uuid("d_id")?),
+        Ok(due
+            .into_iter()
+            .filter_map(|d| {
+                let e = endpoints.get(&d.endpoint_id)?;
+                let endpoint = Endpoint::from(e);
+                Some(DueDelivery {
+                    id: d.id,
                     secrets: SealedSecrets {
-                        current: r.bytes("secret_enc")?,
-                        previous: r
-                            .opt_bytes("previous_secret_enc")?
+                        current: e.secret_enc.clone(),
+                        previous: e
+                            .previous_secret_enc
+                            .clone()
                             .zip(endpoint.previous_secret_until),
                     },
                     endpoint,
-                    event_type: r.text("event_type")?,
-                    body: r.text("body")?,
-                    attempts: u32_of(r.int("attempts")?),
-                    emitted_at: r.time("emitted_at")?,
+                    event_type: d.event_type,
+                    body: d.body,
+                    attempts: unsigned(d.attempts),
+                    emitted_at: d.emitted_at.0,
                 })
             })
-            .collect()
+            .collect())
     }
 
     async fn release_deliveries(&self, ids: &[DeliveryId]) -> Result<()> {
+        use webhook_delivery::Column as C;
         if ids.is_empty() {
             return Ok(());
         }
-        self.db
-            .execute(
-                Q::new(format!(
-                    "UPDATE webhook_deliveries SET claimed_until = NULL WHERE {}",
-                    self.d().in_list("id", 1, ListKind::Uuid)
-                ))
-                .bind(ids.iter().map(|d| d.0).collect::<Vec<Uuid>>()),
-            )
+        webhook_delivery::Entity::update_many()
+            .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+            .filter(C::Id.is_in(ids.iter().copied()))
+            .exec(&self.db)
             .await?;
         Ok(())
     }
@@ -1075,6 +900,7 @@ impl Storage for SqlStore {
         attempt: &Attempt,
         outcome: &AttemptOutcome,
     ) -> Result<()> {
+        use webhook_delivery::Column as C;
         let mut tx = self.db.begin().await?;
         if self.d() == Dialect::Postgres {
             // Not worth an fsync per attempt: a crash loses at most the last
@@ -1083,48 +909,36 @@ impl Storage for SqlStore {
             tx.execute(Q::new("SET LOCAL synchronous_commit = off"))
                 .await?;
         }
-        tx.execute(
-            Q::new(
-                "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code, error_kind, \
-                    latency_ms) VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(delivery.0)
-            .bind(attempt.attempt)
-            .bind(attempt.attempted_at)
-            .bind(attempt.status_code.map(u32::from))
-            .bind(attempt.error_kind.as_deref())
-            .bind(attempt.latency_ms),
-        )
+        tx.run(&webhook_attempt::Entity::insert(
+            webhook_attempt::ActiveModel::new(delivery, attempt),
+        ))
         .await?;
         let (status, next) = match outcome {
             AttemptOutcome::Delivered => (DeliveryStatus::Delivered, None),
-            AttemptOutcome::Retry { at } => (DeliveryStatus::Pending, Some(*at)),
+            AttemptOutcome::Retry { at } => (DeliveryStatus::Pending, Some(Time(*at))),
             AttemptOutcome::Failed { .. } => (DeliveryStatus::Failed, None),
         };
-        tx.execute(
-            Q::new(
-                "UPDATE webhook_deliveries SET attempts = $2, last_attempt_at = $3, status = $4, \
-                        next_attempt_at = $5, claimed_until = NULL WHERE id = $1",
-            )
-            .bind(delivery.0)
-            .bind(attempt.attempt)
-            .bind(attempt.attempted_at)
-            .bind(status.as_str())
-            .bind(next),
+        tx.run(
+            &webhook_delivery::Entity::update_many()
+                .col_expr(C::Attempts, Expr::value(signed(attempt.attempt)))
+                .col_expr(C::LastAttemptAt, Expr::value(Time(attempt.attempted_at)))
+                .col_expr(C::Status, Expr::value(status.as_str()))
+                .col_expr(C::NextAttemptAt, Expr::value(next))
+                .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+                .filter(C::Id.eq(delivery)),
         )
         .await?;
         if let AttemptOutcome::Failed {
             disable: Some(reason),
         } = outcome
         {
-            tx.execute(
-                Q::new(
-                    "UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, updated_at = $3 \
-                     WHERE id = $1",
-                )
-                .bind(endpoint.0)
-                .bind(reason.as_str())
-                .bind(attempt.attempted_at),
+            use webhook_endpoint::Column as E;
+            tx.run(
+                &webhook_endpoint::Entity::update_many()
+                    .col_expr(E::Enabled, Expr::value(false))
+                    .col_expr(E::DisabledReason, Expr::value(reason.as_str()))
+                    .col_expr(E::UpdatedAt, Expr::value(Time(attempt.attempted_at)))
+                    .filter(E::Id.eq(endpoint)),
             )
             .await?;
             Self::fail_pending(&mut tx, endpoint).await?;
@@ -1138,55 +952,32 @@ impl Storage for SqlStore {
         endpoint: Option<EndpointId>,
         limit: u32,
     ) -> Result<Vec<Delivery>> {
-        let rows = self
-            .db
-            .read(
-                Q::new(format!(
-                    "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries \
-                     WHERE tenant_id = $1 AND ($2 IS NULL OR endpoint_id = $2) \
-                     ORDER BY created_at DESC, id DESC LIMIT $3"
-                ))
-                .bind(tenant.0)
-                .bind(endpoint.map(|e| e.0))
-                .bind(i64::from(limit)),
-            )
+        use webhook_delivery::Column as C;
+        let rows = webhook_delivery::Entity::find()
+            .filter(C::TenantId.eq(tenant))
+            .apply_if(endpoint, |q, e| q.filter(C::EndpointId.eq(e)))
+            .order_by_desc(C::CreatedAt)
+            .order_by_desc(C::Id)
+            .limit(u64::from(limit))
+            .all(&self.db)
             .await?;
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.uuid("id")).collect::<Result<_>>()?;
-        let mut attempts: std::collections::HashMap<Uuid, Vec<Attempt>> = Default::default();
-        if !ids.is_empty() {
-            for a in self
-                .db
-                .read(
-                    Q::new(format!(
-                        "SELECT delivery_id, attempt, attempted_at, status_code, error_kind, latency_ms \
-                         FROM webhook_attempts WHERE {} ORDER BY delivery_id, attempt",
-                        self.d().in_list("delivery_id", 1, ListKind::Uuid)
-                    ))
-                    .bind(ids),
-                )
+        let mut attempts: HashMap<DeliveryId, Vec<Attempt>> = HashMap::new();
+        if !rows.is_empty() {
+            use webhook_attempt::Column as A;
+            for a in webhook_attempt::Entity::find()
+                .filter(A::DeliveryId.is_in(rows.iter().map(|r| r.id)))
+                .order_by_asc(A::DeliveryId)
+                .order_by_asc(A::Attempt)
+                .all(&self.db)
                 .await?
             {
-                attempts
-                    .entry(a.uuid("delivery_id")?)
-                    .or_default()
-                    .push(attempt_from(&a)?);
+                attempts.entry(a.delivery_id).or_default().push(a.into());
             }
         }
-        rows.iter()
+        rows.into_iter()
             .map(|r| {
-                let id = DeliveryId(r.uuid("id")?);
-                Ok(Delivery {
-                    webhook_id: id.webhook_id(),
-                    id,
-                    endpoint_id: EndpointId(r.uuid("endpoint_id")?),
-                    tenant_id: TenantId(r.uuid("tenant_id")?),
-                    event_type: r.text("event_type")?,
-                    ce_id: r.text("ce_id")?,
-                    status: r.text("status")?.parse().map_err(Error::Corrupt)?,
-                    attempts: attempts.remove(&id.0).unwrap_or_default(),
-                    next_attempt_at: r.opt_time("next_attempt_at")?,
-                    created_at: r.time("created_at")?,
-                })
+                let tried = attempts.remove(&r.id).unwrap_or_default();
+                Ok(r.into_delivery(tried)?)
             })
             .collect()
     }
@@ -1238,6 +1029,7 @@ impl Storage for SqlStore {
         seq: i64,
         now: DateTime<Utc>,
     ) -> Result<Option<QuarantinedEvent>> {
+        use quarantine::Column as C;
         // The row leaves the inbox and enters quarantine together.
         let mut tx = self.db.begin().await?;
         let Some(moved) = tx
@@ -1254,44 +1046,44 @@ impl Storage for SqlStore {
         else {
             return Ok(None);
         };
-        let row = tx
-            .fetch_opt(
-                Q::new(format!(
-                    "INSERT INTO quarantine ({QUARANTINE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                     ON CONFLICT (tenant_id, event_id) DO UPDATE SET payload = excluded.payload, \
-                         received_at = excluded.received_at, error = excluded.error, \
-                         attempts = excluded.attempts, quarantined_at = excluded.quarantined_at \
-                     RETURNING {QUARANTINE_COLUMNS}"
-                ))
-                .bind(tenant.0)
-                .bind(moved.uuid("event_id")?)
-                .bind(moved.text("payload")?)
-                .bind(moved.time("received_at")?)
-                .bind(moved.text("error")?)
-                .bind(moved.int("attempts")?)
-                .bind(now),
-            )
-            .await?
-            .ok_or_else(|| Error::Corrupt("quarantine insert returned nothing".to_owned()))?;
-        let out = quarantined_from(&row)?;
+        let row = quarantine::Model {
+            tenant_id: tenant,
+            event_id: EventId(moved.uuid("event_id")?),
+            payload: moved.text("payload")?,
+            received_at: moved.time("received_at")?.into(),
+            error: moved.text("error")?,
+            attempts: i32::try_from(moved.int("attempts")?).unwrap_or(i32::MAX),
+            quarantined_at: now.into(),
+        };
+        tx.run(
+            &quarantine::Entity::insert(row.clone().into_active_model()).on_conflict(
+                OnConflict::columns([C::TenantId, C::EventId])
+                    .update_columns([
+                        C::Payload,
+                        C::ReceivedAt,
+                        C::Error,
+                        C::Attempts,
+                        C::QuarantinedAt,
+                    ])
+                    .to_owned(),
+            ),
+        )
+        .await?;
         tx.commit().await?;
-        Ok(Some(out))
+        Ok(Some(row.into()))
     }
 
     async fn list_quarantine(&self, tenant: TenantId, limit: u32) -> Result<Vec<QuarantinedEvent>> {
-        self.db
-            .read(
-                Q::new(format!(
-                    "SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE tenant_id = $1 \
-                     ORDER BY quarantined_at, event_id LIMIT $2"
-                ))
-                .bind(tenant.0)
-                .bind(i64::from(limit)),
-            )
-            .await?
-            .iter()
-            .map(quarantined_from)
-            .collect()
+        use quarantine::Column as C;
+        domain(
+            quarantine::Entity::find()
+                .filter(C::TenantId.eq(tenant))
+                .order_by_asc(C::QuarantinedAt)
+                .order_by_asc(C::EventId)
+                .limit(u64::from(limit))
+                .all(&self.db)
+                .await?,
+        )
     }
 
     async fn get_quarantined(
@@ -1299,43 +1091,37 @@ impl Storage for SqlStore {
         tenant: TenantId,
         event: EventId,
     ) -> Result<Option<QuarantinedEvent>> {
-        self.db
-            .read_opt(
-                Q::new(format!(
-                    "SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE tenant_id = $1 AND event_id = $2"
-                ))
-                .bind(tenant.0)
-                .bind(event.0),
-            )
-            .await?
-            .as_ref()
-            .map(quarantined_from)
-            .transpose()
+        domain_opt(
+            quarantine::Entity::find_by_id((tenant, event))
+                .one(&self.db)
+                .await?,
+        )
     }
 
     async fn retry_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool> {
         let mut tx = self.db.begin().await?;
-        let Some(moved) = tx
-            .fetch_opt(
-                Q::new(
-                    "DELETE FROM quarantine WHERE tenant_id = $1 AND event_id = $2 \
-                     RETURNING payload, received_at",
-                )
-                .bind(tenant.0)
-                .bind(event.0),
-            )
-            .await?
-        else {
+        let found: Vec<quarantine::Model> = tx
+            .models(&quarantine::Entity::find_by_id((tenant, event)))
+            .await?;
+        let Some(row) = found.into_iter().next() else {
             return Ok(false);
         };
+        // Two retries at once: the one whose delete counts moves the event.
+        if tx
+            .run(&quarantine::Entity::delete_by_id((tenant, event)))
+            .await?
+            != 1
+        {
+            return Ok(false);
+        }
         tx.execute(
             Q::new(
                 "INSERT INTO inbox (tenant_id, event_id, payload, received_at) VALUES ($1, $2, $3, $4)",
             )
             .bind(tenant.0)
             .bind(event.0)
-            .bind(moved.text("payload")?)
-            .bind(moved.time("received_at")?),
+            .bind(row.payload)
+            .bind(row.received_at.0),
         )
         .await?;
         tx.commit().await?;
@@ -1343,15 +1129,10 @@ impl Storage for SqlStore {
     }
 
     async fn drop_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool> {
-        let n = self
-            .db
-            .execute(
-                Q::new("DELETE FROM quarantine WHERE tenant_id = $1 AND event_id = $2")
-                    .bind(tenant.0)
-                    .bind(event.0),
-            )
+        let r = quarantine::Entity::delete_by_id((tenant, event))
+            .exec(&self.db)
             .await?;
-        Ok(n == 1)
+        Ok(r.rows_affected == 1)
     }
 }
 
@@ -1362,5 +1143,20 @@ fn unique_as_conflict(err: Error, what: &str) -> Error {
             Error::Conflict(format!("{what} already exists"))
         }
         _ => err,
+    }
+}
+
+fn corrupt(e: impl std::fmt::Display) -> Error {
+    Error::Corrupt(e.to_string())
+}
+
+fn u32_of(v: i64) -> u32 {
+    v.clamp(0, i64::from(u32::MAX)) as u32
+}
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
     }
 }

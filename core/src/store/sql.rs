@@ -12,11 +12,22 @@
 //! - **pools**: SQLite reads go to a reader pool and writes to its single
 //!   writer connection.
 //!
-//! Statements use `$n` placeholders, which both backends accept.
+//! Two ways to write a statement run here: [`Q`], SQL text with `$n`
+//! placeholders (both backends accept them) for the hot path's tuned
+//! statements, and sea-orm's backend-neutral queries over the records of
+//! `fastack_entities::db` ([`Db`] is a sea-orm connection; [`Tx::run`] and
+//! [`Tx::models`] take its queries inside a transaction). Both bind an
+//! instant the same way, so a table can be read and written either way.
 
 use std::borrow::Cow;
 
+use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
+use sea_orm::{
+    ConnectionTrait, DbBackend, DbErr, ExecResult, FromQueryResult, QueryResult, QueryTrait,
+    RuntimeErr, Statement,
+};
+use sea_query_sqlx::SqlxValues;
 use serde_json::Value;
 use sqlx::{
     AssertSqlSafe, PgPool, Postgres, Row as _, Sqlite, SqlitePool, Transaction, postgres::PgRow,
@@ -431,21 +442,7 @@ impl Row {
         }
     }
 
-    pub fn bool(&self, col: &str) -> Result<bool> {
-        Ok(match self {
-            Row::Pg(r) => r.try_get(col)?,
-            Row::Lite(r) => r.try_get(col)?,
-        })
-    }
-
     pub fn bytes(&self, col: &str) -> Result<Vec<u8>> {
-        Ok(match self {
-            Row::Pg(r) => r.try_get(col)?,
-            Row::Lite(r) => r.try_get(col)?,
-        })
-    }
-
-    pub fn opt_bytes(&self, col: &str) -> Result<Option<Vec<u8>>> {
         Ok(match self {
             Row::Pg(r) => r.try_get(col)?,
             Row::Lite(r) => r.try_get(col)?,
@@ -654,5 +651,171 @@ impl Tx<'_> {
             Tx::Lite(t) => t.commit().await?,
         }
         Ok(())
+    }
+}
+
+/// A sea-orm statement as SQLite stores its values: an instant is integer
+/// microseconds there (see `fastack_entities::db::Time`).
+fn for_sqlite(mut stmt: Statement) -> Statement {
+    if let Some(values) = &mut stmt.values {
+        for v in &mut values.0 {
+            if let sea_orm::Value::ChronoDateTimeUtc(t) = v {
+                *v = sea_orm::Value::BigInt(t.map(|t| t.timestamp_micros()));
+            }
+        }
+    }
+    stmt
+}
+
+fn pg_stmt(s: &Statement) -> sqlx::query::Query<'_, Postgres, SqlxValues> {
+    sqlx::query_with(
+        AssertSqlSafe(s.sql.as_str()),
+        SqlxValues(s.values.clone().unwrap_or(sea_orm::Values(Vec::new()))),
+    )
+}
+
+fn lite_stmt(s: &Statement) -> sqlx::query::Query<'_, Sqlite, SqlxValues> {
+    sqlx::query_with(
+        AssertSqlSafe(s.sql.as_str()),
+        SqlxValues(s.values.clone().unwrap_or(sea_orm::Values(Vec::new()))),
+    )
+}
+
+fn exec_err(e: sqlx::Error) -> DbErr {
+    DbErr::Exec(RuntimeErr::SqlxError(e.into()))
+}
+
+fn query_err(e: sqlx::Error) -> DbErr {
+    DbErr::Query(RuntimeErr::SqlxError(e.into()))
+}
+
+impl Db {
+    fn backend(&self) -> DbBackend {
+        match self {
+            Db::Pg(_) => DbBackend::Postgres,
+            Db::Lite { .. } => DbBackend::Sqlite,
+        }
+    }
+
+    /// SQLite's pool for a statement: a plain `SELECT` reads from the
+    /// reader pool; anything else (a write, `RETURNING`) goes to the writer.
+    fn lite_pool<'a>(writer: &'a SqlitePool, reader: &'a SqlitePool, sql: &str) -> &'a SqlitePool {
+        if sql.trim_start().starts_with("SELECT") {
+            reader
+        } else {
+            writer
+        }
+    }
+}
+
+/// sea-orm runs its queries on the store's pools (`.one(&db)`,
+/// `.exec(&db)`), with SQLite's values and pools as the seam wants them.
+#[async_trait]
+impl ConnectionTrait for Db {
+    fn get_database_backend(&self) -> DbBackend {
+        self.backend()
+    }
+
+    async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
+        match self {
+            Db::Pg(p) => pg_stmt(&stmt)
+                .execute(p)
+                .await
+                .map(Into::into)
+                .map_err(exec_err),
+            Db::Lite { writer, .. } => {
+                let stmt = for_sqlite(stmt);
+                lite_stmt(&stmt)
+                    .execute(writer)
+                    .await
+                    .map(Into::into)
+                    .map_err(exec_err)
+            }
+        }
+    }
+
+    async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
+        let sql = AssertSqlSafe(sql.to_owned());
+        match self {
+            Db::Pg(p) => sqlx::raw_sql(sql).execute(p).await.map(Into::into),
+            Db::Lite { writer, .. } => sqlx::raw_sql(sql).execute(writer).await.map(Into::into),
+        }
+        .map_err(exec_err)
+    }
+
+    async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+        match self {
+            Db::Pg(p) => pg_stmt(&stmt)
+                .fetch_optional(p)
+                .await
+                .map(|r| r.map(Into::into)),
+            Db::Lite { writer, reader } => {
+                let stmt = for_sqlite(stmt);
+                let pool = Db::lite_pool(writer, reader, &stmt.sql);
+                lite_stmt(&stmt)
+                    .fetch_optional(pool)
+                    .await
+                    .map(|r| r.map(Into::into))
+            }
+        }
+        .map_err(query_err)
+    }
+
+    async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        match self {
+            Db::Pg(p) => pg_stmt(&stmt)
+                .fetch_all(p)
+                .await
+                .map(|rows| rows.into_iter().map(Into::into).collect()),
+            Db::Lite { writer, reader } => {
+                let stmt = for_sqlite(stmt);
+                let pool = Db::lite_pool(writer, reader, &stmt.sql);
+                lite_stmt(&stmt)
+                    .fetch_all(pool)
+                    .await
+                    .map(|rows| rows.into_iter().map(Into::into).collect())
+            }
+        }
+        .map_err(query_err)
+    }
+}
+
+impl Tx<'_> {
+    fn build(&self, q: &impl QueryTrait) -> Statement {
+        match self {
+            Tx::Pg(_) => q.build(DbBackend::Postgres),
+            Tx::Lite(_) => for_sqlite(q.build(DbBackend::Sqlite)),
+        }
+    }
+
+    /// Runs a sea-orm query in the transaction; the rows it affected.
+    pub async fn run(&mut self, q: &impl QueryTrait) -> Result<u64> {
+        let stmt = self.build(q);
+        Ok(match self {
+            Tx::Pg(t) => pg_stmt(&stmt).execute(&mut **t).await?.rows_affected(),
+            Tx::Lite(t) => lite_stmt(&stmt).execute(&mut **t).await?.rows_affected(),
+        })
+    }
+
+    /// Runs a sea-orm query in the transaction and reads its rows as `M`.
+    pub async fn models<M: FromQueryResult>(&mut self, q: &impl QueryTrait) -> Result<Vec<M>> {
+        let stmt = self.build(q);
+        let rows: Vec<QueryResult> = match self {
+            Tx::Pg(t) => pg_stmt(&stmt)
+                .fetch_all(&mut **t)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            Tx::Lite(t) => lite_stmt(&stmt)
+                .fetch_all(&mut **t)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+        };
+        rows.iter()
+            .map(|r| M::from_query_result(r, "").map_err(Error::from))
+            .collect()
     }
 }

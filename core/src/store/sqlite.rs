@@ -243,7 +243,9 @@ impl Engine for SqliteStore {
     async fn migrate(&self) -> Result<()> {
         use fastack_migration::MigratorTrait;
         let conn = SqlxSqliteConnector::from_sqlx_sqlite_pool(self.writer.clone());
-        fastack_migration::Migrator::up(&conn, None).await?;
+        fastack_migration::Migrator::up(&conn, None)
+            .await
+            .map_err(Error::Migration)?;
         self.load_partitions().await
     }
 
