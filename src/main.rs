@@ -11,6 +11,7 @@ macro_rules! out {
 }
 
 mod bench;
+mod taxonomy;
 
 /// glibc's allocator spent a quarter of the node's CPU under load (many
 /// small, short-lived allocations across threads); mimalloc does not.
@@ -111,6 +112,10 @@ enum AdminCommand {
     /// their tenant's later events go on.
     #[command(subcommand)]
     Quarantine(QuarantineCommand),
+    /// Tracking plans: one JSON Schema per event, enforced at the front
+    /// door (only here and on the admin listener, never with an API key).
+    #[command(subcommand)]
+    Taxonomy(taxonomy::TaxonomyCommand),
     /// Webhook deliveries and their attempts.
     Deliveries {
         /// Tenant id or name.
@@ -441,6 +446,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         }
         AdminCommand::Webhook(cmd) => webhook_command(config_ref, store, json, cmd).await,
         AdminCommand::Quarantine(cmd) => quarantine_command(store, json, cmd).await,
+        AdminCommand::Taxonomy(cmd) => taxonomy::command(store, json, cmd).await,
         AdminCommand::Deliveries {
             tenant,
             endpoint,

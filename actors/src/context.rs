@@ -44,6 +44,8 @@ pub struct Ctx {
     pub routing: Routing,
     pub signals: Signals,
     pub idempotency: IdempotencyCache,
+    /// Every tenant's tracking plan in force on this node.
+    pub plans: Arc<fastack_core::taxonomy::Plans>,
     /// Faults a test armed (see `fastack_core::faults`); none in production.
     pub faults: fastack_core::faults::SharedFaults,
 }

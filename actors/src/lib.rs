@@ -28,6 +28,7 @@ pub mod ingest_writer;
 pub mod job_runner;
 pub mod partition_manager;
 pub mod periodic;
+pub mod plan_refresher;
 pub mod processor;
 pub mod relay;
 pub mod repairer;
@@ -114,8 +115,11 @@ impl Runtime {
             routing,
             signals: Signals::default(),
             idempotency: context::IdempotencyCache::default(),
+            plans: Arc::default(),
             faults,
         });
+        // A node enforces the plans in force from its first request.
+        ctx.plans.refresh(ctx.store.as_ref()).await?;
         let (root, root_task) = Actor::spawn(None, RootActor, RootArgs { ctx: ctx.clone() })
             .await
             .map_err(|source| Error::Spawn {
@@ -181,6 +185,16 @@ impl Runtime {
     /// Runs partition maintenance now (tests that move the clock).
     pub fn maintain_partitions(&self) {
         self.ctx.signals.partitions.raise();
+    }
+
+    /// Every tenant's tracking plan in force on this node.
+    pub fn plans(&self) -> &fastack_core::taxonomy::Plans {
+        &self.ctx.plans
+    }
+
+    /// Reads the latest tracking plans now (after an install on this node).
+    pub async fn refresh_plans(&self) -> Result<()> {
+        Ok(self.ctx.plans.refresh(self.ctx.store.as_ref()).await?)
     }
 
     /// The deployment's keys (webhook secrets, export encryption).

@@ -18,6 +18,7 @@ use crate::{
     job_runner::{JobRunnerActor, JobRunnerArgs},
     partition_manager::PartitionManager,
     periodic::PeriodicActor,
+    plan_refresher::PlanRefresher,
     repairer::Repairer,
     sinks,
     tenant_registry::{TenantRegistryActor, TenantRegistryArgs},
@@ -84,6 +85,7 @@ pub fn children(ctx: &Ctx) -> Vec<ChildSpec> {
         }),
         PeriodicActor::child(Repairer),
         PeriodicActor::child(PartitionManager),
+        PeriodicActor::child(PlanRefresher),
         ChildSpec::new("webhook_dispatcher", |ctx| {
             Some((WebhookDispatcherActor, WebhookDispatcherArgs { ctx }))
         }),

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use fastack_core::{admin, auth::hash_key};
+use fastack_core::{admin, auth::hash_key, taxonomy};
 use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan, Tenant};
 use poem::{
     Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get, handler,
@@ -261,6 +261,56 @@ async fn drop_quarantined(
     ok(StatusCode::OK, &json!({"event_id": event, "dropped": true}))
 }
 
+#[derive(Deserialize)]
+struct PlanQuery {
+    version: Option<u32>,
+}
+
+#[handler]
+async fn install_plan(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    body: Json<serde_json::Value>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let installed =
+        taxonomy::install(state.store.as_ref(), t.id, &body.0, state.clock.now()).await?;
+    // In force on this node at once; on the others within a refresh.
+    state.runtime.refresh_plans().await?;
+    ok(StatusCode::CREATED, &installed)
+}
+
+#[handler]
+async fn show_plan(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    Query(q): Query<PlanQuery>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    match state.store.plan_version(t.id, q.version).await? {
+        Some(p) if p.document.is_some() || q.version.is_some() => ok(StatusCode::OK, &p),
+        _ => Err(ApiError::not_found("tracking plan")),
+    }
+}
+
+#[handler]
+async fn plan_history(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    ok(StatusCode::OK, &state.store.plan_history(t.id).await?)
+}
+
+#[handler]
+async fn remove_plan(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    match taxonomy::remove(state.store.as_ref(), t.id, state.clock.now()).await? {
+        Some(removed) => {
+            state.runtime.refresh_plans().await?;
+            ok(StatusCode::OK, &removed)
+        }
+        None => Err(ApiError::not_found("tracking plan")),
+    }
+}
+
 /// Constant-time check of the admin token (compares digests).
 fn token_ok(req: &Request, token: &str) -> bool {
     let Some(given) = req
@@ -310,6 +360,14 @@ pub fn app(state: SharedState, token: Arc<str>) -> impl Endpoint {
         .at(
             "/admin/v1/tenants/:tenant/quarantine/:event/drop",
             post(drop_quarantined),
+        )
+        .at(
+            "/admin/v1/tenants/:tenant/taxonomy",
+            get(show_plan).put(install_plan).delete(remove_plan),
+        )
+        .at(
+            "/admin/v1/tenants/:tenant/taxonomy/history",
+            get(plan_history),
         )
         .around(move |next, req| {
             let token = token.clone();

@@ -145,6 +145,34 @@ pub struct EventOut {
     pub occurred_at: Timestamp,
     /// When fastack accepted it (UTC).
     pub received_at: Timestamp,
+    /// The tracking plan version the event was checked against, when the
+    /// tenant had a plan.
+    #[oai(skip_serializing_if_is_none)]
+    pub plan_version: Option<u32>,
+    /// What broke the plan, for events accepted in `flag` mode.
+    #[oai(skip_serializing_if_is_none)]
+    pub schema_violations: Option<Vec<SchemaViolationOut>>,
+}
+
+/// A tenant's tracking plan: one JSON Schema (draft 2020-12) per event
+/// name for `track` properties, one for `identify` traits.
+#[derive(Debug, Object)]
+pub struct TrackingPlanOut {
+    pub version: u32,
+    pub installed_at: Timestamp,
+    /// `{"events": {name: schema}, "identify": schema, "unplanned":
+    /// "allow"|"reject", "mode": "enforce"|"flag", "$defs": {...}}`
+    pub document: Value,
+}
+
+/// One way an event breaks its schema in the tracking plan.
+#[derive(Debug, Object)]
+pub struct SchemaViolationOut {
+    /// A JSON pointer into the event (`/properties/amount`).
+    pub field: String,
+    /// The JSON Schema keyword that failed (`type`, `required`, `enum`, …).
+    pub code: String,
+    pub message: String,
 }
 
 pub fn rfc3339<Tz: chrono::TimeZone>(t: &DateTime<Tz>) -> String
@@ -233,6 +261,17 @@ impl From<StoredEvent> for EventOut {
             traits,
             occurred_at: Timestamp::of(&e.occurred_at),
             received_at: Timestamp::of(&e.received_at),
+            plan_version: e.plan.as_ref().map(|p| p.plan_version),
+            schema_violations: e.plan.filter(|p| !p.schema_violations.is_empty()).map(|p| {
+                p.schema_violations
+                    .into_iter()
+                    .map(|v| SchemaViolationOut {
+                        field: v.field,
+                        code: v.code,
+                        message: v.message,
+                    })
+                    .collect()
+            }),
         }
     }
 }

@@ -7,13 +7,14 @@ use std::collections::HashMap;
 
 use fastack_actors::{IngestError, ItemOutcome};
 use fastack_core::{
-    store::IngestRow,
+    store::{IngestRow, TakenKey},
+    taxonomy::{CompiledPlan, Mode, Verdict, keyword_code},
     validate::{
         EnvelopeError, FieldError, MAX_BATCH_ITEMS, MAX_EVENT_BYTES, ValidationContext,
         batch_items, event_from_json, fingerprint, item_pointer,
     },
 };
-use fastack_entities::{EventId, EventKind, NewEvent};
+use fastack_entities::{EventId, EventKind, NewEvent, TenantId};
 use poem::http::StatusCode;
 
 use crate::{
@@ -131,12 +132,115 @@ pub fn batch(state: &AppState, auth: &Authed, bytes: &[u8]) -> Result<Vec<NewEve
     Ok(events)
 }
 
+/// Checks the events still to be stored against the tenant's tracking
+/// plan: each records the plan version (and, in flag mode, its
+/// violations); in enforce mode a violation refuses the whole request. An
+/// event the plan refuses whose key the tenant already used for the same
+/// content is a duplicate, answered as before the plan changed.
+async fn apply_plan(
+    state: &AppState,
+    tenant: TenantId,
+    plan: &CompiledPlan,
+    events: &mut [NewEvent],
+    alias: &[Option<usize>],
+    fps: &[[u8; 32]],
+    outcome: &mut [Option<ItemOutcome>],
+    batched: bool,
+) -> Result<(), ApiError> {
+    let mut refused: Vec<(usize, Vec<FieldError>)> = Vec::new();
+    for (i, ev) in events.iter_mut().enumerate() {
+        if alias[i].is_some() || outcome[i].is_some() {
+            continue;
+        }
+        let index = batched.then_some(i);
+        let at = item_pointer(index);
+        match plan.check(ev) {
+            Verdict::Conforms => ev.plan = Some(plan.record(Vec::new())),
+            Verdict::Violates(v) if plan.mode == Mode::Flag => ev.plan = Some(plan.record(v)),
+            Verdict::Violates(v) => refused.push((
+                i,
+                v.into_iter()
+                    .map(|v| FieldError {
+                        field: format!("{at}{}", v.field),
+                        index,
+                        code: keyword_code(&v.code),
+                        message: v.message,
+                    })
+                    .collect(),
+            )),
+            Verdict::Unplanned => refused.push((
+                i,
+                vec![FieldError {
+                    field: format!("{at}/event"),
+                    index,
+                    code: "unplanned_event",
+                    message: format!(
+                        "`{}` is not an event of the tracking plan",
+                        ev.event.as_deref().unwrap_or_default()
+                    ),
+                }],
+            )),
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    // Keys already used: the events they answered were accepted under an
+    // earlier plan (or none), so these are duplicates, or conflicts.
+    let keys: Vec<String> = refused
+        .iter()
+        .map(|(i, _)| events[*i].idempotency_key.clone())
+        .collect();
+    let taken: HashMap<String, TakenKey> = state
+        .store
+        .taken_keys(tenant, &keys)
+        .await?
+        .into_iter()
+        .map(|t| (t.key.clone(), t))
+        .collect();
+    let mut errors = Vec::new();
+    let mut unplanned_only = true;
+    for (i, errs) in refused {
+        match taken.get(&events[i].idempotency_key) {
+            Some(t) if t.fingerprint == fps[i] => {
+                outcome[i] = Some(ItemOutcome::Duplicate(t.event_id));
+            }
+            Some(_) => {
+                return Err(conflict(batched.then_some(i), &events[i].idempotency_key));
+            }
+            None => {
+                unplanned_only &= errs.iter().all(|e| e.code == "unplanned_event");
+                errors.extend(errs);
+            }
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let (code, what) = if unplanned_only {
+        (ProblemCode::UnplannedEvent, "is not in the tracking plan")
+    } else {
+        (ProblemCode::SchemaViolation, "breaks the tracking plan")
+    };
+    let mut err = ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        code,
+        format!(
+            "{} {what} (version {}); nothing of the request was accepted",
+            if batched { "the batch" } else { "the event" },
+            plan.version
+        ),
+    );
+    err.errors = errors;
+    Err(err)
+}
+
 /// Durably accepts validated events (all or none) and returns one ack per
 /// event, in order.
 pub async fn accept(
     state: &AppState,
     auth: &Authed,
-    events: Vec<NewEvent>,
+    mut events: Vec<NewEvent>,
     batched: bool,
 ) -> Result<Vec<Ack>, ApiError> {
     let index_of = |i: usize| batched.then_some(i);
@@ -159,8 +263,6 @@ pub async fn accept(
     }
 
     let mut outcome: Vec<Option<ItemOutcome>> = vec![None; events.len()];
-    let mut rows = Vec::new();
-    let mut row_index = Vec::new();
     for (i, ev) in events.iter().enumerate() {
         if alias[i].is_some() {
             continue;
@@ -170,6 +272,26 @@ pub async fn accept(
                 return Err(conflict(index_of(i), &ev.idempotency_key));
             }
             outcome[i] = Some(ItemOutcome::Duplicate(id));
+        }
+    }
+    if let Some(plan) = state.runtime.plans().get(tenant_id) {
+        apply_plan(
+            state,
+            tenant_id,
+            &plan,
+            &mut events,
+            &alias,
+            &fps,
+            &mut outcome,
+            batched,
+        )
+        .await?;
+    }
+
+    let mut rows = Vec::new();
+    let mut row_index = Vec::new();
+    for (i, ev) in events.iter().enumerate() {
+        if alias[i].is_some() || outcome[i].is_some() {
             continue;
         }
         rows.push(IngestRow {

@@ -39,13 +39,16 @@ pub enum ProblemCode {
     MethodNotAllowed,
     Conflict,
     InvalidEndpoint,
+    InvalidPlan,
+    SchemaViolation,
+    UnplannedEvent,
     InvalidSignature,
     Unavailable,
     Internal,
 }
 
 impl ProblemCode {
-    pub const ALL: [ProblemCode; 21] = [
+    pub const ALL: [ProblemCode; 24] = [
         ProblemCode::Unauthorized,
         ProblemCode::InvalidJson,
         ProblemCode::InvalidPayload,
@@ -64,6 +67,9 @@ impl ProblemCode {
         ProblemCode::MethodNotAllowed,
         ProblemCode::Conflict,
         ProblemCode::InvalidEndpoint,
+        ProblemCode::InvalidPlan,
+        ProblemCode::SchemaViolation,
+        ProblemCode::UnplannedEvent,
         ProblemCode::InvalidSignature,
         ProblemCode::Unavailable,
         ProblemCode::Internal,
@@ -89,6 +95,9 @@ impl ProblemCode {
             ProblemCode::MethodNotAllowed => "method_not_allowed",
             ProblemCode::Conflict => "conflict",
             ProblemCode::InvalidEndpoint => "invalid_endpoint",
+            ProblemCode::InvalidPlan => "invalid_plan",
+            ProblemCode::SchemaViolation => "schema_violation",
+            ProblemCode::UnplannedEvent => "unplanned_event",
             ProblemCode::InvalidSignature => "invalid_signature",
             ProblemCode::Unavailable => "unavailable",
             ProblemCode::Internal => "internal",
@@ -355,6 +364,10 @@ const INVALID: Answer = (
     422,
     "Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included",
 );
+const INVALID_EVENT: Answer = (
+    422,
+    "Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`; NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included), or the tenant's tracking plan refuses the request: properties or traits break their schema (`schema_violation`, each failed keyword in `errors`) or the event is not in the plan (`unplanned_event`)",
+);
 const RATE_LIMITED: Answer = (
     429,
     "Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; retry after `Retry-After` seconds",
@@ -390,7 +403,7 @@ macro_rules! error_sets {
 
 error_sets! {
     /// `track`, `identify`, `batch`.
-    IngestErrors: [BAD_JSON, TIMEOUT, KEY_CONFLICT, TOO_LARGE, MEDIA, INVALID];
+    IngestErrors: [BAD_JSON, TIMEOUT, KEY_CONFLICT, TOO_LARGE, MEDIA, INVALID_EVENT];
     /// `POST /v1/core/exports`.
     ExportErrors: [BAD_BODY, TIMEOUT, TOO_LARGE, MEDIA, INVALID];
     /// Lists read with query parameters.

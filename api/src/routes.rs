@@ -6,7 +6,7 @@ use fastack_core::{
     store::{EventQuery, TimeRange},
     validate::{FieldError, normalize},
 };
-use fastack_entities::{ContactId, EventId, EventKind, IdentityKind};
+use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, PlanVersion};
 use poem::web::Data;
 use poem_openapi::{
     ApiResponse, OpenApi, Tags,
@@ -19,7 +19,7 @@ use crate::{
     body::JsonBody,
     dto::{
         Ack, BatchAck, BatchRequest, ContactOut, EventOut, EventsPage, Health, IdentifyRequest,
-        TrackRequest, decode_cursor, encode_cursor,
+        Timestamp, TrackRequest, TrackingPlanOut, decode_cursor, encode_cursor,
     },
     gate::ApiKeyAuth,
     ingest,
@@ -254,6 +254,38 @@ impl CoreApi {
             events: events.into_iter().map(EventOut::from).collect(),
             next_cursor,
         }))
+    }
+
+    /// Get the tracking plan in force
+    ///
+    /// The tenant's tracking plan (read-only: plans are installed by an
+    /// operator with `fastack admin taxonomy install` or the admin
+    /// listener, never with an API key). 404 when the tenant has none.
+    #[oai(
+        path = "/v1/core/taxonomy",
+        method = "get",
+        operation_id = "get_taxonomy",
+        tag = "Tag::Read"
+    )]
+    async fn taxonomy(
+        &self,
+        state: Data<&SharedState>,
+        auth: ApiKeyAuth,
+    ) -> Result<Json<TrackingPlanOut>, Errors<GetErrors>> {
+        let tenant = auth.0.shared.tenant().id;
+        match state.store.plan_version(tenant, None).await? {
+            Some(PlanVersion {
+                version,
+                document: Some(document),
+                installed_at,
+                ..
+            }) => Ok(Json(TrackingPlanOut {
+                version,
+                installed_at: Timestamp::of(&installed_at),
+                document,
+            })),
+            _ => Err(ApiError::not_found("tracking plan").into()),
+        }
     }
 
     /// Get a contact

@@ -129,6 +129,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "how often the repairer re-emits terminal events whose marker is still set",
     ),
     (
+        "FASTACK_PLAN_REFRESH_MS",
+        "1000",
+        "how often a node reads which tracking plan version is the latest of each tenant",
+    ),
+    (
         "FASTACK_WEBHOOK_ALLOW_PRIVATE",
         "false",
         "allow webhook endpoints on private/loopback addresses",
@@ -245,6 +250,7 @@ pub struct Config {
     pub single_tenant: bool,
     pub job_concurrency: usize,
     pub repair_interval: Duration,
+    pub plan_refresh_interval: Duration,
     pub partition_interval: Duration,
     pub webhook_allow_private: bool,
     pub webhook_proxy: Option<String>,
@@ -342,6 +348,7 @@ impl Default for Config {
             single_tenant: false,
             job_concurrency: 2,
             repair_interval: Duration::from_millis(30_000),
+            plan_refresh_interval: Duration::from_millis(1_000),
             partition_interval: Duration::from_millis(3_600_000),
             webhook_allow_private: false,
             webhook_proxy: None,
@@ -430,6 +437,7 @@ impl Config {
             "FASTACK_SINGLE_TENANT" => self.single_tenant = parse_bool(key, &value)?,
             "FASTACK_JOB_CONCURRENCY" => self.job_concurrency = parse(key, &value)?,
             "FASTACK_REPAIR_INTERVAL_MS" => self.repair_interval = millis(key, &value)?,
+            "FASTACK_PLAN_REFRESH_MS" => self.plan_refresh_interval = millis(key, &value)?,
             "FASTACK_PARTITION_INTERVAL_MS" => self.partition_interval = millis(key, &value)?,
             "FASTACK_WEBHOOK_ALLOW_PRIVATE" => {
                 self.webhook_allow_private = parse_bool(key, &value)?
@@ -615,6 +623,7 @@ impl std::fmt::Debug for Config {
             .field("single_tenant", &self.single_tenant)
             .field("job_concurrency", &self.job_concurrency)
             .field("repair_interval", &self.repair_interval)
+            .field("plan_refresh_interval", &self.plan_refresh_interval)
             .field("partition_interval", &self.partition_interval)
             .field("webhook_allow_private", &self.webhook_allow_private)
             .field(

@@ -30,6 +30,9 @@ pub enum Error {
     /// A webhook endpoint refused at registration (its URL or events).
     #[error("endpoint refused: {0}")]
     InvalidEndpoint(String),
+    /// A tracking plan refused at installation (its shape or a schema).
+    #[error("tracking plan refused: {0}")]
+    InvalidPlan(String),
     #[error("{what} not found")]
     NotFound { what: &'static str },
     #[error("{0}")]
@@ -151,7 +154,7 @@ impl ServiceError for Error {
         match self {
             Error::NotFound { .. } => 404,
             Error::Conflict(_) => 409,
-            Error::InvalidEndpoint(_) => 422,
+            Error::InvalidEndpoint(_) | Error::InvalidPlan(_) => 422,
             Error::Config(_) => 500,
             Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => 500,
             Error::Signature(_) => 401,
@@ -172,6 +175,7 @@ impl ServiceError for Error {
             Error::NotFound { .. } => "not_found",
             Error::Conflict(_) => "conflict",
             Error::InvalidEndpoint(_) => "invalid_endpoint",
+            Error::InvalidPlan(_) => "invalid_plan",
             Error::Config(_)
             | Error::Corrupt(_)
             | Error::Orm(_)

@@ -271,6 +271,7 @@ mod tests {
             properties: traits.as_object().cloned().unwrap_or_default(),
             occurred_at: "2026-11-30T10:00:00Z".parse().unwrap(),
             idempotency_key: "k".to_owned(),
+            plan: None,
         }
     }
 

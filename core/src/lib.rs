@@ -20,6 +20,7 @@ pub mod ratelimit;
 pub mod redact;
 pub mod retention;
 pub mod store;
+pub mod taxonomy;
 pub mod validate;
 pub mod webhooks;
 

@@ -302,6 +302,7 @@ pub fn validate_event(
         properties,
         occurred_at: occurred_at?,
         idempotency_key: idempotency_key?,
+        plan: None,
     })
 }
 

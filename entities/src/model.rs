@@ -151,6 +151,30 @@ pub struct NewEvent {
     /// As the caller sent it, offset preserved.
     pub occurred_at: DateTime<FixedOffset>,
     pub idempotency_key: String,
+    /// Set when the tenant had a tracking plan at acceptance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanCheck>,
+}
+
+/// What the tenant's tracking plan said of an event at acceptance: the
+/// version it was checked against and, in `flag` mode, what did not
+/// conform. Not part of the event's fingerprint: a duplicate stays a
+/// duplicate across plan changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanCheck {
+    pub plan_version: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schema_violations: Vec<SchemaViolation>,
+}
+
+/// One way an event's properties or traits break its schema.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaViolation {
+    /// A JSON pointer into the event (`/properties/amount`).
+    pub field: String,
+    /// The JSON Schema keyword that failed (`type`, `required`, `enum`, …).
+    pub code: String,
+    pub message: String,
 }
 
 /// One stored event, as `GET /v1/core/events` returns it.
@@ -165,6 +189,9 @@ pub struct StoredEvent {
     pub properties: Map<String, Value>,
     pub occurred_at: DateTime<FixedOffset>,
     pub received_at: DateTime<Utc>,
+    /// What the tracking plan said at acceptance, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanCheck>,
 }
 
 /// A resolved contact.

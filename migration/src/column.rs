@@ -15,3 +15,25 @@ pub fn time(backend: DbBackend, name: impl IntoIden) -> ColumnDef {
     col.null();
     col
 }
+
+/// A uuid that must be there.
+pub fn id(backend: DbBackend, name: impl IntoIden) -> ColumnDef {
+    let mut col = ColumnDef::new(name);
+    match backend {
+        DbBackend::Postgres => col.uuid(),
+        _ => col.blob(),
+    };
+    col.not_null();
+    col
+}
+
+/// A nullable JSON document (`jsonb` on PostgreSQL, text on SQLite).
+pub fn json(backend: DbBackend, name: impl IntoIden) -> ColumnDef {
+    let mut col = ColumnDef::new(name);
+    match backend {
+        DbBackend::Postgres => col.json_binary(),
+        _ => col.text(),
+    };
+    col.null();
+    col
+}

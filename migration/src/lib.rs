@@ -17,6 +17,7 @@ mod m20261130_000005_ingest_fast_path;
 mod m20261130_000006_queue_vacuum;
 mod m20261201_000007_quarantine;
 mod m20261201_000008_outbox_sinks;
+mod m20261201_000009_tracking_plans;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000006_queue_vacuum::Migration),
             Box::new(m20261201_000007_quarantine::Migration),
             Box::new(m20261201_000008_outbox_sinks::Migration),
+            Box::new(m20261201_000009_tracking_plans::Migration),
         ]
     }
 }

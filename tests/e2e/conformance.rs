@@ -127,6 +127,7 @@ fn track(key: &str, user: &str, at: DateTime<Utc>) -> NewEvent {
         // The caller's offset is kept.
         occurred_at: at.with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap()),
         idempotency_key: key.to_owned(),
+        plan: None,
     }
 }
 
@@ -141,6 +142,7 @@ fn identify(key: &str, user: &str, anon: &str, at: DateTime<Utc>) -> NewEvent {
         properties: traits,
         occurred_at: at.fixed_offset(),
         idempotency_key: key.to_owned(),
+        plan: None,
     }
 }
 

@@ -828,6 +828,7 @@ async fn postgres_refuses_a_nul_key_alone() {
             properties: Default::default(),
             occurred_at: now.fixed_offset(),
             idempotency_key: key.to_owned(),
+            plan: None,
         };
         IngestRow {
             tenant_id: app.t.tenant.id,

@@ -17,5 +17,6 @@ mod ops;
 mod partitions;
 mod ratelimit;
 mod supervision;
+mod taxonomy;
 mod upgrade;
 mod webhooks;

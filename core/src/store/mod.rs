@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use fastack_entities::{
     ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, Endpoint, EndpointId,
-    EventId, IdentityKind, Job, JobId, JobStatus, NewEvent, NodeId, QuarantinedEvent, StoredEvent,
-    Tenant, TenantId,
+    EventId, IdentityKind, Job, JobId, JobStatus, NewEvent, NodeId, PlanVersion, QuarantinedEvent,
+    StoredEvent, Tenant, TenantId,
 };
 
 use crate::{
@@ -709,6 +709,38 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn retry_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool>;
     /// Discards a quarantined event for good.
     async fn drop_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool>;
+
+    // --- tracking plans ---------------------------------------------------
+
+    /// Stores `document` as the tenant's next plan version (`None`: the
+    /// plan is removed) and returns the version.
+    async fn install_plan(
+        &self,
+        tenant: TenantId,
+        document: Option<&serde_json::Value>,
+        at: DateTime<Utc>,
+    ) -> Result<u32>;
+    /// One version of a tenant's plan; the latest when `version` is `None`.
+    async fn plan_version(
+        &self,
+        tenant: TenantId,
+        version: Option<u32>,
+    ) -> Result<Option<PlanVersion>>;
+    /// Every version of a tenant's plan, oldest first.
+    async fn plan_history(&self, tenant: TenantId) -> Result<Vec<PlanVersion>>;
+    /// The latest plan version of every tenant that ever had one.
+    async fn latest_plan_versions(&self) -> Result<Vec<(TenantId, u32)>>;
+    /// Which of `keys` the tenant already used: the event each answered and
+    /// its fingerprint.
+    async fn taken_keys(&self, tenant: TenantId, keys: &[String]) -> Result<Vec<TakenKey>>;
+}
+
+/// An idempotency key in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TakenKey {
+    pub key: String,
+    pub event_id: EventId,
+    pub fingerprint: [u8; 32],
 }
 
 pub fn archive_row(
@@ -802,7 +834,28 @@ pub fn tracked_body(ev: &StoredEvent) -> String {
                 .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
         ),
     );
+    if let Some(plan) = &ev.plan {
+        m.insert("plan_version".into(), json!(plan.plan_version));
+        if !plan.schema_violations.is_empty() {
+            m.insert("schema_violations".into(), json!(plan.schema_violations));
+        }
+    }
     Value::Object(m).to_string()
+}
+
+/// An event's `annotations` column: what its tracking plan said.
+pub(crate) fn annotations(plan: &fastack_entities::PlanCheck) -> String {
+    serde_json::to_string(plan).expect("a plan check serialises")
+}
+
+/// Reads an event's `annotations` column.
+pub(crate) fn plan_of(
+    annotations: Option<serde_json::Value>,
+) -> Result<Option<fastack_entities::PlanCheck>> {
+    annotations
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| crate::Error::Corrupt(format!("annotations: {e}")))
 }
 
 /// The smallest UUIDv7 of the millisecond `at`: every v7 id generated

@@ -151,6 +151,7 @@ fn event_from_row(row: &PgRow) -> Result<StoredEvent> {
         },
         occurred_at: occurred.with_timezone(&offset),
         received_at: row.try_get("received_at")?,
+        plan: super::plan_of(row.try_get("annotations")?)?,
     })
 }
 
@@ -306,7 +307,7 @@ impl Engine for PgStore {
         };
         let rows = sqlx::query(
             "SELECT id, kind, event, contact_id, user_id, anonymous_id, properties, occurred_at, \
-                    occurred_offset_s, received_at \
+                    occurred_offset_s, received_at, annotations \
              FROM tracked_events \
              WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3 \
                AND ($4::uuid[] IS NULL OR contact_id = ANY($4)) \

@@ -17,7 +17,8 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::{
-    Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, decode_payload, outbox,
+    Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, annotations, decode_payload,
+    outbox,
     sql::{Col, Dialect, ListKind, Q, Tx},
     tracked_body,
 };
@@ -204,6 +205,14 @@ pub(crate) async fn run(
                                 ),
                             ),
                             (
+                                "annotations",
+                                Col::OptJson(
+                                    rows.iter()
+                                        .map(|(i, _)| i.event.plan.as_ref().map(annotations))
+                                        .collect(),
+                                ),
+                            ),
+                            (
                                 "occurred_offset_s",
                                 Col::Int(
                                     rows.iter()
@@ -264,6 +273,7 @@ pub(crate) async fn run(
                         properties: i.event.properties.clone(),
                         occurred_at: i.event.occurred_at,
                         received_at: i.received_at,
+                        plan: i.event.plan.clone(),
                     }),
                     job_id: None,
                     created_at: req.now,

@@ -14,10 +14,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use fastack_entities::{
     ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
-    EndpointId, EventId, IdentityKind, Job, JobId, JobKind, JobStatus, NodeId, Plan,
+    EndpointId, EventId, IdentityKind, Job, JobId, JobKind, JobStatus, NodeId, Plan, PlanVersion,
     QuarantinedEvent, StoredEvent, Tenant, TenantId,
     db::{
-        Time, api_key, job, quarantine, signed, tenant, unsigned, webhook_attempt,
+        Time, api_key, job, quarantine, signed, tenant, tracking_plan, unsigned, webhook_attempt,
         webhook_delivery, webhook_endpoint,
     },
 };
@@ -31,9 +31,9 @@ use serde_json::{Map, Value};
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
     Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo, PartitionKey,
-    ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TimeRange, Topic, job_event,
-    outbox,
-    sql::{Db, Dialect, Q, Tx},
+    ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey, TimeRange, Topic,
+    job_event, outbox,
+    sql::{Db, Dialect, ListKind, Q, Tx},
 };
 use crate::error::{Error, Result};
 
@@ -1133,6 +1133,115 @@ impl Storage for SqlStore {
             .exec(&self.db)
             .await?;
         Ok(r.rows_affected == 1)
+    }
+
+    // --- tracking plans -----------------------------------------------------
+
+    async fn install_plan(
+        &self,
+        tenant: TenantId,
+        document: Option<&Value>,
+        at: DateTime<Utc>,
+    ) -> Result<u32> {
+        use tracking_plan::Column as C;
+        // Two installs at once choose the same next version: the primary
+        // key refuses the second, which reads the latest again.
+        for _ in 0..5 {
+            let latest = self
+                .plan_version(tenant, None)
+                .await?
+                .map_or(0, |p| p.version);
+            let row = tracking_plan::Model {
+                tenant_id: tenant,
+                version: signed(latest + 1),
+                document: document.map(Value::to_string),
+                installed_at: at.into(),
+            };
+            let inserted = tracking_plan::Entity::insert(row.into_active_model())
+                .on_conflict(
+                    OnConflict::columns([C::TenantId, C::Version])
+                        .do_nothing()
+                        .to_owned(),
+                )
+                .exec_without_returning(&self.db)
+                .await?;
+            if inserted == 1 {
+                return Ok(latest + 1);
+            }
+        }
+        Err(Error::Conflict(
+            "the tracking plan is being changed concurrently; try again".to_owned(),
+        ))
+    }
+
+    async fn plan_version(
+        &self,
+        tenant: TenantId,
+        version: Option<u32>,
+    ) -> Result<Option<PlanVersion>> {
+        use tracking_plan::Column as C;
+        domain_opt(
+            tracking_plan::Entity::find()
+                .filter(C::TenantId.eq(tenant))
+                .apply_if(version, |q, v| q.filter(C::Version.eq(signed(v))))
+                .order_by_desc(C::Version)
+                .one(&self.db)
+                .await?,
+        )
+    }
+
+    async fn plan_history(&self, tenant: TenantId) -> Result<Vec<PlanVersion>> {
+        use tracking_plan::Column as C;
+        domain(
+            tracking_plan::Entity::find()
+                .filter(C::TenantId.eq(tenant))
+                .order_by_asc(C::Version)
+                .all(&self.db)
+                .await?,
+        )
+    }
+
+    async fn latest_plan_versions(&self) -> Result<Vec<(TenantId, u32)>> {
+        use tracking_plan::Column as C;
+        let rows: Vec<(TenantId, i32)> = tracking_plan::Entity::find()
+            .select_only()
+            .column(C::TenantId)
+            .column_as(C::Version.max(), "version")
+            .group_by(C::TenantId)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        Ok(rows.into_iter().map(|(t, v)| (t, unsigned(v))).collect())
+    }
+
+    async fn taken_keys(&self, tenant: TenantId, keys: &[String]) -> Result<Vec<TakenKey>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.db
+            .read(
+                Q::new(format!(
+                    "SELECT k.idempotency_key, k.event_id, k.fingerprint FROM {} \
+                     JOIN idempotency_keys k ON k.tenant_id = $1 AND k.idempotency_key = q.v",
+                    self.d().list_rows(2, ListKind::Text)
+                ))
+                .bind(tenant.0)
+                .bind(keys.to_vec()),
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(TakenKey {
+                    key: r.text("idempotency_key")?,
+                    event_id: EventId(r.uuid("event_id")?),
+                    fingerprint: r
+                        .bytes("fingerprint")?
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
+                })
+            })
+            .collect()
     }
 }
 

@@ -113,6 +113,7 @@ pub enum Col {
     Bytes(Vec<Vec<u8>>),
     /// JSON text, stored as `jsonb` on PostgreSQL.
     Json(Vec<String>),
+    OptJson(Vec<Option<String>>),
 }
 
 impl Col {
@@ -122,7 +123,7 @@ impl Col {
             Col::OptUuid(v) => v.len(),
             Col::Time(v) => v.len(),
             Col::Text(v) | Col::Json(v) => v.len(),
-            Col::OptText(v) => v.len(),
+            Col::OptText(v) | Col::OptJson(v) => v.len(),
             Col::Int(v) => v.len(),
             Col::Bytes(v) => v.len(),
         }
@@ -139,6 +140,7 @@ impl Col {
             Col::Int(v) => (Arg::Ints(v), format!("${n}::int8[]")),
             Col::Bytes(v) => (Arg::ByteLists(v), format!("${n}::bytea[]")),
             Col::Json(v) => (Arg::Texts(v), format!("${n}::text[]")),
+            Col::OptJson(v) => (Arg::OptTexts(v), format!("${n}::text[]")),
         }
     }
 
@@ -149,7 +151,7 @@ impl Col {
             Col::OptUuid(v) => Arg::Uuid(v[i]),
             Col::Time(v) => Arg::Time(Some(v[i])),
             Col::Text(v) | Col::Json(v) => Arg::Text(Some(v[i].clone())),
-            Col::OptText(v) => Arg::Text(v[i].clone()),
+            Col::OptText(v) | Col::OptJson(v) => Arg::Text(v[i].clone()),
             Col::Int(v) => Arg::Int(Some(v[i])),
             Col::Bytes(v) => Arg::Bytes(Some(v[i].clone())),
         }
@@ -178,7 +180,7 @@ impl Dialect {
                 let mut arrays = Vec::with_capacity(columns.len());
                 let mut select = Vec::with_capacity(columns.len());
                 for (i, (_, col)) in columns.iter().enumerate() {
-                    let json = matches!(col, Col::Json(_));
+                    let json = matches!(col, Col::Json(_) | Col::OptJson(_));
                     let (arg, array) = col.clone().pg(i + 1);
                     args.push(arg);
                     arrays.push(array);

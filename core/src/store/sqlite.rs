@@ -66,6 +66,11 @@ fn event_from_row(row: &SqliteRow) -> Result<StoredEvent> {
     let offset = FixedOffset::east_opt(offset as i32)
         .ok_or_else(|| Error::Corrupt(format!("offset {offset}")))?;
     let properties: String = row.try_get("properties")?;
+    let annotations: Option<String> = row.try_get("annotations")?;
+    let annotations = annotations
+        .map(|a| serde_json::from_str(&a))
+        .transpose()
+        .map_err(|e| Error::Corrupt(format!("annotations: {e}")))?;
     Ok(StoredEvent {
         id: EventId(row.try_get("id")?),
         kind: kind.parse().map_err(Error::Corrupt)?,
@@ -77,11 +82,12 @@ fn event_from_row(row: &SqliteRow) -> Result<StoredEvent> {
             .map_err(|e| Error::Corrupt(format!("properties: {e}")))?,
         occurred_at: occurred.with_timezone(&offset),
         received_at: from_us(row.try_get("received_at")?)?,
+        plan: super::plan_of(annotations)?,
     })
 }
 
 const EVENT_COLUMNS: &str = "id, kind, event, contact_id, user_id, anonymous_id, properties, \
-                             occurred_at, occurred_offset_s, received_at";
+                             occurred_at, occurred_offset_s, received_at, annotations";
 
 async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Result<()> {
     let table = key.table_name();
@@ -101,6 +107,7 @@ async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Re
             occurred_offset_s INTEGER NOT NULL,
             received_at INTEGER NOT NULL,
             idempotency_key TEXT NOT NULL,
+            annotations TEXT,
             PRIMARY KEY (tenant_id, occurred_at, id)
         ) WITHOUT ROWID",
         class = key.retention_class

@@ -12,6 +12,7 @@ pub mod job;
 pub mod quarantine;
 pub mod tenant;
 mod time;
+pub mod tracking_plan;
 pub mod webhook_attempt;
 pub mod webhook_delivery;
 pub mod webhook_endpoint;
