@@ -112,6 +112,11 @@ pub struct BenchArgs {
     /// Extra `FASTACK_*=value` settings for the server under test.
     #[arg(long = "server-env", value_name = "KEY=VALUE")]
     pub server_env: Vec<String>,
+    /// Install this tracking plan (a JSON document) for every tenant of the
+    /// run before it starts (`benches/plan-50-events.json`: the profile's
+    /// event among 50).
+    #[arg(long, value_name = "FILE")]
+    pub tracking_plan: Option<std::path::PathBuf>,
 }
 
 /// The numbers of one run.
@@ -890,6 +895,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             )
             .await?;
             keys.push(admin::create_key(store.as_ref(), t.id, None).await?.secret);
+            if let Some(file) = &args.tracking_plan {
+                let doc: Value = serde_json::from_slice(&std::fs::read(file)?)?;
+                fastack_core::taxonomy::install(store.as_ref(), t.id, &doc, Utc::now()).await?;
+            }
         }
         keys
     };

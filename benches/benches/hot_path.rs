@@ -197,5 +197,101 @@ fn signatures(c: &mut Criterion) {
     });
 }
 
-criterion_group!(hot_path, validation, keys, rate_limit, signatures);
+/// A tracking plan check: a typical 10-property event against a 20-property
+/// schema with formats and enums (the plan compiled once, as a node keeps
+/// it), conforming and breaking three keywords; and no plan at all.
+fn tracking_plan(c: &mut Criterion) {
+    use fastack_core::taxonomy::CompiledPlan;
+    use serde_json::json;
+    let mut props = serde_json::Map::new();
+    for i in 0..10 {
+        props.insert(
+            format!("extra_{i}"),
+            json!({"type": "string", "maxLength": 64}),
+        );
+    }
+    props.insert(
+        "order_id".into(),
+        json!({"type": "string", "format": "uuid"}),
+    );
+    props.insert("email".into(), json!({"type": "string", "format": "email"}));
+    props.insert(
+        "currency".into(),
+        json!({"enum": ["EUR", "USD", "GBP", "JPY"]}),
+    );
+    props.insert("total".into(), json!({"type": "number", "minimum": 0}));
+    props.insert(
+        "items".into(),
+        json!({"type": "integer", "minimum": 1, "maximum": 1000}),
+    );
+    props.insert("coupon".into(), json!({"type": ["string", "null"]}));
+    props.insert("channel".into(), json!({"enum": ["web", "ios", "android"]}));
+    props.insert(
+        "placed_at".into(),
+        json!({"type": "string", "format": "date-time"}),
+    );
+    props.insert("gift".into(), json!({"type": "boolean"}));
+    props.insert(
+        "country".into(),
+        json!({"type": "string", "pattern": "^[A-Z]{2}$"}),
+    );
+    let plan = CompiledPlan::compile(
+        1,
+        &json!({"events": {"Order Completed": {
+            "type": "object",
+            "properties": props,
+            "required": ["order_id", "total", "currency"],
+        }}}),
+    )
+    .expect("plan compiles");
+    let event = |over: serde_json::Value| {
+        let mut p = json!({
+            "order_id": "01a22b60-a992-7452-962f-edaff53b5f50",
+            "email": "ana@example.com",
+            "currency": "EUR",
+            "total": 42.5,
+            "items": 3,
+            "coupon": null,
+            "channel": "web",
+            "placed_at": "2026-11-30T12:00:00Z",
+            "gift": false,
+            "country": "ES",
+        });
+        for (k, v) in over.as_object().expect("object") {
+            p[k] = v.clone();
+        }
+        fastack_entities::NewEvent {
+            kind: EventKind::Track,
+            event: Some("Order Completed".into()),
+            user_id: Some("u1".into()),
+            anonymous_id: None,
+            properties: p.as_object().cloned().expect("object"),
+            occurred_at: ctx().now.fixed_offset(),
+            idempotency_key: "k".into(),
+            plan: None,
+        }
+    };
+    let mut good = event(json!({}));
+    c.bench_function("tracking_plan_check_conforming", |b| {
+        b.iter(|| black_box(plan.check(black_box(&mut good))))
+    });
+    let mut bad = event(json!({"email": "nope", "currency": "XXX", "total": -1}));
+    c.bench_function("tracking_plan_check_3_violations", |b| {
+        b.iter(|| black_box(plan.check(black_box(&mut bad))))
+    });
+    let plans = fastack_core::taxonomy::Plans::default();
+    let tenant = fastack_entities::TenantId::new();
+    c.bench_function("tracking_plan_lookup_none", |b| {
+        b.iter(|| black_box(plans.get(black_box(tenant))))
+    });
+}
+
+criterion_group!(
+    hot_path,
+    validation,
+    keys,
+    rate_limit,
+    signatures,
+    tracking_plan
+);
 criterion_main!(hot_path);

@@ -91,6 +91,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/core/taxonomy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get the tracking plan in force
+         * @description The tenant's tracking plan (read-only: plans are installed by an
+         *     operator with `fastack admin taxonomy install` or the admin
+         *     listener, never with an API key). 404 when the tenant has none.
+         */
+        get: operations["get_taxonomy"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/core/contacts/{id}": {
         parameters: {
             query?: never;
@@ -378,6 +400,14 @@ export interface components {
              * @description When fastack accepted it (UTC).
              */
             received_at: string;
+            /**
+             * Format: uint32
+             * @description The tracking plan version the event was checked against, when the
+             *     tenant had a plan.
+             */
+            plan_version?: number;
+            /** @description What broke the plan, for events accepted in `flag` mode. */
+            schema_violations?: components["schemas"]["SchemaViolationOut"][];
         };
         /**
          * @description The kind of a batch item (and of a stored event).
@@ -547,7 +577,7 @@ export interface components {
          *     checked against it by a test, so the set stays complete.
          * @enum {string}
          */
-        ProblemCode: "unauthorized" | "invalid_json" | "invalid_payload" | "invalid_query" | "invalid_request" | "batch_too_large" | "payload_too_large" | "unsupported_media_type" | "request_timeout" | "rate_limited" | "idempotency_key_conflict" | "occurred_at_in_future" | "occurred_at_out_of_retention" | "job_not_completed" | "not_found" | "method_not_allowed" | "conflict" | "invalid_endpoint" | "invalid_signature" | "unavailable" | "internal";
+        ProblemCode: "unauthorized" | "invalid_json" | "invalid_payload" | "invalid_query" | "invalid_request" | "batch_too_large" | "payload_too_large" | "unsupported_media_type" | "request_timeout" | "rate_limited" | "idempotency_key_conflict" | "occurred_at_in_future" | "occurred_at_out_of_retention" | "job_not_completed" | "not_found" | "method_not_allowed" | "conflict" | "invalid_endpoint" | "invalid_plan" | "schema_violation" | "unplanned_event" | "invalid_signature" | "unavailable" | "internal";
         /**
          * ProblemField
          * @description One offending field of a request.
@@ -569,6 +599,17 @@ export interface components {
              *     `invalid_timestamp`, `invalid_character`, `invalid_number`,
              *     `unknown_field`, `occurred_at_in_future`, …
              */
+            code: string;
+            message: string;
+        };
+        /**
+         * SchemaViolationOut
+         * @description One way an event breaks its schema in the tracking plan.
+         */
+        SchemaViolationOut: {
+            /** @description A JSON pointer into the event (`/properties/amount`). */
+            field: string;
+            /** @description The JSON Schema keyword that failed (`type`, `required`, `enum`, …). */
             code: string;
             message: string;
         };
@@ -609,6 +650,22 @@ export interface components {
              * @description When the client sent it (not part of the idempotency comparison).
              */
             sent_at?: string;
+        };
+        /**
+         * TrackingPlanOut
+         * @description A tenant's tracking plan: one JSON Schema (draft 2020-12) per event
+         *     name for `track` properties, one for `identify` traits.
+         */
+        TrackingPlanOut: {
+            /** Format: uint32 */
+            version: number;
+            /** Format: date-time */
+            installed_at: string;
+            /**
+             * @description `{"events": {name: schema}, "identify": schema, "unplanned":
+             *     "allow"|"reject", "mode": "enforce"|"flag", "$defs": {...}}`
+             */
+            document: unknown;
         };
     };
     responses: never;
@@ -698,7 +755,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included */
+            /** @description Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`; NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included), or the tenant's tracking plan refuses the request: properties or traits break their schema (`schema_violation`, each failed keyword in `errors`) or the event is not in the plan (`unplanned_event`) */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -821,7 +878,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included */
+            /** @description Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`; NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included), or the tenant's tracking plan refuses the request: properties or traits break their schema (`schema_violation`, each failed keyword in `errors`) or the event is not in the plan (`unplanned_event`) */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -941,7 +998,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included */
+            /** @description Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`; NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included), or the tenant's tracking plan refuses the request: properties or traits break their schema (`schema_violation`, each failed keyword in `errors`) or the event is not in the plan (`unplanned_event`) */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1026,6 +1083,76 @@ export interface operations {
             };
             /** @description Missing, unknown or revoked API key (`unauthorized`) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    /** @description The quota that refused the request: `q` requests (the burst) per `w` seconds. */
+                    "RateLimit-Policy": string;
+                    /** @description What is left of the quota (`r`, here 0) and when it refills (`t`, seconds). */
+                    RateLimit: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An unexpected failure (`internal`); nothing of the request was accepted */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_taxonomy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json; charset=utf-8": components["schemas"]["TrackingPlanOut"];
+                };
+            };
+            /** @description Missing, unknown or revoked API key (`unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not this tenant's (`not_found`) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -30,8 +30,10 @@ from .job_state import JobState
 from .problem import Problem
 from .problem_code import ProblemCode
 from .problem_field import ProblemField
+from .schema_violation_out import SchemaViolationOut
 from .track_request import TrackRequest
 from .track_request_properties import TrackRequestProperties
+from .tracking_plan_out import TrackingPlanOut
 
 __all__ = (
     "Ack",
@@ -64,6 +66,8 @@ __all__ = (
     "Problem",
     "ProblemCode",
     "ProblemField",
+    "SchemaViolationOut",
+    "TrackingPlanOut",
     "TrackRequest",
     "TrackRequestProperties",
 )

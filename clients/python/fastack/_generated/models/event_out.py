@@ -15,6 +15,7 @@ from ..types import UNSET, Unset
 if TYPE_CHECKING:
     from ..models.event_out_properties import EventOutProperties
     from ..models.event_out_traits import EventOutTraits
+    from ..models.schema_violation_out import SchemaViolationOut
 
 
 T = TypeVar("T", bound="EventOut")
@@ -38,6 +39,9 @@ class EventOut:
             anonymous_id (str | Unset):
             properties (EventOutProperties | Unset): For `track`.
             traits (EventOutTraits | Unset): For `identify`.
+            plan_version (int | Unset): The tracking plan version the event was checked against, when the
+                tenant had a plan.
+            schema_violations (list[SchemaViolationOut] | Unset): What broke the plan, for events accepted in `flag` mode.
     """
 
     id: UUID
@@ -50,6 +54,8 @@ class EventOut:
     anonymous_id: str | Unset = UNSET
     properties: EventOutProperties | Unset = UNSET
     traits: EventOutTraits | Unset = UNSET
+    plan_version: int | Unset = UNSET
+    schema_violations: list[SchemaViolationOut] | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +83,15 @@ class EventOut:
         if not isinstance(self.traits, Unset):
             traits = self.traits.to_dict()
 
+        plan_version = self.plan_version
+
+        schema_violations: list[dict[str, Any]] | Unset = UNSET
+        if not isinstance(self.schema_violations, Unset):
+            schema_violations = []
+            for schema_violations_item_data in self.schema_violations:
+                schema_violations_item = schema_violations_item_data.to_dict()
+                schema_violations.append(schema_violations_item)
+
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
         field_dict.update(
@@ -98,6 +113,10 @@ class EventOut:
             field_dict["properties"] = properties
         if traits is not UNSET:
             field_dict["traits"] = traits
+        if plan_version is not UNSET:
+            field_dict["plan_version"] = plan_version
+        if schema_violations is not UNSET:
+            field_dict["schema_violations"] = schema_violations
 
         return field_dict
 
@@ -105,6 +124,7 @@ class EventOut:
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         from ..models.event_out_properties import EventOutProperties  # noqa: PLC0415
         from ..models.event_out_traits import EventOutTraits  # noqa: PLC0415
+        from ..models.schema_violation_out import SchemaViolationOut  # noqa: PLC0415
 
         d = dict(src_dict)
         id = UUID(d.pop("id"))
@@ -137,6 +157,17 @@ class EventOut:
         else:
             traits = EventOutTraits.from_dict(_traits)
 
+        plan_version = d.pop("plan_version", UNSET)
+
+        _schema_violations = d.pop("schema_violations", UNSET)
+        schema_violations: list[SchemaViolationOut] | Unset = UNSET
+        if _schema_violations is not UNSET:
+            schema_violations = []
+            for schema_violations_item_data in _schema_violations:
+                schema_violations_item = SchemaViolationOut.from_dict(schema_violations_item_data)
+
+                schema_violations.append(schema_violations_item)
+
         event_out = cls(
             id=id,
             type_=type_,
@@ -148,6 +179,8 @@ class EventOut:
             anonymous_id=anonymous_id,
             properties=properties,
             traits=traits,
+            plan_version=plan_version,
+            schema_violations=schema_violations,
         )
 
         event_out.additional_properties = d

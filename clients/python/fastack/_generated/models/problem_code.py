@@ -9,6 +9,7 @@ class ProblemCode(str, Enum):
     INVALID_ENDPOINT = "invalid_endpoint"
     INVALID_JSON = "invalid_json"
     INVALID_PAYLOAD = "invalid_payload"
+    INVALID_PLAN = "invalid_plan"
     INVALID_QUERY = "invalid_query"
     INVALID_REQUEST = "invalid_request"
     INVALID_SIGNATURE = "invalid_signature"
@@ -20,8 +21,10 @@ class ProblemCode(str, Enum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     RATE_LIMITED = "rate_limited"
     REQUEST_TIMEOUT = "request_timeout"
+    SCHEMA_VIOLATION = "schema_violation"
     UNAUTHORIZED = "unauthorized"
     UNAVAILABLE = "unavailable"
+    UNPLANNED_EVENT = "unplanned_event"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 
     def __str__(self) -> str:
