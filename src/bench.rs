@@ -94,6 +94,12 @@ pub struct BenchArgs {
     /// send -> `core.event.tracked` consumed from a bound queue.
     #[arg(long, value_name = "AMQP_URL")]
     pub amqp: Option<String>,
+    /// Register a webhook endpoint for `core.event.tracked` on every tenant
+    /// of the run, at a receiver in this process that answers 204 at once,
+    /// and measure send -> delivered for every event (and the delivered
+    /// rate).
+    #[arg(long)]
+    pub webhook: bool,
     /// Tenants to spread the load over (the memory profile uses 1000).
     #[arg(long)]
     pub tenants: Option<usize>,
@@ -146,6 +152,18 @@ pub struct Visibility {
     pub not_seen: u64,
 }
 
+/// What a receiver got: latencies from (scheduled) send to arrival, and
+/// how fast arrivals came while the load ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct Delivered {
+    #[serde(flatten)]
+    pub latency: Visibility,
+    /// Arrivals while the load was measured, per second.
+    pub per_sec: f64,
+    /// Seconds from the end of the load until the last sample arrived.
+    pub drain_seconds: f64,
+}
+
 impl Visibility {
     /// Send-to-seen latencies in µs, up to 10 minutes.
     fn hist() -> Histogram<u64> {
@@ -177,6 +195,8 @@ pub struct Report {
     pub visibility: Option<Visibility>,
     /// Send -> `core.event.tracked` consumed (with `--amqp --visibility`).
     pub stream_visibility: Option<Visibility>,
+    /// Send -> webhook received, every event (with `--webhook`).
+    pub webhook: Option<Delivered>,
     pub server_rss_mib_before: Option<f64>,
     pub server_rss_mib_after: Option<f64>,
     pub machine: String,
@@ -269,6 +289,8 @@ struct Generator {
     sent_keys: Mutex<Vec<(usize, Vec<u8>)>>,
     run: String,
     visibility: bool,
+    /// Every request is a sample (webhook deliveries are measured for all).
+    sample_all: bool,
 }
 
 impl Generator {
@@ -327,7 +349,7 @@ impl Generator {
             };
         }
         // Sampled events get a unique instant so one narrow read finds them.
-        let sampled = self.visibility && n.is_multiple_of(100);
+        let sampled = self.sample_all || (self.visibility && n.is_multiple_of(100));
         let at = if sampled {
             now - chrono::Duration::microseconds((n % 1_000_000) as i64)
         } else {
@@ -521,6 +543,7 @@ async fn drive(
                 let (client, base, keys) = (client.clone(), base.to_owned(), keys.clone());
                 let generator = generator.clone();
                 let measured = measured.clone();
+                let samples = samples.clone();
                 workers.push(tokio::spawn(async move {
                     let warm = Recorder::new();
                     loop {
@@ -535,6 +558,11 @@ async fn drive(
                         let t = Instant::now();
                         let outcome = send(&client, &base, &keys, &req).await;
                         let rec = if elapsed >= measure_from {
+                            if let (Some((key, at)), Ok(202)) = (&req.sample, &outcome) {
+                                for s in &samples {
+                                    let _ = s.send((key.clone(), *at, t, req.key));
+                                }
+                            }
                             &*measured
                         } else {
                             &warm
@@ -651,62 +679,142 @@ impl StreamConsumer {
 
     /// Latency from each sampled event's scheduled send to its
     /// `core.event.tracked` message, matched on `properties.order_id`.
-    async fn measure(mut self, mut rx: tokio::sync::mpsc::UnboundedReceiver<Sample>) -> Visibility {
+    async fn measure(self, rx: tokio::sync::mpsc::UnboundedReceiver<Sample>) -> Visibility {
         use futures::StreamExt;
-        let mut hist = Visibility::hist();
-        // Sampled idempotency keys end in `-{n}-0`; the order id is `o-{n}-0`.
-        let order_id = |key: &str| {
-            let mut parts = key.rsplitn(3, '-');
-            let (_zero, n) = (parts.next(), parts.next().unwrap_or_default());
-            format!("o-{n}-0")
-        };
-        let mut pending: std::collections::HashMap<String, Instant> = Default::default();
-        // A message can beat the 202 to the load tool.
-        let mut early: std::collections::HashMap<String, Instant> = Default::default();
-        let mut samples = 0u64;
-        let mut closed_at: Option<Instant> = None;
-        loop {
-            if let Some(t) = closed_at
-                && (pending.is_empty() || t.elapsed() > Duration::from_secs(60))
-            {
-                break;
+        let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
+        let StreamConsumer {
+            _conn: conn,
+            mut deliveries,
+        } = self;
+        let pump = tokio::spawn(async move {
+            while let Some(Ok(d)) = deliveries.next().await {
+                let arrived = Instant::now();
+                if let Some(id) = order_of(&d.data)
+                    && tx.send((id, arrived)).is_err()
+                {
+                    return;
+                }
             }
-            tokio::select! {
-                s = rx.recv(), if closed_at.is_none() => match s {
-                    Some((key, _, sent, _)) => {
-                        samples += 1;
-                        let id = order_id(&key);
-                        match early.remove(&id) {
-                            Some(arrived) => {
-                                hist.saturating_record(arrived.saturating_duration_since(sent).as_micros().max(1) as u64);
-                            }
-                            None => {
-                                pending.insert(id, sent);
-                            }
-                        }
-                    }
-                    None => closed_at = Some(Instant::now()),
-                },
-                d = self.deliveries.next() => {
-                    let Some(Ok(d)) = d else { break };
-                    let arrived = Instant::now();
-                    let Ok(body) = serde_json::from_slice::<Value>(&d.data) else { continue };
-                    let Some(id) = body["properties"]["order_id"].as_str() else { continue };
-                    match pending.remove(id) {
-                        Some(sent) => {
+        });
+        let (latency, _) = match_arrivals(rx, arrivals, sampled_order, None).await;
+        pump.abort();
+        drop(conn);
+        latency
+    }
+}
+
+/// The `properties.order_id` of an event's JSON.
+fn order_of(body: &[u8]) -> Option<String> {
+    let body: Value = serde_json::from_slice(body).ok()?;
+    Some(body["properties"]["order_id"].as_str()?.to_owned())
+}
+
+/// Matches sampled sends with arrivals (by order id) until the load ends
+/// and every sample arrived, or 60 s after. Returns the latencies and,
+/// given the measured window `(from, to)`, the arrivals per second in it
+/// and the seconds from `to` to the last arrival.
+async fn match_arrivals(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Sample>,
+    mut arrivals: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+    sampled: fn(&str) -> bool,
+    window: Option<(Instant, std::sync::Arc<parking_lot::Mutex<Option<Instant>>>)>,
+) -> (Visibility, Option<(f64, f64)>) {
+    let mut hist = Visibility::hist();
+    // Sampled idempotency keys end in `-{n}-0`; the order id is `o-{n}-0`.
+    let order_id = |key: &str| {
+        let mut parts = key.rsplitn(3, '-');
+        let (_zero, n) = (parts.next(), parts.next().unwrap_or_default());
+        format!("o-{n}-0")
+    };
+    let mut pending: std::collections::HashMap<String, Instant> = Default::default();
+    // An arrival can beat the 202 to the load tool.
+    let mut early: std::collections::HashMap<String, Instant> = Default::default();
+    let mut samples = 0u64;
+    let mut closed_at: Option<Instant> = None;
+    let mut arrived_at: Vec<Instant> = Vec::new();
+    let mut last_arrival: Option<Instant> = None;
+    loop {
+        if let Some(t) = closed_at
+            && (pending.is_empty() || t.elapsed() > Duration::from_secs(60))
+        {
+            break;
+        }
+        tokio::select! {
+            s = rx.recv(), if closed_at.is_none() => match s {
+                Some((key, _, sent, _)) => {
+                    samples += 1;
+                    let id = order_id(&key);
+                    match early.remove(&id) {
+                        Some(arrived) => {
                             hist.saturating_record(arrived.saturating_duration_since(sent).as_micros().max(1) as u64);
                         }
-                        None if sampled_order(id) && early.len() < 100_000 => {
-                            early.insert(id.to_owned(), arrived);
+                        None => {
+                            pending.insert(id, sent);
                         }
-                        None => {}
                     }
                 }
-                _ = tokio::time::sleep(Duration::from_millis(500)), if closed_at.is_some() => {}
+                None => closed_at = Some(Instant::now()),
+            },
+            a = arrivals.recv() => {
+                let Some((id, arrived)) = a else { break };
+                if window.is_some() {
+                    arrived_at.push(arrived);
+                }
+                match pending.remove(&id) {
+                    Some(sent) => {
+                        last_arrival = Some(arrived);
+                        hist.saturating_record(arrived.saturating_duration_since(sent).as_micros().max(1) as u64);
+                    }
+                    None if sampled(&id) && early.len() < 1_000_000 => {
+                        early.insert(id, arrived);
+                    }
+                    None => {}
+                }
             }
+            _ = tokio::time::sleep(Duration::from_millis(500)), if closed_at.is_some() => {}
         }
-        Visibility::from_hist(samples, &hist)
     }
+    let rate = window.and_then(|(from, to)| {
+        let to = (*to.lock())?;
+        let secs = to.saturating_duration_since(from).as_secs_f64().max(1e-3);
+        let n = arrived_at
+            .iter()
+            .filter(|a| **a >= from && **a <= to)
+            .count();
+        let drain = last_arrival.map_or(0.0, |l| l.saturating_duration_since(to).as_secs_f64());
+        Some((n as f64 / secs, drain))
+    });
+    (Visibility::from_hist(samples, &hist), rate)
+}
+
+/// A webhook receiver in the load tool: answers 204 at once and reports
+/// each `core.event.tracked` delivery's order id with when it arrived.
+async fn webhook_receiver(
+    tx: tokio::sync::mpsc::UnboundedSender<(String, Instant)>,
+) -> anyhow::Result<SocketAddr> {
+    use poem::{EndpointExt, Route, handler, listener::TcpListener, post, web::Data};
+    #[handler]
+    async fn hook(
+        body: poem::web::Json<Value>,
+        tx: Data<&tokio::sync::mpsc::UnboundedSender<(String, Instant)>>,
+    ) -> poem::http::StatusCode {
+        let arrived = Instant::now();
+        if let Some(id) = body.0["properties"]["order_id"].as_str() {
+            let _ = tx.send((id.to_owned(), arrived));
+        }
+        poem::http::StatusCode::NO_CONTENT
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    drop(listener);
+    let app = Route::new().at("/hook", post(hook)).data(tx);
+    tokio::spawn(poem::Server::new(TcpListener::bind(addr)).run(app));
+    Ok(addr)
+}
+
+/// Every order id is a sample.
+fn every_order(_: &str) -> bool {
+    true
 }
 
 /// Whether an order id `o-{n}-0` belongs to a sampled request (every 100th).
@@ -822,6 +930,12 @@ fn table(report: &Report) -> String {
             v.p50_ms, v.p95_ms, v.p99_ms, v.samples, v.not_seen
         ));
     }
+    if let Some(w) = &report.webhook {
+        out.push_str(&format!(
+            "send -> webhook delivered: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms ({} events, {} not delivered); {:.0} delivered/s while measured, last delivery {:.1} s after the load\n",
+            w.latency.p50_ms, w.latency.p95_ms, w.latency.p99_ms, w.latency.samples, w.latency.not_seen, w.per_sec, w.drain_seconds
+        ));
+    }
     if let (Some(a), Some(b)) = (report.server_rss_mib_before, report.server_rss_mib_after) {
         out.push_str(&format!(
             "server RSS: {a:.1} MiB before, {b:.1} MiB after\n"
@@ -850,6 +964,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let (k, v) = kv.split_once('=').context("--server-env takes KEY=VALUE")?;
         env.push((k.to_owned(), v.to_owned()));
     }
+    // The receiver is up before the tenants get their endpoint.
+    let (hook_tx, hook_rx) = tokio::sync::mpsc::unbounded_channel();
+    let hook_addr = if args.webhook {
+        env.push(("FASTACK_WEBHOOK_ALLOW_PRIVATE".into(), "true".into()));
+        Some(webhook_receiver(hook_tx).await?)
+    } else {
+        drop(hook_tx);
+        None
+    };
     let mut pg_db = None;
     if args.backend == Backend::Postgres {
         use sqlx::{Connection, Executor};
@@ -895,6 +1018,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             )
             .await?;
             keys.push(admin::create_key(store.as_ref(), t.id, None).await?.secret);
+            if let Some(addr) = hook_addr {
+                let keys = fastack_core::crypto::Keys::load(&config)?;
+                admin::add_webhook(
+                    store.as_ref(),
+                    &keys,
+                    t.id,
+                    &format!("http://{addr}/hook"),
+                    Some("core.event.tracked"),
+                    true,
+                )
+                .await?;
+            }
             if let Some(file) = &args.tracking_plan {
                 let doc: Value = serde_json::from_slice(&std::fs::read(file)?)?;
                 fastack_core::taxonomy::install(store.as_ref(), t.id, &doc, Utc::now()).await?;
@@ -916,6 +1051,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             sent_keys: Mutex::new(Vec::new()),
             run: format!("{run_id}-base"),
             visibility: false,
+            sample_all: false,
         });
         let r = drive(
             "baseline",
@@ -960,13 +1096,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let load_end = Arc::new(Mutex::new(None));
+    let hook_poller = hook_addr.map(|_| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        samples.push(tx);
+        let window = (
+            Instant::now() + Duration::from_secs(args.warmup),
+            load_end.clone(),
+        );
+        tokio::spawn(match_arrivals(rx, hook_rx, every_order, Some(window)))
+    });
     let gen_f = Arc::new(Generator {
         profile: args.profile,
         tenants,
         seq: AtomicU64::new(0),
         sent_keys: Mutex::new(Vec::new()),
         run: run_id.clone(),
-        visibility: args.visibility,
+        visibility: args.visibility && !args.webhook,
+        sample_all: args.webhook,
     });
     let fastack = drive(
         "fastack",
@@ -978,12 +1125,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         progress,
     )
     .await;
+    *load_end.lock() = Some(Instant::now());
     let vis = match poller {
         Some(p) => p.await.ok(),
         None => None,
     };
     let stream_vis = match stream_poller {
         Some(p) => p.await.ok(),
+        None => None,
+    };
+    let webhook = match hook_poller {
+        Some(p) => p.await.ok().map(|(latency, rate)| {
+            let (per_sec, drain_seconds) = rate.unwrap_or_default();
+            Delivered {
+                latency,
+                per_sec,
+                drain_seconds,
+            }
+        }),
         None => None,
     };
     let rss_after = server.rss_mib();
@@ -1014,6 +1173,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         baseline: baseline_report,
         visibility: vis,
         stream_visibility: stream_vis,
+        webhook,
         server_rss_mib_before: rss_before,
         server_rss_mib_after: rss_after,
         machine: machine(),

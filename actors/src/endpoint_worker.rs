@@ -1,6 +1,9 @@
 //! EndpointWorkerActor: delivers to one webhook endpoint, a bounded number
 //! of requests at a time, so a slow or dead receiver only ever holds up its
-//! own deliveries.
+//! own deliveries. How many at a time adapts to the receiver ([`Limit`]):
+//! it grows while answers come back fast and 2xx and halves on an error, a
+//! timeout or a latency well above the endpoint's best, between 1 and
+//! `FASTACK_WEBHOOK_MAX_CONCURRENCY` (64).
 //!
 //! Each attempt: Standard Webhooks headers (`webhook-id` fixed per delivery,
 //! `webhook-timestamp` per attempt, `webhook-signature` with every active
@@ -11,6 +14,7 @@
 //! (never the bodies).
 
 use std::{
+    collections::VecDeque,
     net::{IpAddr, SocketAddr},
     sync::{
         Arc,
@@ -26,14 +30,65 @@ use fastack_core::{
 use fastack_entities::{Attempt, EndpointId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::{context::Ctx, webhook_dispatcher::WebhookDispatcherMsg};
 
-/// Requests in flight to one endpoint at once.
-pub const ENDPOINT_CONCURRENCY: usize = 4;
+/// Requests in flight to one endpoint when it is new.
+pub const INITIAL_CONCURRENCY: f64 = 4.0;
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An endpoint's concurrency limit: additive increase while it answers
+/// fast and 2xx, multiplicative decrease on trouble (AIMD, as TCP does),
+/// at most one decrease per round trip so a burst of failures of requests
+/// sent together counts once.
+#[derive(Debug)]
+pub struct Limit {
+    value: f64,
+    max: f64,
+    /// The fastest recent answer: what "fast" is measured against.
+    best: Option<Duration>,
+    last_cut: Option<Instant>,
+}
+
+impl Limit {
+    pub fn new(max: usize) -> Limit {
+        let max = max.max(1) as f64;
+        Limit {
+            value: INITIAL_CONCURRENCY.min(max),
+            max,
+            best: None,
+            last_cut: None,
+        }
+    }
+
+    /// Requests that may be in flight now.
+    pub fn allowed(&self) -> usize {
+        self.value.floor().max(1.0) as usize
+    }
+
+    /// What one finished attempt says about the endpoint.
+    pub fn record(&mut self, ok: bool, latency: Duration, now: Instant) {
+        // The best latency drifts up slowly, so a receiver that became
+        // slower for good is not judged against an old best forever.
+        let best = match self.best {
+            Some(b) if latency < b => latency,
+            Some(b) => b + (latency - b) / 64,
+            None => latency,
+        };
+        self.best = Some(best);
+        let slow = latency > best * 2 + Duration::from_millis(20);
+        if ok && !slow {
+            self.value = (self.value + 1.0 / self.value).min(self.max);
+        } else if self
+            .last_cut
+            .is_none_or(|at| now.duration_since(at) >= latency.max(Duration::from_millis(1)))
+        {
+            self.value = (self.value / 2.0).max(1.0);
+            self.last_cut = Some(now);
+        }
+    }
+}
 
 /// Resolves names but refuses addresses that are not global unicast
 /// (unless allowed).
@@ -108,7 +163,10 @@ pub struct EndpointWorkerState {
     endpoint: EndpointId,
     client: reqwest::Client,
     dispatcher: ActorRef<WebhookDispatcherMsg>,
-    slots: Arc<Semaphore>,
+    limit: Limit,
+    in_flight: usize,
+    /// Deliveries waiting for a slot (at most the dispatcher's backlog).
+    waiting: VecDeque<Box<DueDelivery>>,
     /// Whether a refusal by the address guard was logged already.
     warned: Arc<AtomicBool>,
 }
@@ -118,6 +176,8 @@ pub struct EndpointWorkerState {
 pub enum EndpointWorkerMsg {
     /// Make the next attempt of this delivery.
     Deliver { delivery: Box<DueDelivery> },
+    /// An attempt finished: whether the receiver answered 2xx, how fast.
+    Finished { ok: bool, latency: Duration },
 }
 
 impl Actor for EndpointWorkerActor {
@@ -131,44 +191,56 @@ impl Actor for EndpointWorkerActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(EndpointWorkerState {
+            limit: Limit::new(args.ctx.config.webhook_max_concurrency),
             ctx: args.ctx,
             endpoint: args.endpoint,
             client: args.client,
             dispatcher: args.dispatcher,
-            slots: Arc::new(Semaphore::new(ENDPOINT_CONCURRENCY)),
+            in_flight: 0,
+            waiting: VecDeque::new(),
             warned: Arc::default(),
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            EndpointWorkerMsg::Deliver { delivery } => {
-                let (ctx, client, slots, warned) = (
-                    state.ctx.clone(),
-                    state.client.clone(),
-                    state.slots.clone(),
-                    state.warned.clone(),
-                );
-                let dispatcher = state.dispatcher.clone();
-                let endpoint = state.endpoint;
-                // The attempt runs beside the mailbox: a hanging receiver
-                // holds one slot, not the worker.
-                tokio::spawn(async move {
-                    let id = delivery.id;
-                    if let Ok(_permit) = slots.acquire_owned().await {
-                        attempt(&ctx, &client, *delivery, &warned).await;
-                    }
-                    let _ = dispatcher.cast(WebhookDispatcherMsg::Done {
-                        endpoint,
-                        delivery: id,
-                    });
-                });
+            EndpointWorkerMsg::Deliver { delivery } => state.waiting.push_back(delivery),
+            EndpointWorkerMsg::Finished { ok, latency } => {
+                state.in_flight = state.in_flight.saturating_sub(1);
+                state.limit.record(ok, latency, Instant::now());
             }
+        }
+        while state.in_flight < state.limit.allowed()
+            && let Some(delivery) = state.waiting.pop_front()
+        {
+            state.in_flight += 1;
+            let (ctx, client, warned) = (
+                state.ctx.clone(),
+                state.client.clone(),
+                state.warned.clone(),
+            );
+            let (dispatcher, worker) = (state.dispatcher.clone(), myself.clone());
+            let endpoint = state.endpoint;
+            // The attempt runs beside the mailbox: a hanging receiver holds
+            // one slot, not the worker.
+            tokio::spawn(async move {
+                let id = delivery.id;
+                let started = Instant::now();
+                let ok = attempt(&ctx, &client, *delivery, &warned).await;
+                let _ = worker.cast(EndpointWorkerMsg::Finished {
+                    ok,
+                    latency: started.elapsed(),
+                });
+                let _ = dispatcher.cast(WebhookDispatcherMsg::Done {
+                    endpoint,
+                    delivery: id,
+                });
+            });
         }
         Ok(())
     }
@@ -228,9 +300,15 @@ fn error_kind(e: &reqwest::Error) -> &'static str {
 /// The error kind of an attempt the address guard refused.
 pub const REFUSED_ADDRESS: &str = "refused_address";
 
-/// One attempt of one delivery, logged with its outcome. `warned` is set
-/// once the endpoint's first refusal by the address guard was logged.
-pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery, warned: &AtomicBool) {
+/// One attempt of one delivery, logged with its outcome; whether the
+/// receiver answered 2xx. `warned` is set once the endpoint's first refusal
+/// by the address guard was logged.
+pub async fn attempt(
+    ctx: &Ctx,
+    client: &reqwest::Client,
+    d: DueDelivery,
+    warned: &AtomicBool,
+) -> bool {
     let attempt_no = d.attempts + 1;
     let started_at = ctx.now();
     let started = Instant::now();
@@ -326,11 +404,13 @@ pub async fn attempt(ctx: &Ctx, client: &reqwest::Client, d: DueDelivery, warned
     {
         warn!(endpoint = %d.endpoint.id, reason, "webhook endpoint disabled");
     }
+    outcome == AttemptOutcome::Delivered
 }
 
-/// Deliveries a dispatcher keeps in flight per endpoint before it leaves
-/// the rest for later (bounds memory and claim age).
-pub const ENDPOINT_BACKLOG: usize = 64;
+/// Deliveries a dispatcher hands one endpoint per unit of its concurrency
+/// ceiling before it leaves the rest for later (bounds memory and claim
+/// age, and keeps the worker's queue ahead of its slots).
+pub const BACKLOG_PER_SLOT: usize = 4;
 
 #[cfg(test)]
 mod tests {
@@ -363,5 +443,37 @@ mod tests {
             classify(3, &Ok(reqwest::StatusCode::FOUND), now),
             AttemptOutcome::Failed { disable: None }
         );
+    }
+
+    #[test]
+    fn the_limit_grows_on_fast_answers_and_halves_on_trouble() {
+        let mut l = Limit::new(64);
+        let t0 = Instant::now();
+        let fast = Duration::from_millis(2);
+        assert_eq!(l.allowed(), 4);
+        for i in 0..5_000 {
+            l.record(true, fast, t0 + Duration::from_millis(i));
+        }
+        assert_eq!(l.allowed(), 64, "capped at the ceiling");
+        // A burst of failures of requests sent together is one cut.
+        let t1 = t0 + Duration::from_secs(10);
+        for _ in 0..20 {
+            l.record(false, fast, t1);
+        }
+        assert_eq!(l.allowed(), 32);
+        l.record(false, fast, t1 + Duration::from_millis(5));
+        assert_eq!(l.allowed(), 16);
+        // Answers far slower than the endpoint's best count as trouble.
+        l.record(
+            true,
+            Duration::from_millis(500),
+            t1 + Duration::from_secs(1),
+        );
+        assert_eq!(l.allowed(), 8);
+        for _ in 0..20 {
+            l.record(false, fast, t1 + Duration::from_secs(2 + 1));
+            l.last_cut = None;
+        }
+        assert_eq!(l.allowed(), 1, "never below one");
     }
 }

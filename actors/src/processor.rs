@@ -44,6 +44,8 @@ pub struct ProcessorState {
     ticker: Option<JoinHandle<()>>,
     /// When the last round ended, and whether a gathered round is scheduled.
     last_round: Option<std::time::Instant>,
+    /// How long the last round took: the gather wait is at most that.
+    last_round_took: std::time::Duration,
     gathering: bool,
     /// Highest inbox `seq` this processor has consumed while holding the
     /// lease. Woken rounds read from a little below it (see
@@ -149,6 +151,11 @@ impl ProcessorActor {
 
     fn processed(state: &mut ProcessorState, out: &ProcessOutcome) {
         let ctx = &state.ctx;
+        if out.outboxed > 0 {
+            // The transaction has committed: the sinks' relays look now,
+            // not at their next poll.
+            ctx.signals.outbox.raise();
+        }
         if let Some(last) = out.last_seq {
             state.cursor = Some(state.cursor.map_or(last, |c| c.max(last)));
         }
@@ -251,6 +258,7 @@ impl Actor for ProcessorActor {
             holding: false,
             ticker: None,
             last_round: None,
+            last_round_took: std::time::Duration::ZERO,
             gathering: false,
             cursor: None,
             retry_at: None,
@@ -297,9 +305,11 @@ impl Actor for ProcessorActor {
         let tick = matches!(message, ProcessorMsg::Tick);
         // Gather: right after a round, wait a little for more rows instead of
         // running a transaction per wake-up (many tenants, small commits).
+        // The wait is at most what the last round took: under load rounds
+        // grow and so does the gathering; a lone event waits for nothing.
         if !tick && let Some(last) = state.last_round {
             let since = last.elapsed();
-            let gather = state.ctx.config.process_gather;
+            let gather = state.ctx.config.process_gather.min(state.last_round_took);
             if since < gather {
                 if !state.gathering {
                     state.gathering = true;
@@ -309,6 +319,7 @@ impl Actor for ProcessorActor {
             }
         }
         state.gathering = false;
+        let round_started = std::time::Instant::now();
         state.shared.take_pending();
         let ctx = &state.ctx;
         let ttl = Duration::from_std(ctx.config.lease_ttl).unwrap_or(Duration::seconds(10));
@@ -343,6 +354,7 @@ impl Actor for ProcessorActor {
             Self::isolate(&myself, state, after_seq).await?;
         }
         state.last_round = Some(std::time::Instant::now());
+        state.last_round_took = round_started.elapsed();
         Ok(())
     }
 }

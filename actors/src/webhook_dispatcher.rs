@@ -5,8 +5,8 @@
 //! Dispatch runs every 100 ms and when the deliveries signal is raised. It
 //! claims due deliveries — a retry's due time is a column, so a
 //! restart resumes the schedule — and routes them to their endpoint's
-//! worker, at most [`ENDPOINT_BACKLOG`] per endpoint in flight; the rest
-//! stay in the table for the next round.
+//! worker, at most [`BACKLOG_PER_SLOT`] × the concurrency ceiling per
+//! endpoint in flight; the rest stay in the table for the next round.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -22,7 +22,7 @@ use tracing::warn;
 use crate::{
     context::Ctx,
     endpoint_worker::{
-        ENDPOINT_BACKLOG, EndpointWorkerActor, EndpointWorkerArgs, EndpointWorkerMsg, http_client,
+        BACKLOG_PER_SLOT, EndpointWorkerActor, EndpointWorkerArgs, EndpointWorkerMsg, http_client,
     },
     signal::Wakes,
 };
@@ -59,6 +59,11 @@ pub enum WebhookDispatcherMsg {
 }
 
 impl WebhookDispatcherActor {
+    /// Deliveries one endpoint may have handed out at once.
+    fn backlog(ctx: &Ctx) -> usize {
+        ctx.config.webhook_max_concurrency.max(1) * BACKLOG_PER_SLOT
+    }
+
     async fn dispatch(
         myself: &ActorRef<WebhookDispatcherMsg>,
         state: &mut WebhookDispatcherState,
@@ -69,10 +74,11 @@ impl WebhookDispatcherActor {
             .claim_deliveries(ctx.now(), ChronoDuration::seconds(60), 200)
             .await?;
         let mut later = Vec::new();
+        let backlog = Self::backlog(&ctx);
         for d in due {
             let endpoint = d.endpoint.id;
             let busy = state.in_flight.entry(endpoint).or_default();
-            if busy.len() >= ENDPOINT_BACKLOG || busy.contains(&d.id) {
+            if busy.len() >= backlog || busy.contains(&d.id) {
                 later.push(d.id);
                 state.throttled = true;
                 continue;
@@ -188,7 +194,7 @@ impl Actor for WebhookDispatcherActor {
                 let refill = state
                     .in_flight
                     .get(&endpoint)
-                    .is_none_or(|b| b.len() <= ENDPOINT_BACKLOG / 2);
+                    .is_none_or(|b| b.len() <= Self::backlog(&state.ctx) / 2);
                 if state.throttled && refill {
                     state.throttled = false;
                     Self::dispatch(&myself, state).await?;

@@ -134,6 +134,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "how often a node reads which tracking plan version is the latest of each tenant",
     ),
     (
+        "FASTACK_WEBHOOK_MAX_CONCURRENCY",
+        "64",
+        "most requests in flight to one webhook endpoint (the limit adapts below it)",
+    ),
+    (
         "FASTACK_WEBHOOK_ALLOW_PRIVATE",
         "false",
         "allow webhook endpoints on private/loopback addresses",
@@ -253,6 +258,7 @@ pub struct Config {
     pub plan_refresh_interval: Duration,
     pub partition_interval: Duration,
     pub webhook_allow_private: bool,
+    pub webhook_max_concurrency: usize,
     pub webhook_proxy: Option<String>,
     pub node_id: NodeId,
     pub bootstrap: bool,
@@ -351,6 +357,7 @@ impl Default for Config {
             plan_refresh_interval: Duration::from_millis(1_000),
             partition_interval: Duration::from_millis(3_600_000),
             webhook_allow_private: false,
+            webhook_max_concurrency: 64,
             webhook_proxy: None,
             node_id: NodeId::new(),
             bootstrap: true,
@@ -443,6 +450,7 @@ impl Config {
                 self.webhook_allow_private = parse_bool(key, &value)?
             }
             "FASTACK_WEBHOOK_PROXY" => self.webhook_proxy = non_empty(value),
+            "FASTACK_WEBHOOK_MAX_CONCURRENCY" => self.webhook_max_concurrency = parse(key, &value)?,
             "FASTACK_NODE_ID" => self.node_id = parse(key, &value)?,
             "FASTACK_BOOTSTRAP" => self.bootstrap = parse_bool(key, &value)?,
             "FASTACK_PROCESSING" => self.processing = parse_bool(key, &value)?,
@@ -626,6 +634,7 @@ impl std::fmt::Debug for Config {
             .field("plan_refresh_interval", &self.plan_refresh_interval)
             .field("partition_interval", &self.partition_interval)
             .field("webhook_allow_private", &self.webhook_allow_private)
+            .field("webhook_max_concurrency", &self.webhook_max_concurrency)
             .field(
                 "webhook_proxy",
                 &self.webhook_proxy.as_deref().map(redact_url),

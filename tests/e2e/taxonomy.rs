@@ -203,22 +203,18 @@ async fn plan_lifecycle_at_the_front_door(app: TestApp) {
         assert_eq!(resp.status().as_u16(), 405, "{method} with an API key");
     }
 
-    // Flag: accepted, and the stored event says what broke and under which
-    // version.
-    let (ok, _, err) = install_file(&app, &plan("flag"));
+    // Flag (and unplanned events allowed): accepted, and the stored event
+    // says what broke and under which version.
+    let mut flag = plan("flag");
+    flag["unplanned"] = json!("allow");
+    let (ok, _, err) = install_file(&app, &flag);
     assert!(ok, "{err}");
     within_2s("version 2", async || {
-        app.post(
-            "/v1/core/track",
-            &key,
-            &order(
-                &format!("probe-2-{}", uuid::Uuid::now_v7()),
-                json!({"amount": -1}),
-            ),
-        )
-        .await
-        .status
-            == 202
+        let probe = order(
+            &format!("probe-2-{}", uuid::Uuid::now_v7()),
+            json!({"amount": -1}),
+        );
+        app.post("/v1/core/track", &key, &probe).await.status == 202
     })
     .await;
     let a = app
@@ -230,28 +226,77 @@ async fn plan_lifecycle_at_the_front_door(app: TestApp) {
         .await;
     assert_eq!(a.status, 202, "{}", a.body);
     let flagged_id = a.body["id"].clone();
-    let events = eventually("flagged event stored", Duration::from_secs(20), || async {
+    let mut in_batch = order("flagged-in-batch", json!({"amount": 2, "sku": 7}));
+    in_batch["type"] = json!("track");
+    let mut fine = order("fine-in-batch", json!({"amount": 2}));
+    fine["type"] = json!("track");
+    let a = app
+        .post("/v1/core/batch", &key, &json!({"batch": [fine, in_batch]}))
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let batch_ids: Vec<Value> = a.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].clone())
+        .collect();
+    let a = app
+        .post(
+            "/v1/core/identify",
+            &key,
+            &json!({"user_id": "u1", "traits": {"email": "still-not-an-address"},
+                    "occurred_at": Utc::now().to_rfc3339(), "idempotency_key": "id-flagged"}),
+        )
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let identify_id = a.body["id"].clone();
+    let mut unplanned = order("unplanned-allowed", json!({"anything": true}));
+    unplanned["event"] = json!("Page Viewed");
+    let a = app.post("/v1/core/track", &key, &unplanned).await;
+    assert_eq!(
+        a.status, 202,
+        "unplanned events are allowed now: {}",
+        a.body
+    );
+    let unplanned_id = a.body["id"].clone();
+
+    let wanted = [&flagged_id, &identify_id, &unplanned_id, &batch_ids[1]];
+    let events = eventually("flagged events stored", Duration::from_secs(20), || async {
         let e = app.events(&key, &from, &to, "").await;
-        e.iter().any(|e| e["id"] == flagged_id).then_some(e)
+        wanted
+            .iter()
+            .all(|id| e.iter().any(|e| &&e["id"] == id))
+            .then_some(e)
     })
     .await;
-    let flagged = events.iter().find(|e| e["id"] == flagged_id).unwrap();
+    let by_id = |id: &Value| events.iter().find(|e| &e["id"] == id).unwrap().clone();
+    let flagged = by_id(&flagged_id);
     assert_eq!(flagged["plan_version"], 2, "{flagged}");
     assert_eq!(
         flagged["schema_violations"][0]["field"],
         "/properties/amount"
     );
     assert_eq!(flagged["schema_violations"][0]["code"], "type");
-    let conforming = events
-        .iter()
-        .find(|e| e["id"] == good_id)
-        .expect("the conforming event is stored");
+    let item = by_id(&batch_ids[1]);
+    assert_eq!(
+        item["schema_violations"][0]["field"], "/properties/sku",
+        "{item}"
+    );
+    assert!(by_id(&batch_ids[0]).get("schema_violations").is_none());
+    let identified = by_id(&identify_id);
+    assert_eq!(identified["type"], "identify");
+    assert_eq!(identified["schema_violations"][0]["field"], "/traits/email");
+    assert_eq!(identified["schema_violations"][0]["code"], "format");
+    let unplanned = by_id(&unplanned_id);
+    assert_eq!(unplanned["plan_version"], 2);
+    assert!(unplanned.get("schema_violations").is_none());
+    let conforming = by_id(&good_id);
     assert_eq!(
         conforming["plan_version"], 1,
         "it was accepted under version 1"
     );
     assert!(conforming.get("schema_violations").is_none());
-    let before = events.iter().find(|e| e["id"] == early_id).unwrap();
+    let before = by_id(&early_id);
     assert!(
         before.get("plan_version").is_none(),
         "accepted without a plan"
@@ -274,12 +319,29 @@ async fn plan_lifecycle_at_the_front_door(app: TestApp) {
     let (ok, out, err) = cli(&app, &["remove", "--tenant", "acme"]);
     assert!(ok, "{err}");
     assert!(out.contains("version 3"), "{out}");
-    within_2s("removal", async || {
-        let mut e = order(&format!("probe-3-{}", uuid::Uuid::now_v7()), json!({}));
-        e["event"] = json!("Page Viewed");
-        app.post("/v1/core/track", &key, &e).await.status == 202
-    })
-    .await;
+    // Removal is in force within 2 s: an event sent then records no plan.
+    let removed_at = Instant::now();
+    for n in 0.. {
+        let sent_at = removed_at.elapsed();
+        let probe = order(&format!("after-removal-{n}"), json!({"amount": -1}));
+        let a = app.post("/v1/core/track", &key, &probe).await;
+        assert_eq!(a.status, 202);
+        let id = a.body["id"].clone();
+        let stored = eventually("event stored", Duration::from_secs(20), || async {
+            app.events(&key, &from, &to, "")
+                .await
+                .into_iter()
+                .find(|e| e["id"] == id)
+        })
+        .await;
+        if stored.get("plan_version").is_none() {
+            break;
+        }
+        assert!(
+            sent_at < Duration::from_secs(2),
+            "removal not in force within 2 s"
+        );
+    }
     assert_eq!(app.get("/v1/core/taxonomy", &key).await.status, 404);
     let (ok, _, err) = cli(&app, &["show", "--tenant", "acme"]);
     assert!(!ok && err.contains("not found"), "{err}");

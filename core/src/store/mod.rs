@@ -457,6 +457,8 @@ pub struct ProcessOutcome {
     pub received: Vec<DateTime<Utc>>,
     /// Highest inbox `seq` consumed.
     pub last_seq: Option<i64>,
+    /// Outbox rows written (events on their way to sinks).
+    pub outboxed: usize,
 }
 
 /// An API key with its tenant, as the front door needs it.

@@ -280,6 +280,7 @@ pub(crate) async fn run(
                 })
                 .collect();
             outbox::write(&mut tx, entries, &emit).await?;
+            outcome.outboxed = todo.len();
         }
     }
     tx.execute(
