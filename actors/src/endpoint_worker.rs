@@ -24,7 +24,7 @@ use std::{
 };
 
 use fastack_core::{
-    store::{AttemptOutcome, DueDelivery},
+    store::{AttemptOutcome, AttemptRecord, DueDelivery},
     webhooks::{self, MAX_ATTEMPTS, Secret, is_forbidden, retry_delay},
 };
 use fastack_entities::{Attempt, EndpointId};
@@ -229,16 +229,15 @@ impl Actor for EndpointWorkerActor {
             // The attempt runs beside the mailbox: a hanging receiver holds
             // one slot, not the worker.
             tokio::spawn(async move {
-                let id = delivery.id;
                 let started = Instant::now();
-                let ok = attempt(&ctx, &client, *delivery, &warned).await;
+                let record = attempt(&ctx, &client, *delivery, &warned).await;
                 let _ = worker.cast(EndpointWorkerMsg::Finished {
-                    ok,
+                    ok: record.outcome == AttemptOutcome::Delivered,
                     latency: started.elapsed(),
                 });
                 let _ = dispatcher.cast(WebhookDispatcherMsg::Done {
                     endpoint,
-                    delivery: id,
+                    record: Box::new(record),
                 });
             });
         }
@@ -300,15 +299,15 @@ fn error_kind(e: &reqwest::Error) -> &'static str {
 /// The error kind of an attempt the address guard refused.
 pub const REFUSED_ADDRESS: &str = "refused_address";
 
-/// One attempt of one delivery, logged with its outcome; whether the
-/// receiver answered 2xx. `warned` is set once the endpoint's first refusal
-/// by the address guard was logged.
+/// One attempt of one delivery and what it decided (the dispatcher
+/// records it). `warned` is set once the endpoint's first refusal by the
+/// address guard was logged.
 pub async fn attempt(
     ctx: &Ctx,
     client: &reqwest::Client,
     d: DueDelivery,
     warned: &AtomicBool,
-) -> bool {
+) -> AttemptRecord {
     let attempt_no = d.attempts + 1;
     let started_at = ctx.now();
     let started = Instant::now();
@@ -389,22 +388,18 @@ pub async fn attempt(
             },
         })
         .inc();
-    if let Err(error) = ctx
-        .store
-        .record_attempt(d.id, d.endpoint.id, &log, &outcome)
-        .await
-    {
-        // The claim expires and the attempt is made again: a duplicate with
-        // the same webhook-id, which receivers are told to expect.
-        warn!(delivery = %webhook_id, %error, "could not record a webhook attempt");
-    }
     if let AttemptOutcome::Failed {
         disable: Some(reason),
     } = &outcome
     {
         warn!(endpoint = %d.endpoint.id, reason, "webhook endpoint disabled");
     }
-    outcome == AttemptOutcome::Delivered
+    AttemptRecord {
+        delivery: d.id,
+        endpoint: d.endpoint.id,
+        attempt: log,
+        outcome,
+    }
 }
 
 /// Deliveries a dispatcher hands one endpoint per unit of its concurrency

@@ -15,6 +15,7 @@ use std::{
 };
 
 use chrono::Duration as ChronoDuration;
+use fastack_core::store::AttemptRecord;
 use fastack_entities::{DeliveryId, EndpointId};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::warn;
@@ -42,6 +43,9 @@ pub struct WebhookDispatcherState {
     /// Due deliveries were left in the table because an endpoint's backlog
     /// was full: dispatch again as soon as a slot frees, not at the next tick.
     throttled: bool,
+    /// Finished attempts not recorded yet, and whether a flush is due.
+    finished: Vec<AttemptRecord>,
+    flush_scheduled: bool,
     /// Its timer and signal, stopped with the state.
     wakes: Option<Wakes>,
 }
@@ -51,14 +55,35 @@ pub struct WebhookDispatcherState {
 pub enum WebhookDispatcherMsg {
     /// Dispatch due deliveries.
     Tick,
-    /// A worker finished an attempt.
+    /// A worker finished an attempt: record it (batched).
     Done {
         endpoint: EndpointId,
-        delivery: DeliveryId,
+        record: Box<AttemptRecord>,
     },
+    /// Record the attempts gathered so far.
+    Flush,
 }
 
+/// Finished attempts are recorded in one transaction when this many have
+/// gathered, or this long after the first of them.
+const FLUSH_AT: usize = 256;
+const FLUSH_AFTER: Duration = Duration::from_millis(5);
+
 impl WebhookDispatcherActor {
+    /// Records the finished attempts. When that fails their claims expire
+    /// and the deliveries are attempted again, with the same webhook-id
+    /// (receivers are told to expect a repeat).
+    async fn flush(state: &mut WebhookDispatcherState) {
+        state.flush_scheduled = false;
+        if state.finished.is_empty() {
+            return;
+        }
+        let records = std::mem::take(&mut state.finished);
+        if let Err(error) = state.ctx.store.record_attempts(&records).await {
+            warn!(%error, attempts = records.len(), "could not record webhook attempts; they will be made again");
+        }
+    }
+
     /// Deliveries one endpoint may have handed out at once.
     fn backlog(ctx: &Ctx) -> usize {
         ctx.config.webhook_max_concurrency.max(1) * BACKLOG_PER_SLOT
@@ -145,6 +170,8 @@ impl Actor for WebhookDispatcherActor {
             worker_ids: HashMap::new(),
             in_flight: HashMap::new(),
             throttled: false,
+            finished: Vec::new(),
+            flush_scheduled: false,
             wakes: None,
         })
     }
@@ -173,6 +200,8 @@ impl Actor for WebhookDispatcherActor {
         myself
             .stop_children_and_wait(Some("shutdown".to_owned()), Some(crate::SHUTDOWN_WAIT))
             .await;
+        // What was delivered is recorded, so a restart does not send it again.
+        Self::flush(state).await;
         Ok(())
     }
 
@@ -184,7 +213,16 @@ impl Actor for WebhookDispatcherActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             WebhookDispatcherMsg::Tick => Self::dispatch(&myself, state).await?,
-            WebhookDispatcherMsg::Done { endpoint, delivery } => {
+            WebhookDispatcherMsg::Flush => Self::flush(state).await,
+            WebhookDispatcherMsg::Done { endpoint, record } => {
+                let delivery = record.delivery;
+                state.finished.push(*record);
+                if state.finished.len() >= FLUSH_AT {
+                    Self::flush(state).await;
+                } else if !state.flush_scheduled {
+                    state.flush_scheduled = true;
+                    myself.send_after(FLUSH_AFTER, || WebhookDispatcherMsg::Flush);
+                }
                 if let Some(b) = state.in_flight.get_mut(&endpoint) {
                     b.remove(&delivery);
                     if b.is_empty() {

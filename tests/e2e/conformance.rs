@@ -1190,23 +1190,22 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         error_kind: code.filter(|c| *c >= 300).map(|_| "http".to_owned()),
         latency_ms: 8,
     };
-    store
-        .record_attempt(
-            due[0].id,
-            endpoint.id,
-            &attempt(1, Some(200)),
-            &fastack_core::store::AttemptOutcome::Delivered,
-        )
-        .await
-        .unwrap();
     let retry_at = now() + Duration::seconds(5);
+    let record = |d: usize, code: u16, outcome| fastack_core::store::AttemptRecord {
+        delivery: due[d].id,
+        endpoint: endpoint.id,
+        attempt: attempt(1, Some(code)),
+        outcome,
+    };
     store
-        .record_attempt(
-            due[1].id,
-            endpoint.id,
-            &attempt(1, Some(503)),
-            &fastack_core::store::AttemptOutcome::Retry { at: retry_at },
-        )
+        .record_attempts(&[
+            record(0, 200, fastack_core::store::AttemptOutcome::Delivered),
+            record(
+                1,
+                503,
+                fastack_core::store::AttemptOutcome::Retry { at: retry_at },
+            ),
+        ])
         .await
         .unwrap();
     store.release_deliveries(&[due[2].id]).await.unwrap();

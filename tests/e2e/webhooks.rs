@@ -480,6 +480,62 @@ async fn a_hanging_receiver_does_not_delay_another_endpoint() {
     app.cleanup().await;
 }
 
+/// Send -> received latencies at `receiver` of `n` events sent one by one
+/// (each waits for its delivery), sorted.
+async fn paced_latencies(
+    app: &TestApp,
+    receiver: &Receiver,
+    prefix: &str,
+    n: usize,
+) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let before = receiver.hits().len();
+        let sent = Instant::now();
+        send(app, &format!("{prefix}-{i}")).await;
+        let hits = receiver
+            .wait_hits(before + 1, Duration::from_secs(10))
+            .await;
+        out.push(hits[before].at.duration_since(sent));
+    }
+    out.sort();
+    out
+}
+
+/// A receiver that takes 2 s per answer beside a fast one: the fast one's
+/// latency does not change, and the slow one is not given more requests
+/// than it can answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_endpoint_leaves_a_fast_ones_latency_unchanged() {
+    let Some(app) = webhook_app(Backend::Postgres).await else {
+        return;
+    };
+    let fast = Receiver::start(&[]).await;
+    register(&app, &fast.url(), &["core.event.tracked"]).await;
+    let alone = paced_latencies(&app, &fast, "alone", 20).await;
+
+    let slow = Receiver::start(&[Reply::Hang(Duration::from_secs(2)); 200]).await;
+    register(&app, &slow.url(), &["core.event.tracked"]).await;
+    let beside = paced_latencies(&app, &fast, "beside", 20).await;
+    let median = |l: &[Duration]| l[l.len() / 2];
+    eprintln!(
+        "fast endpoint, median send -> received: alone {:?}, beside a 2 s endpoint {:?}",
+        median(&alone),
+        median(&beside)
+    );
+    assert!(
+        median(&beside) <= median(&alone) * 2 + Duration::from_millis(20),
+        "alone {alone:?}, beside {beside:?}"
+    );
+    assert!(
+        beside[beside.len() - 1] < Duration::from_millis(500),
+        "{beside:?}"
+    );
+    // The slow one got every event it was sent, a few at a time.
+    slow.wait_hits(20, Duration::from_secs(30)).await;
+    app.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_secret_signs_alongside_the_new_one() {
     let Some(app) = webhook_app(Backend::Sqlite).await else {

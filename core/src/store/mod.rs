@@ -257,6 +257,15 @@ pub struct DueDelivery {
     pub emitted_at: DateTime<Utc>,
 }
 
+/// A finished attempt, to be logged with what it decided.
+#[derive(Clone, Debug)]
+pub struct AttemptRecord {
+    pub delivery: DeliveryId,
+    pub endpoint: EndpointId,
+    pub attempt: Attempt,
+    pub outcome: AttemptOutcome,
+}
+
 /// What an attempt decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AttemptOutcome {
@@ -665,14 +674,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         limit: u32,
     ) -> Result<Vec<DueDelivery>>;
     async fn release_deliveries(&self, ids: &[DeliveryId]) -> Result<()>;
-    /// Logs an attempt and applies its outcome, in one transaction.
-    async fn record_attempt(
-        &self,
-        delivery: DeliveryId,
-        endpoint: EndpointId,
-        attempt: &Attempt,
-        outcome: &AttemptOutcome,
-    ) -> Result<()>;
+    /// Logs attempts and applies their outcomes, in one transaction.
+    async fn record_attempts(&self, attempts: &[AttemptRecord]) -> Result<()>;
     async fn list_deliveries(
         &self,
         tenant: TenantId,

@@ -8,7 +8,7 @@
 //! pruning) is the [`Engine`] of that backend: `postgres.rs` and
 //! `sqlite.rs`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -29,10 +29,10 @@ use sea_orm::{
 use serde_json::{Map, Value};
 
 use super::{
-    ArchiveCursor, ArchiveRow, AttemptOutcome, Backend, DropOutcome, DueDelivery, Emit, EventQuery,
-    Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo, PartitionKey,
-    ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey, TimeRange, Topic,
-    job_event, outbox,
+    ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, DropOutcome, DueDelivery,
+    Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo,
+    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey,
+    TimeRange, Topic, job_event, outbox,
     sql::{Db, Dialect, ListKind, Q, Tx},
 };
 use crate::error::{Error, Result};
@@ -893,14 +893,11 @@ impl Storage for SqlStore {
         Ok(())
     }
 
-    async fn record_attempt(
-        &self,
-        delivery: DeliveryId,
-        endpoint: EndpointId,
-        attempt: &Attempt,
-        outcome: &AttemptOutcome,
-    ) -> Result<()> {
+    async fn record_attempts(&self, records: &[AttemptRecord]) -> Result<()> {
         use webhook_delivery::Column as C;
+        if records.is_empty() {
+            return Ok(());
+        }
         let mut tx = self.db.begin().await?;
         if self.d() == Dialect::Postgres {
             // Not worth an fsync per attempt: a crash loses at most the last
@@ -909,39 +906,58 @@ impl Storage for SqlStore {
             tx.execute(Q::new("SET LOCAL synchronous_commit = off"))
                 .await?;
         }
-        tx.run(&webhook_attempt::Entity::insert(
-            webhook_attempt::ActiveModel::new(delivery, attempt),
-        ))
-        .await?;
-        let (status, next) = match outcome {
-            AttemptOutcome::Delivered => (DeliveryStatus::Delivered, None),
-            AttemptOutcome::Retry { at } => (DeliveryStatus::Pending, Some(Time(*at))),
-            AttemptOutcome::Failed { .. } => (DeliveryStatus::Failed, None),
-        };
-        tx.run(
-            &webhook_delivery::Entity::update_many()
-                .col_expr(C::Attempts, Expr::value(signed(attempt.attempt)))
-                .col_expr(C::LastAttemptAt, Expr::value(Time(attempt.attempted_at)))
-                .col_expr(C::Status, Expr::value(status.as_str()))
-                .col_expr(C::NextAttemptAt, Expr::value(next))
-                .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
-                .filter(C::Id.eq(delivery)),
-        )
-        .await?;
-        if let AttemptOutcome::Failed {
-            disable: Some(reason),
-        } = outcome
-        {
-            use webhook_endpoint::Column as E;
+        for chunk in records.chunks(ROWS_PER_INSERT) {
+            tx.run(&webhook_attempt::Entity::insert_many(chunk.iter().map(
+                |r| webhook_attempt::ActiveModel::new(r.delivery, &r.attempt),
+            )))
+            .await?;
+        }
+        // Deliveries that end the same way are updated together (a flat-out
+        // endpoint's batch is one statement); `last_attempt_at` is the
+        // group's latest attempt.
+        let mut groups: BTreeMap<(&str, u32, Option<Time>), (Time, Vec<DeliveryId>)> =
+            BTreeMap::new();
+        for r in records {
+            let (status, next) = match &r.outcome {
+                AttemptOutcome::Delivered => (DeliveryStatus::Delivered, None),
+                AttemptOutcome::Retry { at } => (DeliveryStatus::Pending, Some(Time(*at))),
+                AttemptOutcome::Failed { .. } => (DeliveryStatus::Failed, None),
+            };
+            let at = Time(r.attempt.attempted_at);
+            let g = groups
+                .entry((status.as_str(), r.attempt.attempt, next))
+                .or_insert((at, Vec::new()));
+            g.0 = Ord::max(g.0, at);
+            g.1.push(r.delivery);
+        }
+        for ((status, attempts, next), (last, ids)) in groups {
             tx.run(
-                &webhook_endpoint::Entity::update_many()
-                    .col_expr(E::Enabled, Expr::value(false))
-                    .col_expr(E::DisabledReason, Expr::value(reason.as_str()))
-                    .col_expr(E::UpdatedAt, Expr::value(Time(attempt.attempted_at)))
-                    .filter(E::Id.eq(endpoint)),
+                &webhook_delivery::Entity::update_many()
+                    .col_expr(C::Attempts, Expr::value(signed(attempts)))
+                    .col_expr(C::LastAttemptAt, Expr::value(last))
+                    .col_expr(C::Status, Expr::value(status))
+                    .col_expr(C::NextAttemptAt, Expr::value(next))
+                    .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+                    .filter(C::Id.is_in(ids)),
             )
             .await?;
-            Self::fail_pending(&mut tx, endpoint).await?;
+        }
+        for r in records {
+            if let AttemptOutcome::Failed {
+                disable: Some(reason),
+            } = &r.outcome
+            {
+                use webhook_endpoint::Column as E;
+                tx.run(
+                    &webhook_endpoint::Entity::update_many()
+                        .col_expr(E::Enabled, Expr::value(false))
+                        .col_expr(E::DisabledReason, Expr::value(reason.as_str()))
+                        .col_expr(E::UpdatedAt, Expr::value(Time(r.attempt.attempted_at)))
+                        .filter(E::Id.eq(r.endpoint)),
+                )
+                .await?;
+                Self::fail_pending(&mut tx, r.endpoint).await?;
+            }
         }
         tx.commit().await
     }
