@@ -78,6 +78,8 @@ pub struct Runtime {
     ctx: Arc<Ctx>,
     root: ActorRef<RootMsg>,
     root_task: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    /// Forwards other nodes' outbox notifications to the relays.
+    notified: Option<JoinHandle<()>>,
 }
 
 impl Runtime {
@@ -120,6 +122,18 @@ impl Runtime {
         });
         // A node enforces the plans in force from its first request.
         ctx.plans.refresh(ctx.store.as_ref()).await?;
+        // Outbox rows other nodes commit wake this node's relays too.
+        let notified = match ctx.store.outbox_notifications().await? {
+            Some(mut rx) => {
+                let outbox = ctx.signals.outbox.clone();
+                Some(tokio::spawn(async move {
+                    while rx.recv().await.is_some() {
+                        outbox.raise();
+                    }
+                }))
+            }
+            None => None,
+        };
         let (root, root_task) = Actor::spawn(None, RootActor, RootArgs { ctx: ctx.clone() })
             .await
             .map_err(|source| Error::Spawn {
@@ -130,6 +144,7 @@ impl Runtime {
             ctx,
             root,
             root_task: parking_lot::Mutex::new(Some(root_task)),
+            notified,
         })
     }
 
@@ -232,6 +247,9 @@ impl Runtime {
 
     /// Stops the tree, leaves first: processors release their leases.
     pub async fn shutdown(&self) {
+        if let Some(task) = &self.notified {
+            task.abort();
+        }
         self.root.stop(Some("shutdown".to_owned()));
         let task = self.root_task.lock().take();
         if let Some(task) = task {

@@ -88,6 +88,7 @@ conformance!(
     partitions_and_retention,
     quarantine_round_trip,
     tracking_plans_and_annotations,
+    outbox_rows_are_announced,
 );
 
 /// Sinks as the node names them; storage knows none of them.
@@ -1627,4 +1628,31 @@ async fn tracking_plans_and_annotations(store: &Store) {
     process_all(store, a.id, false).await;
     let stored = events(store, a.id, around(t0)).await;
     assert!(stored.iter().any(|e| e.plan.is_none()));
+}
+
+/// Outbox rows committed on one connection (node) are announced to every
+/// listener; SQLite, one process, has no announcements.
+async fn outbox_rows_are_announced(store: &Store) {
+    let listened = store.outbox_notifications().await.unwrap();
+    if store.backend() == fastack_core::store::Backend::Sqlite {
+        assert!(listened.is_none());
+        return;
+    }
+    let mut rx = listened.expect("PostgreSQL announces outbox rows");
+    let t = tenant(store, "acme").await;
+    // Processing without a sink writes no outbox row: nothing is announced.
+    accept(store, &[row(t.id, &track("k-quiet", "u1", now()))]).await;
+    process_all(store, t.id, false).await;
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), rx.recv())
+            .await
+            .is_err()
+    );
+    accept(store, &[row(t.id, &track("k-loud", "u1", now()))]).await;
+    let out = process_all(store, t.id, true).await;
+    assert_eq!(out.outboxed, 1);
+    tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv())
+        .await
+        .expect("announced when the transaction committed")
+        .expect("the listener runs");
 }

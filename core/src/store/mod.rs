@@ -579,6 +579,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
 
     // --- outbox -----------------------------------------------------------
 
+    /// New outbox rows written by any node, as they commit: `None` where
+    /// the backend has no notifications (SQLite: one process). Missed
+    /// notifications (a reconnect) are covered by the relays' polling.
+    async fn outbox_notifications(&self) -> Result<Option<tokio::sync::mpsc::Receiver<()>>>;
+
     /// Claims rows the sink still owes (safe across nodes: a row is claimed
     /// by one caller until the claim expires or is released).
     async fn claim_outbox(

@@ -102,7 +102,43 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         "",
     ))
     .await?;
+    // Other nodes' relays hear of the rows when the transaction commits
+    // (this node's are woken by the caller).
+    if let Some(notify) = d.notify(OUTBOX_CHANNEL) {
+        tx.execute(notify).await?;
+    }
     Ok(())
+}
+
+/// The notification channel of new outbox rows (PostgreSQL).
+pub(crate) const OUTBOX_CHANNEL: &str = "fastack_outbox";
+
+/// Listens for [`OUTBOX_CHANNEL`] on a connection of its own (PostgreSQL).
+/// The listener reconnects by itself; the task ends when the receiver is
+/// dropped.
+pub(crate) async fn notifications(db: &Db) -> Result<Option<tokio::sync::mpsc::Receiver<()>>> {
+    let Db::Pg(pool) = db else { return Ok(None) };
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.listen(OUTBOX_CHANNEL).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        loop {
+            match listener.recv().await {
+                // A full channel already says "look": nothing is lost.
+                Ok(_) => {
+                    if let Err(tokio::sync::mpsc::error::TrySendError::Closed(())) = tx.try_send(())
+                    {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "outbox notifications interrupted; reconnecting");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+    Ok(Some(rx))
 }
 
 /// Claims up to `limit` rows the sink owes, oldest first.

@@ -570,6 +570,10 @@ impl Storage for SqlStore {
 
     // --- outbox -----------------------------------------------------------
 
+    async fn outbox_notifications(&self) -> Result<Option<tokio::sync::mpsc::Receiver<()>>> {
+        outbox::notifications(&self.db).await
+    }
+
     async fn claim_outbox(
         &self,
         sink: SinkName,

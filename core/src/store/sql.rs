@@ -81,6 +81,16 @@ impl Dialect {
         }
     }
 
+    /// A notification on `channel`, sent when the transaction commits
+    /// (PostgreSQL's `NOTIFY`); SQLite is one process, it has no one to
+    /// tell.
+    pub fn notify(self, channel: &'static str) -> Option<Q> {
+        match self {
+            Dialect::Postgres => Some(Q::new(format!("NOTIFY {channel}"))),
+            Dialect::Sqlite => None,
+        }
+    }
+
     /// Row locks on `of` (a table or alias) for the inner select of a
     /// claim, so several nodes claim different rows.
     pub fn skip_locked(self, of: &str) -> String {
