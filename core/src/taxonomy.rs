@@ -93,6 +93,10 @@ pub enum Verdict {
     Unplanned,
 }
 
+/// Violations reported (and, in flag mode, stored) per event at most: an
+/// event breaking a schema everywhere should not grow without bound.
+pub const MAX_VIOLATIONS: usize = 50;
+
 /// JSON Schema keywords as stable error codes (anything else: `schema`).
 const KEYWORDS: [&str; 38] = [
     "additionalItems",
@@ -234,6 +238,7 @@ impl CompiledPlan {
         } else {
             validator
                 .iter_errors(&instance)
+                .take(MAX_VIOLATIONS)
                 .map(|e| SchemaViolation {
                     field: format!("{field}{}", e.instance_path()),
                     code: keyword_code(e.kind().keyword()).to_owned(),
