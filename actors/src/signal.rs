@@ -59,6 +59,18 @@ impl Wakes {
         }
         Wakes(tasks)
     }
+
+    /// Also sends `msg()` after each raise of `signal` (a message of its
+    /// own, for an actor that treats the two wakes differently).
+    pub fn and_signal<M: Message>(
+        mut self,
+        actor: &ActorRef<M>,
+        signal: &Signal,
+        msg: fn() -> M,
+    ) -> Wakes {
+        self.0.push(signal.forward(actor.clone(), msg));
+        self
+    }
 }
 
 impl Drop for Wakes {

@@ -43,6 +43,8 @@ pub struct WebhookDispatcherState {
     /// Due deliveries were left in the table because an endpoint's backlog
     /// was full: dispatch again as soon as a slot frees, not at the next tick.
     throttled: bool,
+    /// The last claim, made while an endpoint was full, found nothing.
+    starved: bool,
     /// Finished attempts not recorded yet, and whether a flush is due.
     finished: Vec<AttemptRecord>,
     flush_scheduled: bool,
@@ -53,8 +55,10 @@ pub struct WebhookDispatcherState {
 /// Messages of the dispatcher.
 #[derive(Debug)]
 pub enum WebhookDispatcherMsg {
-    /// Dispatch due deliveries.
+    /// Dispatch due deliveries (the timer).
     Tick,
+    /// New deliveries were written.
+    NewDeliveries,
     /// A worker finished an attempt: record it (batched).
     Done {
         endpoint: EndpointId,
@@ -67,6 +71,8 @@ pub enum WebhookDispatcherMsg {
 /// Finished attempts are recorded in one transaction when this many have
 /// gathered, or this long after the first of them.
 const FLUSH_AT: usize = 256;
+/// Deliveries claimed per round at most.
+const CLAIM_AT_MOST: usize = 200;
 const FLUSH_AFTER: Duration = Duration::from_millis(5);
 
 impl WebhookDispatcherActor {
@@ -94,12 +100,34 @@ impl WebhookDispatcherActor {
         state: &mut WebhookDispatcherState,
     ) -> Result<(), ActorProcessingErr> {
         let ctx = state.ctx.clone();
+        let backlog = Self::backlog(&ctx);
+        // Endpoints whose workers hold all they may: their rows stay in the
+        // table until a slot frees (see `Done`).
+        let full: Vec<EndpointId> = state
+            .in_flight
+            .iter()
+            .filter(|(_, busy)| busy.len() >= backlog)
+            .map(|(e, _)| *e)
+            .collect();
+        if !full.is_empty() {
+            state.throttled = true;
+        }
+        // No more than the endpoints at work have room for: claiming rows
+        // only to give them back is churn.
+        let room = state
+            .in_flight
+            .values()
+            .map(|busy| backlog.saturating_sub(busy.len()))
+            .filter(|r| *r > 0)
+            .min()
+            .unwrap_or(CLAIM_AT_MOST)
+            .min(CLAIM_AT_MOST);
         let due = ctx
             .store
-            .claim_deliveries(ctx.now(), ChronoDuration::seconds(60), 200)
+            .claim_deliveries(ctx.now(), ChronoDuration::seconds(60), room as u32, &full)
             .await?;
+        state.starved = due.is_empty() && !full.is_empty();
         let mut later = Vec::new();
-        let backlog = Self::backlog(&ctx);
         for d in due {
             let endpoint = d.endpoint.id;
             let busy = state.in_flight.entry(endpoint).or_default();
@@ -109,6 +137,10 @@ impl WebhookDispatcherActor {
                 continue;
             }
             busy.insert(d.id);
+            if busy.len() >= backlog {
+                // Full now: the next claim comes when a slot frees.
+                state.throttled = true;
+            }
             let worker = match state.workers.get(&endpoint) {
                 Some(w) => w.clone(),
                 None => {
@@ -170,6 +202,7 @@ impl Actor for WebhookDispatcherActor {
             worker_ids: HashMap::new(),
             in_flight: HashMap::new(),
             throttled: false,
+            starved: false,
             finished: Vec::new(),
             flush_scheduled: false,
             wakes: None,
@@ -181,12 +214,14 @@ impl Actor for WebhookDispatcherActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state.wakes = Some(Wakes::start(
-            &myself,
-            Duration::from_millis(100),
-            Some(&state.ctx.signals.deliveries),
-            || WebhookDispatcherMsg::Tick,
-        ));
+        state.wakes = Some(
+            Wakes::start(&myself, Duration::from_millis(100), None, || {
+                WebhookDispatcherMsg::Tick
+            })
+            .and_signal(&myself, &state.ctx.signals.deliveries, || {
+                WebhookDispatcherMsg::NewDeliveries
+            }),
+        );
         myself.send_message(WebhookDispatcherMsg::Tick)?;
         Ok(())
     }
@@ -213,6 +248,11 @@ impl Actor for WebhookDispatcherActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             WebhookDispatcherMsg::Tick => Self::dispatch(&myself, state).await?,
+            // While a full endpoint's rows are all that is due, a claim per
+            // new delivery would scan them for nothing: wait for a slot to
+            // free or for the tick.
+            WebhookDispatcherMsg::NewDeliveries if state.starved => {}
+            WebhookDispatcherMsg::NewDeliveries => Self::dispatch(&myself, state).await?,
             WebhookDispatcherMsg::Flush => Self::flush(state).await,
             WebhookDispatcherMsg::Done { endpoint, record } => {
                 let delivery = record.delivery;

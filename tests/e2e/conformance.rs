@@ -1170,10 +1170,18 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
             .all(|d| d.status == DeliveryStatus::Pending && d.attempts.is_empty())
     );
 
+    // A full endpoint's rows are left alone.
+    assert!(
+        store
+            .claim_deliveries(Utc::now(), claim_for, 10, &[endpoint.id])
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Due deliveries come with what an attempt needs, claimed once.
     let (da, db) = tokio::join!(
-        store.claim_deliveries(Utc::now(), claim_for, 10),
-        store.claim_deliveries(Utc::now(), claim_for, 10)
+        store.claim_deliveries(Utc::now(), claim_for, 10, &[]),
+        store.claim_deliveries(Utc::now(), claim_for, 10, &[])
     );
     let mut due = da.unwrap();
     due.extend(db.unwrap());
@@ -1211,7 +1219,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         .unwrap();
     store.release_deliveries(&[due[2].id]).await.unwrap();
     let now_due = store
-        .claim_deliveries(Utc::now(), claim_for, 10)
+        .claim_deliveries(Utc::now(), claim_for, 10, &[])
         .await
         .unwrap();
     assert_eq!(
@@ -1219,7 +1227,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         vec![due[2].id]
     );
     let later = store
-        .claim_deliveries(retry_at + Duration::milliseconds(1), claim_for, 10)
+        .claim_deliveries(retry_at + Duration::milliseconds(1), claim_for, 10, &[])
         .await
         .unwrap();
     assert_eq!(
@@ -1255,7 +1263,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         .await
         .unwrap();
     let due = store
-        .claim_deliveries(Utc::now() + Duration::minutes(1), claim_for, 10)
+        .claim_deliveries(Utc::now() + Duration::minutes(1), claim_for, 10, &[])
         .await
         .unwrap();
     assert!(!due.is_empty());
@@ -1292,7 +1300,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
     );
     assert!(
         store
-            .claim_deliveries(Utc::now() + Duration::hours(1), claim_for, 10)
+            .claim_deliveries(Utc::now() + Duration::hours(1), claim_for, 10, &[])
             .await
             .unwrap()
             .is_empty()

@@ -671,12 +671,15 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// Creates deliveries, once per event and endpoint (creating one again
     /// does nothing: a fan-out repeated after a crash delivers nothing twice).
     async fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<()>;
-    /// Claims deliveries whose next attempt is due.
+    /// Claims deliveries whose next attempt is due, except those of the
+    /// endpoints in `skip` (their workers are full: claiming their rows only
+    /// to give them back would be churn).
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
         claim_for: Duration,
         limit: u32,
+        skip: &[EndpointId],
     ) -> Result<Vec<DueDelivery>>;
     async fn release_deliveries(&self, ids: &[DeliveryId]) -> Result<()>;
     /// Logs attempts and applies their outcomes, in one transaction.

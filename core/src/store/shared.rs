@@ -813,6 +813,7 @@ impl Storage for SqlStore {
         now: DateTime<Utc>,
         claim_for: Duration,
         limit: u32,
+        skip: &[EndpointId],
     ) -> Result<Vec<DueDelivery>> {
         use webhook_delivery::Column as C;
         let d = self.d();
@@ -822,12 +823,14 @@ impl Storage for SqlStore {
                 Q::new(format!(
                     "SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
                      WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.enabled \
-                       AND (d.claimed_until IS NULL OR d.claimed_until < $1) \
+                       AND (d.claimed_until IS NULL OR d.claimed_until < $1) AND NOT ({}) \
                      ORDER BY d.next_attempt_at LIMIT $2{}",
+                    d.in_list("d.endpoint_id", 3, ListKind::Uuid),
                     d.skip_locked("d")
                 ))
                 .bind(now)
-                .bind(i64::from(limit)),
+                .bind(i64::from(limit))
+                .bind(skip.iter().map(|e| e.0).collect::<Vec<_>>()),
             )
             .await?
             .iter()
