@@ -11,7 +11,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use chrono::Duration as ChronoDuration;
@@ -43,8 +43,9 @@ pub struct WebhookDispatcherState {
     /// Due deliveries were left in the table because an endpoint's backlog
     /// was full: dispatch again as soon as a slot frees, not at the next tick.
     throttled: bool,
-    /// The last claim, made while an endpoint was full, found nothing.
-    starved: bool,
+    /// The last claim, made while an endpoint was full, found nothing: new
+    /// deliveries wait for a claim until then.
+    starved: Option<Instant>,
     /// Finished attempts not recorded yet, and whether a flush is due.
     finished: Vec<AttemptRecord>,
     flush_scheduled: bool,
@@ -73,6 +74,9 @@ pub enum WebhookDispatcherMsg {
 const FLUSH_AT: usize = 256;
 /// Deliveries claimed per round at most.
 const CLAIM_AT_MOST: usize = 200;
+/// How long new deliveries wait for a claim after one found only full
+/// endpoints' rows due.
+const STARVED_PAUSE: Duration = Duration::from_millis(10);
 const FLUSH_AFTER: Duration = Duration::from_millis(5);
 
 impl WebhookDispatcherActor {
@@ -126,7 +130,8 @@ impl WebhookDispatcherActor {
             .store
             .claim_deliveries(ctx.now(), ChronoDuration::seconds(60), room as u32, &full)
             .await?;
-        state.starved = due.is_empty() && !full.is_empty();
+        state.starved =
+            (due.is_empty() && !full.is_empty()).then(|| Instant::now() + STARVED_PAUSE);
         let mut later = Vec::new();
         for d in due {
             let endpoint = d.endpoint.id;
@@ -202,7 +207,7 @@ impl Actor for WebhookDispatcherActor {
             worker_ids: HashMap::new(),
             in_flight: HashMap::new(),
             throttled: false,
-            starved: false,
+            starved: None,
             finished: Vec::new(),
             flush_scheduled: false,
             wakes: None,
@@ -249,9 +254,11 @@ impl Actor for WebhookDispatcherActor {
         match message {
             WebhookDispatcherMsg::Tick => Self::dispatch(&myself, state).await?,
             // While a full endpoint's rows are all that is due, a claim per
-            // new delivery would scan them for nothing: wait for a slot to
-            // free or for the tick.
-            WebhookDispatcherMsg::NewDeliveries if state.starved => {}
+            // new delivery would scan them for nothing: claim at most every
+            // STARVED_PAUSE (another endpoint's row waits no longer), or when
+            // a slot frees, or at the tick.
+            WebhookDispatcherMsg::NewDeliveries
+                if state.starved.is_some_and(|until| Instant::now() < until) => {}
             WebhookDispatcherMsg::NewDeliveries => Self::dispatch(&myself, state).await?,
             WebhookDispatcherMsg::Flush => Self::flush(state).await,
             WebhookDispatcherMsg::Done { endpoint, record } => {
