@@ -128,7 +128,13 @@ impl WebhookDispatcherActor {
             .min(CLAIM_AT_MOST);
         let due = ctx
             .store
-            .claim_deliveries(ctx.now(), ChronoDuration::seconds(60), room as u32, &full)
+            .claim_deliveries(
+                ctx.now(),
+                ChronoDuration::from_std(ctx.config.webhook_claim)
+                    .unwrap_or(ChronoDuration::seconds(60)),
+                room as u32,
+                &full,
+            )
             .await?;
         state.starved =
             (due.is_empty() && !full.is_empty()).then(|| Instant::now() + STARVED_PAUSE);

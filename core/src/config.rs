@@ -134,6 +134,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "how often a node reads which tracking plan version is the latest of each tenant",
     ),
     (
+        "FASTACK_WEBHOOK_CLAIM_MS",
+        "60000",
+        "how long a node holds a webhook delivery it is attempting (a node that dies releases it after this)",
+    ),
+    (
         "FASTACK_WEBHOOK_MAX_CONCURRENCY",
         "64",
         "most requests in flight to one webhook endpoint (the limit adapts below it)",
@@ -259,6 +264,7 @@ pub struct Config {
     pub partition_interval: Duration,
     pub webhook_allow_private: bool,
     pub webhook_max_concurrency: usize,
+    pub webhook_claim: Duration,
     pub webhook_proxy: Option<String>,
     pub node_id: NodeId,
     pub bootstrap: bool,
@@ -358,6 +364,7 @@ impl Default for Config {
             partition_interval: Duration::from_millis(3_600_000),
             webhook_allow_private: false,
             webhook_max_concurrency: 64,
+            webhook_claim: Duration::from_millis(60_000),
             webhook_proxy: None,
             node_id: NodeId::new(),
             bootstrap: true,
@@ -451,6 +458,7 @@ impl Config {
             }
             "FASTACK_WEBHOOK_PROXY" => self.webhook_proxy = non_empty(value),
             "FASTACK_WEBHOOK_MAX_CONCURRENCY" => self.webhook_max_concurrency = parse(key, &value)?,
+            "FASTACK_WEBHOOK_CLAIM_MS" => self.webhook_claim = millis(key, &value)?,
             "FASTACK_NODE_ID" => self.node_id = parse(key, &value)?,
             "FASTACK_BOOTSTRAP" => self.bootstrap = parse_bool(key, &value)?,
             "FASTACK_PROCESSING" => self.processing = parse_bool(key, &value)?,
@@ -635,6 +643,7 @@ impl std::fmt::Debug for Config {
             .field("partition_interval", &self.partition_interval)
             .field("webhook_allow_private", &self.webhook_allow_private)
             .field("webhook_max_concurrency", &self.webhook_max_concurrency)
+            .field("webhook_claim", &self.webhook_claim)
             .field(
                 "webhook_proxy",
                 &self.webhook_proxy.as_deref().map(redact_url),

@@ -22,7 +22,9 @@ use poem::{
 };
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, TestDb, answer, bin_path, eventually, spawn_on, track};
+use crate::helpers::{
+    Backend, Node, TestApp, TestDb, answer, bin_path, eventually, spawn_on, track,
+};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
@@ -925,5 +927,58 @@ async fn deliveries_ignore_environment_proxies() {
         "a delivery went through the proxy"
     );
     drop(node);
+    db.drop_db().await;
+}
+
+/// `kill -9` while an attempt is in flight (sent, not yet recorded): the
+/// restarted node sends the delivery again, with the same webhook-id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_delivery_and_its_record_redelivers_the_same_webhook_id() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = crate::helpers::make_tenant(&store, "acme", fastack_entities::Plan::Pro, None).await;
+    drop(store);
+    // The first attempt is held open until the node is gone.
+    let receiver = Receiver::start(&[Reply::Hang(Duration::from_secs(30))]).await;
+    let add = std::process::Command::new(bin_path())
+        .args(["admin", "webhook", "add", "--tenant", "acme", "--url"])
+        .arg(receiver.url())
+        .args(["--events", "core.event.tracked"])
+        .env_clear()
+        .envs(db.env())
+        .env("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true")
+        .output()
+        .unwrap();
+    assert!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let env = [
+        ("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("FASTACK_WEBHOOK_CLAIM_MS", "1500"),
+    ];
+    let mut node = Node::start(&db, &env).await;
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!("http://{}/v1/core/track", node.addr))
+        .bearer_auth(&t.key)
+        .json(&track("crash-mid-delivery", "u", Utc::now()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let first = receiver.wait_hits(1, Duration::from_secs(10)).await;
+    node.child.start_kill().expect("SIGKILL");
+    let _ = node.child.wait().await;
+
+    let mut node = Node::start(&db, &env).await;
+    let hits = receiver.wait_hits(2, Duration::from_secs(20)).await;
+    assert_eq!(hits[1].header("webhook-id"), first[0].header("webhook-id"));
+    assert_eq!(hits[1].body, first[0].body);
+    node.child.start_kill().ok();
+    let _ = node.child.wait().await;
     db.drop_db().await;
 }
