@@ -10,11 +10,37 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use uuid::Uuid;
 
+use fastack_entities::EventId;
+
 use super::{
-    Fence, IngestRow, KeepFn,
-    sql::{Col, ListKind, Q, Tx},
+    Fence, IngestRow, KeepFn, TakenKey,
+    sql::{Col, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::error::{Error, Result};
+
+/// Which of `keys` the tenant already used (read [`taken_from`] each row).
+pub(crate) fn taken_query(d: Dialect, tenant: Uuid, keys: Vec<String>) -> Q {
+    Q::new(format!(
+        "SELECT k.idempotency_key, k.event_id, k.fingerprint FROM {} \
+         JOIN idempotency_keys k ON k.tenant_id = $1 AND k.idempotency_key = q.v",
+        d.list_rows(2, ListKind::Text)
+    ))
+    .bind(tenant)
+    .bind(keys)
+}
+
+/// A row of [`taken_query`]: the key, the event it answered, its content.
+pub(crate) fn taken_from(r: &Row) -> Result<TakenKey> {
+    Ok(TakenKey {
+        key: r.text("idempotency_key")?,
+        event_id: EventId(r.uuid("event_id")?),
+        fingerprint: r
+            .bytes("fingerprint")?
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
+    })
+}
 
 /// Commits `rows` in `tx` and returns the fence of each (input order).
 pub(crate) async fn commit(
@@ -77,27 +103,13 @@ pub(crate) async fn commit(
     }
     let mut owners: HashMap<(Uuid, String), Fence> = HashMap::new();
     for (tenant, keys) in taken {
-        for row in tx
-            .fetch(
-                Q::new(format!(
-                    "SELECT k.idempotency_key, k.event_id, k.fingerprint FROM {} \
-                     JOIN idempotency_keys k ON k.tenant_id = $1 AND k.idempotency_key = q.v",
-                    d.list_rows(2, ListKind::Text)
-                ))
-                .bind(tenant)
-                .bind(keys),
-            )
-            .await?
-        {
+        for row in tx.fetch(taken_query(d, tenant, keys)).await? {
+            let t = taken_from(&row)?;
             owners.insert(
-                (tenant, row.text("idempotency_key")?),
+                (tenant, t.key),
                 Fence::Taken {
-                    event_id: fastack_entities::EventId(row.uuid("event_id")?),
-                    fingerprint: row
-                        .bytes("fingerprint")?
-                        .as_slice()
-                        .try_into()
-                        .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
+                    event_id: t.event_id,
+                    fingerprint: t.fingerprint,
                 },
             );
         }

@@ -32,7 +32,7 @@ use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, DropOutcome, DueDelivery,
     Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo,
     PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey,
-    TimeRange, Topic, job_event, outbox,
+    TimeRange, Topic, ingest, job_event, outbox,
     sql::{Db, Dialect, ListKind, Q, Tx},
 };
 use crate::error::{Error, Result};
@@ -1242,28 +1242,10 @@ impl Storage for SqlStore {
             return Ok(Vec::new());
         }
         self.db
-            .read(
-                Q::new(format!(
-                    "SELECT k.idempotency_key, k.event_id, k.fingerprint FROM {} \
-                     JOIN idempotency_keys k ON k.tenant_id = $1 AND k.idempotency_key = q.v",
-                    self.d().list_rows(2, ListKind::Text)
-                ))
-                .bind(tenant.0)
-                .bind(keys.to_vec()),
-            )
+            .read(ingest::taken_query(self.d(), tenant.0, keys.to_vec()))
             .await?
             .iter()
-            .map(|r| {
-                Ok(TakenKey {
-                    key: r.text("idempotency_key")?,
-                    event_id: EventId(r.uuid("event_id")?),
-                    fingerprint: r
-                        .bytes("fingerprint")?
-                        .as_slice()
-                        .try_into()
-                        .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
-                })
-            })
+            .map(ingest::taken_from)
             .collect()
     }
 }

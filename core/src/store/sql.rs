@@ -679,14 +679,11 @@ fn for_sqlite(mut stmt: Statement) -> Statement {
     stmt
 }
 
-fn pg_stmt(s: &Statement) -> sqlx::query::Query<'_, Postgres, SqlxValues> {
-    sqlx::query_with(
-        AssertSqlSafe(s.sql.as_str()),
-        SqlxValues(s.values.clone().unwrap_or(sea_orm::Values(Vec::new()))),
-    )
-}
-
-fn lite_stmt(s: &Statement) -> sqlx::query::Query<'_, Sqlite, SqlxValues> {
+/// A sea-orm statement as a sqlx query of either backend.
+fn sqlx_query<DB: sqlx::Database>(s: &Statement) -> sqlx::query::Query<'_, DB, SqlxValues>
+where
+    SqlxValues: sqlx::IntoArguments<DB>,
+{
     sqlx::query_with(
         AssertSqlSafe(s.sql.as_str()),
         SqlxValues(s.values.clone().unwrap_or(sea_orm::Values(Vec::new()))),
@@ -730,14 +727,14 @@ impl ConnectionTrait for Db {
 
     async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
         match self {
-            Db::Pg(p) => pg_stmt(&stmt)
+            Db::Pg(p) => sqlx_query::<Postgres>(&stmt)
                 .execute(p)
                 .await
                 .map(Into::into)
                 .map_err(exec_err),
             Db::Lite { writer, .. } => {
                 let stmt = for_sqlite(stmt);
-                lite_stmt(&stmt)
+                sqlx_query::<Sqlite>(&stmt)
                     .execute(writer)
                     .await
                     .map(Into::into)
@@ -757,14 +754,14 @@ impl ConnectionTrait for Db {
 
     async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
         match self {
-            Db::Pg(p) => pg_stmt(&stmt)
+            Db::Pg(p) => sqlx_query::<Postgres>(&stmt)
                 .fetch_optional(p)
                 .await
                 .map(|r| r.map(Into::into)),
             Db::Lite { writer, reader } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
-                lite_stmt(&stmt)
+                sqlx_query::<Sqlite>(&stmt)
                     .fetch_optional(pool)
                     .await
                     .map(|r| r.map(Into::into))
@@ -775,14 +772,14 @@ impl ConnectionTrait for Db {
 
     async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
         match self {
-            Db::Pg(p) => pg_stmt(&stmt)
+            Db::Pg(p) => sqlx_query::<Postgres>(&stmt)
                 .fetch_all(p)
                 .await
                 .map(|rows| rows.into_iter().map(Into::into).collect()),
             Db::Lite { writer, reader } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
-                lite_stmt(&stmt)
+                sqlx_query::<Sqlite>(&stmt)
                     .fetch_all(pool)
                     .await
                     .map(|rows| rows.into_iter().map(Into::into).collect())
@@ -804,8 +801,14 @@ impl Tx<'_> {
     pub async fn run(&mut self, q: &impl QueryTrait) -> Result<u64> {
         let stmt = self.build(q);
         Ok(match self {
-            Tx::Pg(t) => pg_stmt(&stmt).execute(&mut **t).await?.rows_affected(),
-            Tx::Lite(t) => lite_stmt(&stmt).execute(&mut **t).await?.rows_affected(),
+            Tx::Pg(t) => sqlx_query::<Postgres>(&stmt)
+                .execute(&mut **t)
+                .await?
+                .rows_affected(),
+            Tx::Lite(t) => sqlx_query::<Sqlite>(&stmt)
+                .execute(&mut **t)
+                .await?
+                .rows_affected(),
         })
     }
 
@@ -813,13 +816,13 @@ impl Tx<'_> {
     pub async fn models<M: FromQueryResult>(&mut self, q: &impl QueryTrait) -> Result<Vec<M>> {
         let stmt = self.build(q);
         let rows: Vec<QueryResult> = match self {
-            Tx::Pg(t) => pg_stmt(&stmt)
+            Tx::Pg(t) => sqlx_query::<Postgres>(&stmt)
                 .fetch_all(&mut **t)
                 .await?
                 .into_iter()
                 .map(Into::into)
                 .collect(),
-            Tx::Lite(t) => lite_stmt(&stmt)
+            Tx::Lite(t) => sqlx_query::<Sqlite>(&stmt)
                 .fetch_all(&mut **t)
                 .await?
                 .into_iter()
