@@ -72,12 +72,12 @@ pub enum WebhookDispatcherMsg {
 /// Finished attempts are recorded in one transaction when this many have
 /// gathered, or this long after the first of them.
 const FLUSH_AT: usize = 256;
+const FLUSH_AFTER: Duration = Duration::from_millis(5);
 /// Deliveries claimed per round at most.
 const CLAIM_AT_MOST: usize = 200;
 /// How long new deliveries wait for a claim after one found only full
 /// endpoints' rows due.
 const STARVED_PAUSE: Duration = Duration::from_millis(10);
-const FLUSH_AFTER: Duration = Duration::from_millis(5);
 
 impl WebhookDispatcherActor {
     /// Records the finished attempts. When that fails their claims expire
