@@ -12,6 +12,7 @@ macro_rules! out {
 
 mod bench;
 mod taxonomy;
+mod users;
 
 /// glibc's allocator spent a quarter of the node's CPU under load (many
 /// small, short-lived allocations across threads); mimalloc does not.
@@ -116,6 +117,10 @@ enum AdminCommand {
     /// door (only here and on the admin listener, never with an API key).
     #[command(subcommand)]
     Taxonomy(taxonomy::TaxonomyCommand),
+    /// People who sign in to a tenant's account console (a one-time link
+    /// sets their password).
+    #[command(subcommand)]
+    User(users::UserCommand),
     /// Webhook deliveries and their attempts.
     Deliveries {
         /// Tenant id or name.
@@ -447,13 +452,14 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Webhook(cmd) => webhook_command(config_ref, store, json, cmd).await,
         AdminCommand::Quarantine(cmd) => quarantine_command(store, json, cmd).await,
         AdminCommand::Taxonomy(cmd) => taxonomy::command(store, json, cmd).await,
+        AdminCommand::User(cmd) => users::command(config_ref, store, json, cmd).await,
         AdminCommand::Deliveries {
             tenant,
             endpoint,
             limit,
         } => {
             let t = admin::resolve_tenant(store, &tenant).await?;
-            let list = store.list_deliveries(t.id, endpoint, limit).await?;
+            let list = store.list_deliveries(t.id, endpoint, None, limit).await?;
             print(json, &list, |ds| {
                 let mut out = format!(
                     "{:<38}  {:<20}  {:<10}  {}",

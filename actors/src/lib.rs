@@ -192,6 +192,12 @@ impl Runtime {
         self.ctx.signals.jobs.raise();
     }
 
+    /// Deliveries were put back to pending (a replay): the dispatcher
+    /// looks at once.
+    pub fn deliveries_queued(&self) {
+        self.ctx.signals.deliveries.raise();
+    }
+
     /// New inbox rows for the tenant (a quarantined event put back).
     pub fn wake(&self, tenant: TenantId) {
         self.ctx.wake(tenant);

@@ -201,7 +201,7 @@ async fn deliveries(
         .transpose()?;
     let list = state
         .store
-        .list_deliveries(t.id, endpoint, q.limit.unwrap_or(100).clamp(1, 1000))
+        .list_deliveries(t.id, endpoint, None, q.limit.unwrap_or(100).clamp(1, 1000))
         .await?;
     ok(StatusCode::OK, &list)
 }

@@ -472,17 +472,9 @@ impl JobsApi {
                 .into());
             }
         };
-        let path = result["path"].as_str().unwrap_or_default();
-        let keys = state.runtime.keys();
-        let plain = export::read(state.runtime.objects(), keys, path).await?;
-        let expected = result["hmac"].as_str().unwrap_or_default();
-        if !fastack_core::crypto::hmac_verify_hex(&keys.tenant_hmac(tenant), &[&plain], expected) {
-            return Err(ApiError::from(fastack_core::Error::Corrupt(format!(
-                "export {} does not match its HMAC",
-                job.id
-            )))
-            .into());
-        }
+        let plain =
+            export::read_result(state.runtime.objects(), state.runtime.keys(), &job, result)
+                .await?;
         Ok(ExportResult::Ok(Ndjson(plain)))
     }
 }

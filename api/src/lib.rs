@@ -1,8 +1,10 @@
 //! fastack's HTTP surface: the tenant API (`/v1/core/…`), ops endpoints,
-//! the OpenAPI spec and docs, and node start/stop.
+//! the OpenAPI spec and docs, the admin listener, the account console, and
+//! node start/stop.
 
 pub mod admin;
 pub mod body;
+pub mod console;
 pub mod dto;
 pub mod gate;
 pub mod ingest;

@@ -51,6 +51,7 @@ pub fn openapi_json() -> String {
 pub struct Server {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
+    console_addr: Option<SocketAddr>,
     state: SharedState,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
@@ -64,6 +65,11 @@ impl Server {
     /// The admin listener, when `FASTACK_ADMIN_TOKEN` is set.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
+    }
+
+    /// The account console's listener, when `FASTACK_CONSOLE_LISTEN` is set.
+    pub fn console_addr(&self) -> Option<SocketAddr> {
+        self.console_addr
     }
 
     pub fn state(&self) -> &SharedState {
@@ -145,6 +151,10 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
             }
             Some(bind(config.admin_listen).await?)
         }
+        None => None,
+    };
+    let console_listener = match config.console_listen {
+        Some(at) => Some(bind(at).await?),
         None => None,
     };
     if config.is_embedded() {
@@ -236,10 +246,25 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
                 admin_listener,
                 admin,
                 limits,
+                metrics.clone(),
+                stopped.clone(),
+            )));
+            info!(addr = %a, "admin listener up");
+            Some(a)
+        }
+        _ => None,
+    };
+    let console_addr = match (console_listener, config.console_listen) {
+        (Some(console_listener), Some(at)) => {
+            let a = local_addr(&console_listener, at)?;
+            tasks.push(tokio::spawn(crate::listener::serve(
+                console_listener,
+                crate::console::app(state.clone()),
+                limits,
                 metrics,
                 stopped,
             )));
-            info!(addr = %a, "admin listener up");
+            info!(addr = %a, url = %config.console_base_url(), "account console up");
             Some(a)
         }
         _ => None,
@@ -248,6 +273,7 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     Ok(Server {
         addr,
         admin_addr,
+        console_addr,
         state,
         stop,
         tasks,

@@ -69,6 +69,7 @@ pub async fn create_key(
         rate_limit_rps,
         created_at: Utc::now(),
         revoked_at: None,
+        last_used_at: None,
     };
     store.insert_api_key(&key, &generated.hash).await?;
     Ok(CreatedKey {

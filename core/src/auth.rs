@@ -114,6 +114,27 @@ impl KeyCache {
         None
     }
 
+    /// Records that a key was used, off the request's path (a lookup happens
+    /// once per key per cache lifetime, so this is one small write each).
+    fn touch(&self, id: ApiKeyId) {
+        use fastack_entities::db::{Time, api_key};
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let done = api_key::Entity::update_many()
+                .col_expr(
+                    api_key::Column::LastUsedAt,
+                    Expr::value(Time(chrono::Utc::now())),
+                )
+                .filter(api_key::Column::Id.eq(id))
+                .exec(store.records())
+                .await;
+            if let Err(error) = done {
+                tracing::debug!(%error, key = %id, "could not record the key's last use");
+            }
+        });
+    }
+
     /// The principal of a bearer secret, or `None` when the key is unknown
     /// or revoked. Concurrent lookups of one key share one database read.
     pub async fn authenticate(&self, secret: &str) -> Result<Option<Arc<Principal>>> {
@@ -138,6 +159,7 @@ impl KeyCache {
         });
         match &principal {
             Some(p) => {
+                self.touch(p.key_id);
                 let _ = guard.insert(Cached {
                     fetched: Instant::now(),
                     principal: p.clone(),

@@ -53,6 +53,16 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "bearer token of the admin listener; at least 24 characters",
     ),
     (
+        "FASTACK_CONSOLE_LISTEN",
+        "(unset: console off)",
+        "the account console's listener (sign-in pages for tenants' users), e.g. 127.0.0.1:8082",
+    ),
+    (
+        "FASTACK_CONSOLE_URL",
+        "http://<FASTACK_CONSOLE_LISTEN>",
+        "the console's address as browsers reach it (sign-in links; `https://…` marks cookies Secure)",
+    ),
+    (
         "FASTACK_HEADER_TIMEOUT_MS",
         "10000",
         "a request's headers must arrive within this, from its first byte",
@@ -245,6 +255,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     pub admin_token: Option<String>,
+    pub console_listen: Option<SocketAddr>,
+    pub console_url: Option<String>,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
@@ -345,6 +357,8 @@ impl Default for Config {
             listen: "127.0.0.1:8080".parse().expect("static address"),
             admin_listen: "127.0.0.1:8081".parse().expect("static address"),
             admin_token: None,
+            console_listen: None,
+            console_url: None,
             header_timeout: Duration::from_millis(10_000),
             body_timeout: Duration::from_millis(30_000),
             idle_timeout: Duration::from_millis(60_000),
@@ -386,6 +400,20 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Where browsers reach the console (the base of its sign-in links).
+    pub fn console_base_url(&self) -> String {
+        match (&self.console_url, self.console_listen) {
+            (Some(url), _) => url.clone(),
+            (None, Some(addr)) => format!("http://{addr}"),
+            (None, None) => "http://127.0.0.1:8082".to_owned(),
+        }
+    }
+
+    /// Whether the console's cookies must only travel over TLS.
+    pub fn console_secure_cookies(&self) -> bool {
+        self.console_base_url().starts_with("https://")
+    }
+
     /// Reads the process environment. Call once, in `main`.
     pub fn from_env() -> Result<Self> {
         Self::from_vars(std::env::vars())
@@ -433,6 +461,15 @@ impl Config {
             "FASTACK_LISTEN" => self.listen = parse(key, &value)?,
             "FASTACK_ADMIN_LISTEN" => self.admin_listen = parse(key, &value)?,
             "FASTACK_ADMIN_TOKEN" => self.admin_token = non_empty(value),
+            "FASTACK_CONSOLE_LISTEN" => {
+                self.console_listen = match non_empty(value) {
+                    Some(v) => Some(parse(key, &v)?),
+                    None => None,
+                }
+            }
+            "FASTACK_CONSOLE_URL" => {
+                self.console_url = non_empty(value).map(|v| v.trim_end_matches('/').to_owned())
+            }
             "FASTACK_HEADER_TIMEOUT_MS" => self.header_timeout = millis(key, &value)?,
             "FASTACK_BODY_TIMEOUT_MS" => self.body_timeout = millis(key, &value)?,
             "FASTACK_IDLE_TIMEOUT_MS" => self.idle_timeout = millis(key, &value)?,
@@ -624,6 +661,8 @@ impl std::fmt::Debug for Config {
             .field("listen", &self.listen)
             .field("admin_listen", &self.admin_listen)
             .field("admin_token", &secret(&self.admin_token))
+            .field("console_listen", &self.console_listen)
+            .field("console_url", &self.console_url)
             .field("header_timeout", &self.header_timeout)
             .field("body_timeout", &self.body_timeout)
             .field("idle_timeout", &self.idle_timeout)

@@ -38,6 +38,7 @@ pub type HmacSha256 = Hmac<Sha256>;
 const INFO_STORAGE: &[u8] = b"fastack/v1/storage-encryption";
 const INFO_DEPLOYMENT_HMAC: &[u8] = b"fastack/v1/external-hmac/deployment";
 const INFO_WEBHOOK_SECRETS: &[u8] = b"fastack/v1/webhook-secrets";
+const INFO_CONSOLE: &[u8] = b"fastack/v1/console";
 const TENANT_HMAC_PREFIX: &str = "fastack/v1/external-hmac/tenant/";
 
 /// The derived keys of a deployment.
@@ -47,6 +48,7 @@ pub struct Keys {
     storage: [u8; 32],
     deployment_hmac: [u8; 32],
     webhook_secrets: [u8; 32],
+    console: [u8; 32],
 }
 
 impl std::fmt::Debug for Keys {
@@ -73,6 +75,7 @@ impl Keys {
             storage: derive(INFO_STORAGE),
             deployment_hmac: derive(INFO_DEPLOYMENT_HMAC),
             webhook_secrets: derive(INFO_WEBHOOK_SECRETS),
+            console: derive(INFO_CONSOLE),
             prk,
         })
     }
@@ -97,6 +100,11 @@ impl Keys {
 
     pub fn webhook_secrets_key(&self) -> [u8; 32] {
         self.webhook_secrets
+    }
+
+    /// Signs the account console's CSRF tokens.
+    pub fn console_key(&self) -> [u8; 32] {
+        self.console
     }
 
     /// Loads the master key from configuration; embedded mode generates one

@@ -105,3 +105,23 @@ pub async fn read(objects: &Objects, keys: &Keys, path: &str) -> Result<Vec<u8>>
     let bytes = objects.get(path).await?;
     crate::crypto::decrypt(&keys.storage_key(), &bytes)
 }
+
+/// The NDJSON of a completed export's `result` block, decrypted and checked
+/// against its HMAC (a mismatch is corruption, never served).
+pub async fn read_result(
+    objects: &Objects,
+    keys: &Keys,
+    job: &Job,
+    result: &Value,
+) -> Result<Vec<u8>> {
+    let path = result["path"].as_str().unwrap_or_default();
+    let plain = read(objects, keys, path).await?;
+    let expected = result["hmac"].as_str().unwrap_or_default();
+    if !crate::crypto::hmac_verify_hex(&keys.tenant_hmac(job.tenant_id), &[&plain], expected) {
+        return Err(Error::Corrupt(format!(
+            "export {} does not match its HMAC",
+            job.id
+        )));
+    }
+    Ok(plain)
+}

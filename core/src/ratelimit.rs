@@ -187,12 +187,16 @@ const MAX_CLIENTS: usize = 100_000;
 
 impl ClientLimiter {
     pub fn new(rate_per_sec: u32) -> Self {
+        Self::with_quota(Quota {
+            rate_per_sec,
+            burst: rate_per_sec,
+        })
+    }
+
+    pub fn with_quota(quota: Quota) -> Self {
         ClientLimiter {
             base: Instant::now(),
-            quota: Quota {
-                rate_per_sec,
-                burst: rate_per_sec,
-            },
+            quota,
             cells: Mutex::new(HashMap::new()),
         }
     }

@@ -100,6 +100,10 @@ typed_id!(
     /// One event for one endpoint; its `webhook-id` is stable across retries.
     DeliveryId
 );
+typed_id!(
+    /// A person who signs in to the account console (never an API key).
+    UserId
+);
 
 impl DeliveryId {
     /// The Standard Webhooks `webhook-id` of this delivery.

@@ -8,7 +8,9 @@ pub mod model;
 pub mod taxonomy;
 pub mod webhook;
 
-pub use ids::{ApiKeyId, ContactId, DeliveryId, EndpointId, EventId, JobId, NodeId, TenantId};
+pub use ids::{
+    ApiKeyId, ContactId, DeliveryId, EndpointId, EventId, JobId, NodeId, TenantId, UserId,
+};
 pub use job::{Job, JobKind, JobStatus};
 pub use model::{
     ApiKey, Contact, EventKind, IdentityKind, NewEvent, Plan, PlanCheck, PlanLimits,

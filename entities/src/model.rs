@@ -107,6 +107,10 @@ pub struct ApiKey {
     pub rate_limit_rps: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When a request last authenticated with it (to within the key
+    /// cache's lifetime, `FASTACK_KEY_CACHE_TTL_MS`).
+    #[serde(default)]
+    pub last_used_at: Option<DateTime<Utc>>,
 }
 
 /// `track` or `identify`.

@@ -8,7 +8,24 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{DeliveryId, EndpointId, TenantId};
 
 /// The event types an endpoint can subscribe to.
-pub const EVENT_TYPES: [&str; 3] = ["job.completed", "job.failed", "core.event.tracked"];
+pub const EVENT_TYPES: [&str; 5] = [
+    "job.completed",
+    "job.failed",
+    "core.event.tracked",
+    ENDPOINT_DISABLED,
+    DELIVERY_EXHAUSTED,
+];
+/// Operational: an endpoint of the tenant was disabled (it answered 404 or
+/// 410, or an operator disabled it).
+pub const ENDPOINT_DISABLED: &str = "endpoint.disabled";
+/// Operational: a delivery failed after its last attempt. Never sent about
+/// an operational delivery itself (no loops).
+pub const DELIVERY_EXHAUSTED: &str = "delivery.exhausted";
+
+/// Whether an event type is one of the operational notifications.
+pub fn is_operational(event_type: &str) -> bool {
+    event_type == ENDPOINT_DISABLED || event_type == DELIVERY_EXHAUSTED
+}
 /// Subscribed when `--events` is not given.
 pub const DEFAULT_EVENTS: [&str; 2] = ["job.completed", "job.failed"];
 

@@ -18,6 +18,7 @@ mod m20261130_000006_queue_vacuum;
 mod m20261201_000007_quarantine;
 mod m20261201_000008_outbox_sinks;
 mod m20261201_000009_tracking_plans;
+mod m20261201_000010_console;
 
 pub struct Migrator;
 
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000007_quarantine::Migration),
             Box::new(m20261201_000008_outbox_sinks::Migration),
             Box::new(m20261201_000009_tracking_plans::Migration),
+            Box::new(m20261201_000010_console::Migration),
         ]
     }
 }

@@ -272,6 +272,7 @@ async fn tenants_and_keys(store: &Store) {
     assert_eq!((a.plan, a.retention_months), (Plan::Enterprise, Some(36)));
 
     let key = ApiKey {
+        last_used_at: None,
         id: ApiKeyId::new(),
         tenant_id: a.id,
         prefix: "fk_live_abcd".into(),
@@ -1160,7 +1161,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
             .is_empty()
     );
     let listed = store
-        .list_deliveries(t.id, Some(endpoint.id), 10)
+        .list_deliveries(t.id, Some(endpoint.id), None, 10)
         .await
         .unwrap();
     assert_eq!(listed.len(), 3);
@@ -1234,7 +1235,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         later.iter().map(|d| (d.id, d.attempts)).collect::<Vec<_>>(),
         vec![(due[1].id, 1)]
     );
-    let listed = store.list_deliveries(t.id, None, 10).await.unwrap();
+    let listed = store.list_deliveries(t.id, None, None, 10).await.unwrap();
     let delivered = listed.iter().find(|d| d.id == due[0].id).unwrap();
     assert_eq!(delivered.status, DeliveryStatus::Delivered);
     assert_eq!(delivered.attempts.len(), 1);
@@ -1290,7 +1291,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
             .await
             .unwrap()
     );
-    let listed = store.list_deliveries(t.id, None, 10).await.unwrap();
+    let listed = store.list_deliveries(t.id, None, None, 10).await.unwrap();
     assert_eq!(
         listed
             .iter()

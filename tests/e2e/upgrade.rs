@@ -174,7 +174,7 @@ async fn reads_what_the_release_wrote(backend: Backend) {
     let tenant_id = app.t.tenant.id;
     eventually("the owed fan-out", Duration::from_secs(20), || async {
         app.store
-            .list_deliveries(tenant_id, None, 100)
+            .list_deliveries(tenant_id, None, None, 100)
             .await
             .unwrap()
             .iter()

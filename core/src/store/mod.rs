@@ -9,9 +9,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use fastack_entities::{
-    ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, Endpoint, EndpointId,
-    EventId, IdentityKind, Job, JobId, JobStatus, NewEvent, NodeId, PlanVersion, QuarantinedEvent,
-    StoredEvent, Tenant, TenantId,
+    ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
+    EndpointId, EventId, IdentityKind, Job, JobId, JobStatus, NewEvent, NodeId, PlanVersion,
+    QuarantinedEvent, StoredEvent, Tenant, TenantId,
 };
 
 use crate::{
@@ -26,6 +26,8 @@ mod processing;
 pub mod shared;
 pub(crate) mod sql;
 pub mod sqlite;
+
+pub use sql::Db;
 
 pub type Store = Arc<dyn Storage>;
 
@@ -481,6 +483,11 @@ pub struct KeyRecord {
 pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     fn backend(&self) -> Backend;
 
+    /// The connection sea-orm's queries run on: a new record kind (an
+    /// entity of `fastack_entities::db`) is read and written through it
+    /// without a method here.
+    fn records(&self) -> &Db;
+
     /// Cheap round trip for readiness.
     async fn ping(&self) -> Result<()>;
 
@@ -684,10 +691,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn release_deliveries(&self, ids: &[DeliveryId]) -> Result<()>;
     /// Logs attempts and applies their outcomes, in one transaction.
     async fn record_attempts(&self, attempts: &[AttemptRecord]) -> Result<()>;
+    /// A tenant's deliveries, newest first, with their attempts; of one
+    /// endpoint and in one status when given.
     async fn list_deliveries(
         &self,
         tenant: TenantId,
         endpoint: Option<EndpointId>,
+        status: Option<DeliveryStatus>,
         limit: u32,
     ) -> Result<Vec<Delivery>>;
 

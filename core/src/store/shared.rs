@@ -178,6 +178,33 @@ impl SqlStore {
     }
 
     /// Fails an endpoint's pending deliveries (it was disabled).
+    /// Disables an enabled endpoint, fails what it still owes and tells the
+    /// tenant's `endpoint.disabled` subscribers (once: an endpoint already
+    /// disabled is left as it is).
+    async fn disable_endpoint(
+        tx: &mut Tx<'_>,
+        id: EndpointId,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool> {
+        use webhook_endpoint::Column as E;
+        let changed = tx
+            .run(
+                &webhook_endpoint::Entity::update_many()
+                    .col_expr(E::Enabled, Expr::value(false))
+                    .col_expr(E::DisabledReason, Expr::value(reason))
+                    .col_expr(E::UpdatedAt, Expr::value(Time(at)))
+                    .filter(E::Id.eq(id))
+                    .filter(E::Enabled.eq(true)),
+            )
+            .await?;
+        if changed == 1 {
+            Self::fail_pending(tx, id).await?;
+            crate::deliveries::notify_disabled(tx, id, reason, at).await?;
+        }
+        Ok(changed == 1)
+    }
+
     async fn fail_pending(tx: &mut Tx<'_>, endpoint: EndpointId) -> Result<()> {
         use webhook_delivery::Column as C;
         tx.run(
@@ -195,6 +222,10 @@ impl SqlStore {
 
 #[async_trait]
 impl Storage for SqlStore {
+    fn records(&self) -> &Db {
+        &self.db
+    }
+
     fn backend(&self) -> Backend {
         match self.d() {
             Dialect::Postgres => Backend::Postgres,
@@ -727,6 +758,13 @@ impl Storage for SqlStore {
     ) -> Result<bool> {
         use webhook_endpoint::Column as C;
         let mut tx = self.db.begin().await?;
+        if !enabled
+            && Self::disable_endpoint(&mut tx, id, reason.unwrap_or("disabled"), now).await?
+        {
+            tx.commit().await?;
+            return Ok(true);
+        }
+        // Enabling, or disabling one already disabled (its reason changes).
         let n = tx
             .run(
                 &webhook_endpoint::Entity::update_many()
@@ -739,9 +777,6 @@ impl Storage for SqlStore {
                     .filter(C::Id.eq(id)),
             )
             .await?;
-        if !enabled {
-            Self::fail_pending(&mut tx, id).await?;
-        }
         tx.commit().await?;
         Ok(n == 1)
     }
@@ -774,37 +809,11 @@ impl Storage for SqlStore {
     }
 
     async fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<()> {
-        use sea_orm::ActiveValue::Set;
-        use webhook_delivery::Column as C;
         if deliveries.is_empty() {
             return Ok(());
         }
-        let now = Time(Utc::now());
         let mut tx = self.db.begin().await?;
-        for chunk in deliveries.chunks(ROWS_PER_INSERT) {
-            let rows = chunk.iter().map(|d| webhook_delivery::ActiveModel {
-                id: Set(d.id),
-                endpoint_id: Set(d.endpoint_id),
-                tenant_id: Set(d.tenant_id),
-                event_type: Set(d.event_type.clone()),
-                ce_id: Set(d.ce_id.clone()),
-                body: Set(d.body.clone()),
-                status: Set(DeliveryStatus::Pending.as_str().to_owned()),
-                attempts: Set(0),
-                next_attempt_at: Set(Some(now)),
-                created_at: Set(now),
-                emitted_at: Set(d.emitted_at.into()),
-                ..Default::default()
-            });
-            tx.run(
-                &webhook_delivery::Entity::insert_many(rows).on_conflict(
-                    OnConflict::columns([C::EndpointId, C::CeId])
-                        .do_nothing()
-                        .to_owned(),
-                ),
-            )
-            .await?;
-        }
+        insert_delivery_rows(&mut tx, deliveries, Time(Utc::now())).await?;
         tx.commit().await
     }
 
@@ -949,23 +958,20 @@ impl Storage for SqlStore {
             )
             .await?;
         }
+        let mut exhausted = Vec::new();
         for r in records {
-            if let AttemptOutcome::Failed {
-                disable: Some(reason),
-            } = &r.outcome
-            {
-                use webhook_endpoint::Column as E;
-                tx.run(
-                    &webhook_endpoint::Entity::update_many()
-                        .col_expr(E::Enabled, Expr::value(false))
-                        .col_expr(E::DisabledReason, Expr::value(reason.as_str()))
-                        .col_expr(E::UpdatedAt, Expr::value(Time(r.attempt.attempted_at)))
-                        .filter(E::Id.eq(r.endpoint)),
-                )
-                .await?;
-                Self::fail_pending(&mut tx, r.endpoint).await?;
+            match &r.outcome {
+                AttemptOutcome::Failed {
+                    disable: Some(reason),
+                } => {
+                    Self::disable_endpoint(&mut tx, r.endpoint, reason, r.attempt.attempted_at)
+                        .await?;
+                }
+                AttemptOutcome::Failed { disable: None } => exhausted.push(r),
+                _ => {}
             }
         }
+        crate::deliveries::notify_exhausted(&mut tx, &exhausted).await?;
         tx.commit().await
     }
 
@@ -973,12 +979,14 @@ impl Storage for SqlStore {
         &self,
         tenant: TenantId,
         endpoint: Option<EndpointId>,
+        status: Option<DeliveryStatus>,
         limit: u32,
     ) -> Result<Vec<Delivery>> {
         use webhook_delivery::Column as C;
         let rows = webhook_delivery::Entity::find()
             .filter(C::TenantId.eq(tenant))
             .apply_if(endpoint, |q, e| q.filter(C::EndpointId.eq(e)))
+            .apply_if(status, |q, s| q.filter(C::Status.eq(s.as_str())))
             .order_by_desc(C::CreatedAt)
             .order_by_desc(C::Id)
             .limit(u64::from(limit))
@@ -1248,6 +1256,42 @@ impl Storage for SqlStore {
             .map(ingest::taken_from)
             .collect()
     }
+}
+
+/// New deliveries, due at once; one already made for the same endpoint and
+/// event (`ce_id`) is left as it is.
+pub(crate) async fn insert_delivery_rows(
+    tx: &mut Tx<'_>,
+    deliveries: &[NewDelivery],
+    now: Time,
+) -> Result<()> {
+    use sea_orm::ActiveValue::Set;
+    use webhook_delivery::Column as C;
+    for chunk in deliveries.chunks(ROWS_PER_INSERT) {
+        let rows = chunk.iter().map(|d| webhook_delivery::ActiveModel {
+            id: Set(d.id),
+            endpoint_id: Set(d.endpoint_id),
+            tenant_id: Set(d.tenant_id),
+            event_type: Set(d.event_type.clone()),
+            ce_id: Set(d.ce_id.clone()),
+            body: Set(d.body.clone()),
+            status: Set(DeliveryStatus::Pending.as_str().to_owned()),
+            attempts: Set(0),
+            next_attempt_at: Set(Some(now)),
+            created_at: Set(now),
+            emitted_at: Set(d.emitted_at.into()),
+            ..Default::default()
+        });
+        tx.run(
+            &webhook_delivery::Entity::insert_many(rows).on_conflict(
+                OnConflict::columns([C::EndpointId, C::CeId])
+                    .do_nothing()
+                    .to_owned(),
+            ),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// A unique violation is a conflict with a readable message.

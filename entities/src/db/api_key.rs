@@ -18,6 +18,7 @@ pub struct Model {
     pub rate_limit_rps: Option<i32>,
     pub created_at: Time,
     pub revoked_at: Option<Time>,
+    pub last_used_at: Option<Time>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -47,6 +48,7 @@ impl From<Model> for ApiKey {
             rate_limit_rps: m.rate_limit_rps.map(unsigned),
             created_at: m.created_at.0,
             revoked_at: m.revoked_at.map(|t| t.0),
+            last_used_at: m.last_used_at.map(|t| t.0),
         }
     }
 }
@@ -61,6 +63,7 @@ impl Model {
             rate_limit_rps: key.rate_limit_rps.map(signed),
             created_at: key.created_at.into(),
             revoked_at: key.revoked_at.map(Time),
+            last_used_at: key.last_used_at.map(Time),
         }
     }
 }

@@ -8,6 +8,9 @@
 //! outbox) are not here: their statements are hand-tuned per backend.
 
 pub mod api_key;
+pub mod console_link;
+pub mod console_session;
+pub mod console_user;
 pub mod job;
 pub mod quarantine;
 pub mod tenant;

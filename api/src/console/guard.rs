@@ -1,0 +1,215 @@
+//! Who is asking and whether they may: the session cookie, the CSRF token
+//! of every state-changing form, the same-origin check, owner-only actions,
+//! and the error pages that say why not.
+
+use fastack_core::console::{self, Role, Session, Token, User};
+use fastack_entities::TenantId;
+use poem::{IntoResponse, Request, Response, http::StatusCode, web::Redirect};
+use tracing::error;
+
+use super::views;
+use crate::state::SharedState;
+
+pub const SESSION_COOKIE: &str = "fastack_session";
+/// The pre-sign-in cookie that the sign-in and set-password forms' CSRF
+/// tokens are bound to.
+pub const PRE_COOKIE: &str = "fastack_pre";
+
+/// A form as submitted: its fields in order (a checkbox group repeats its
+/// name).
+pub type Fields = Vec<(String, String)>;
+
+pub fn field<'a>(f: &'a Fields, name: &str) -> &'a str {
+    f.iter()
+        .find(|(k, _)| k == name)
+        .map_or("", |(_, v)| v.as_str())
+}
+
+pub fn fields<'a>(f: &'a Fields, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    f.iter()
+        .filter(move |(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A cookie of the request (the first of that name).
+pub fn cookie<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+    req.headers()
+        .get_all("cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_empty())
+}
+
+/// A `Set-Cookie` value: never readable by scripts, never sent by another
+/// site's requests, over TLS only when the console is served over TLS.
+pub fn set_cookie(name: &str, value: &str, max_age_secs: i64, secure: bool) -> String {
+    format!(
+        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// Why a request is not answered with its page.
+#[derive(Debug)]
+pub enum Fail {
+    /// Not signed in (or the session ended): to the sign-in page.
+    SignIn,
+    Page {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
+}
+
+impl Fail {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Fail::Page {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Fail::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        )
+    }
+}
+
+impl From<fastack_core::Error> for Fail {
+    fn from(e: fastack_core::Error) -> Self {
+        use fastack_core::Error as E;
+        match e {
+            E::NotFound { what } => Fail::not_found(what),
+            E::Conflict(m) => Fail::new(StatusCode::CONFLICT, "conflict", m),
+            E::Config(m) => Fail::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", m),
+            e @ E::InvalidEndpoint(_) => Fail::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_endpoint",
+                e.to_string(),
+            ),
+            other => {
+                error!(error = %other, "console request failed");
+                Fail::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "something went wrong on our side; try again",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for Fail {
+    fn into_response(self) -> Response {
+        match self {
+            Fail::SignIn => Redirect::see_other("/signin").into_response(),
+            Fail::Page {
+                status,
+                code,
+                message,
+            } => views::html(status, views::error_page(status, code, &message)),
+        }
+    }
+}
+
+impl From<Fail> for poem::Error {
+    fn from(f: Fail) -> Self {
+        poem::Error::from_response(f.into_response())
+    }
+}
+
+/// A signed-in request: the session and its forms' CSRF token.
+pub struct Me {
+    pub session: Session,
+    pub csrf: String,
+    key: [u8; 32],
+}
+
+impl Me {
+    pub fn user(&self) -> &User {
+        &self.session.user
+    }
+
+    pub fn tenant(&self) -> TenantId {
+        self.session.user.tenant_id
+    }
+
+    pub fn is_owner(&self) -> bool {
+        self.session.user.role == Role::Owner
+    }
+
+    /// Refuses a viewer.
+    pub fn owner(&self) -> Result<(), Fail> {
+        if self.is_owner() {
+            Ok(())
+        } else {
+            Err(Fail::new(
+                StatusCode::FORBIDDEN,
+                "owner_only",
+                "only an owner of this account can do that; you are a viewer",
+            ))
+        }
+    }
+
+    /// Checks a submitted form's CSRF token (and that it came from a page of
+    /// this console).
+    pub fn form(&self, req: &Request, f: &Fields) -> Result<(), Fail> {
+        same_origin(req)?;
+        if console::csrf_ok(&self.key, &self.session.token, field(f, "csrf")) {
+            Ok(())
+        } else {
+            Err(csrf_refused())
+        }
+    }
+}
+
+pub fn csrf_refused() -> Fail {
+    Fail::new(
+        StatusCode::FORBIDDEN,
+        "csrf_failed",
+        "this form is stale or did not come from this console; reload the page and try again",
+    )
+}
+
+/// Browsers say where a form was submitted from: a page of another origin
+/// is refused even before the token is looked at.
+pub fn same_origin(req: &Request) -> Result<(), Fail> {
+    if req
+        .header("sec-fetch-site")
+        .is_some_and(|s| s == "cross-site")
+    {
+        return Err(csrf_refused());
+    }
+    if let (Some(origin), Some(host)) = (req.header("origin"), req.header("host")) {
+        let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
+        if origin == "null" || origin_host != host {
+            return Err(csrf_refused());
+        }
+    }
+    Ok(())
+}
+
+/// The session the request's cookie names, or [`Fail::SignIn`]. An API key
+/// in an `Authorization` header is not looked at: it never opens the
+/// console.
+pub async fn me(state: &SharedState, req: &Request) -> Result<Me, Fail> {
+    let token = cookie(req, SESSION_COOKIE).ok_or(Fail::SignIn)?;
+    let token = Token::from_client(token);
+    let session = console::session(state.store.as_ref(), &token, state.clock.now())
+        .await?
+        .ok_or(Fail::SignIn)?;
+    let key = state.runtime.keys().console_key();
+    Ok(Me {
+        csrf: console::csrf_token(&key, &session.token),
+        session,
+        key,
+    })
+}

@@ -1,0 +1,725 @@
+//! The account console (`FASTACK_CONSOLE_LISTEN`, off unless set): a
+//! tenant's users sign in with a password (never an API key) to register
+//! notification endpoints, see each delivery's attempts and replay them,
+//! and look at jobs, quarantine, API keys and the tracking plan. Pages are
+//! rendered on the server; the console calls storage directly, never the
+//! ingest API.
+
+mod guard;
+mod views;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use fastack_core::{
+    admin,
+    console::{self, SESSION_ABSOLUTE, SignIn, Token},
+    deliveries::{self, Replayed},
+    export,
+    ratelimit::{ClientLimiter, Quota},
+};
+use fastack_entities::{
+    ApiKeyId, DeliveryId, DeliveryStatus, EndpointId, EventId, JobId, JobKind, JobStatus,
+};
+use guard::{Fail, Fields, Me, PRE_COOKIE, SESSION_COOKIE, field, fields, me, same_origin};
+use poem::{
+    Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get, handler,
+    http::StatusCode,
+    post,
+    web::{Data, Form, Path, Query, Redirect},
+};
+use serde::Deserialize;
+
+use crate::state::SharedState;
+
+type Page = Result<Response, Fail>;
+
+/// The console application.
+pub fn app(state: SharedState) -> impl Endpoint {
+    // Sign-in attempts per client address on this node (the per-account
+    // lockout is in the database).
+    let limiter = std::sync::Arc::new(ClientLimiter::with_quota(Quota {
+        rate_per_sec: 1,
+        burst: 10,
+    }));
+    Route::new()
+        .at("/", get(home))
+        .at("/signin", get(sign_in_page).post(sign_in))
+        .at("/setup", get(setup_page).post(setup))
+        .at("/signout", post(sign_out))
+        .at("/signout-everywhere", post(sign_out_everywhere))
+        .at("/endpoints", get(endpoints).post(add_endpoint))
+        .at("/endpoints/:id", get(endpoint))
+        .at("/endpoints/:id/rotate", post(rotate))
+        .at("/endpoints/:id/enable", post(enable))
+        .at("/endpoints/:id/disable", post(disable))
+        .at("/endpoints/:id/delete", post(delete))
+        .at("/endpoints/:id/replay-failed", post(replay_failed))
+        .at("/deliveries/:id/replay", post(replay))
+        .at("/jobs", get(jobs))
+        .at("/jobs/:id/result", get(job_result))
+        .at("/quarantine", get(quarantine))
+        .at("/quarantine/:event/retry", post(retry_quarantined))
+        .at("/quarantine/:event/drop", post(drop_quarantined))
+        .at("/keys", get(keys).post(create_key))
+        .at("/keys/:id/revoke", post(revoke_key))
+        .at("/plan", get(plan))
+        .at("/static/console.css", get(css))
+        .at("/static/console.js", get(js))
+        .data(state)
+        .data(limiter)
+        .around(|next, req| async move {
+            let mut resp = match next.call(req).await {
+                Ok(r) => r.into_response(),
+                Err(e) => e.into_response(),
+            };
+            let h = resp.headers_mut();
+            for (k, v) in [
+                (
+                    "content-security-policy",
+                    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+                     form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+                ),
+                ("x-frame-options", "DENY"),
+                ("x-content-type-options", "nosniff"),
+                // Sign-in links carry their token in the URL.
+                ("referrer-policy", "no-referrer"),
+                ("cache-control", "no-store"),
+            ] {
+                h.insert(k, poem::http::HeaderValue::from_static(v));
+            }
+            Ok(resp)
+        })
+}
+
+fn page(markup: maud::Markup) -> Page {
+    Ok(views::html(StatusCode::OK, markup))
+}
+
+fn see_other(to: &str) -> Page {
+    Ok(Redirect::see_other(to).into_response())
+}
+
+fn id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, Fail> {
+    raw.parse().map_err(|_| Fail::not_found(what))
+}
+
+#[derive(Deserialize, Default)]
+struct Notice {
+    notice: Option<String>,
+    n: Option<u64>,
+    status: Option<String>,
+}
+
+impl Notice {
+    /// Only fixed texts are shown: nothing from the URL reaches the page.
+    fn text(&self) -> Option<String> {
+        let n = self.n.unwrap_or(0);
+        Some(match self.notice.as_deref()? {
+            "replayed" => "Delivery queued again; it keeps its webhook-id.".to_owned(),
+            "already_pending" => {
+                "That delivery is already pending; it was left as it is.".to_owned()
+            }
+            "replayed_failed" => format!("{n} failed deliveries queued again."),
+            "enabled" => "Endpoint enabled.".to_owned(),
+            "disabled" => "Endpoint disabled.".to_owned(),
+            "deleted" => "Endpoint deleted.".to_owned(),
+            "retried" => "Event put back in line.".to_owned(),
+            "dropped" => "Event dropped.".to_owned(),
+            "revoked" => "Key revoked.".to_owned(),
+            _ => return None,
+        })
+    }
+}
+
+#[handler]
+async fn css() -> Response {
+    Response::builder()
+        .content_type("text/css; charset=utf-8")
+        .body(views::CSS)
+}
+
+#[handler]
+async fn js() -> Response {
+    Response::builder()
+        .content_type("text/javascript; charset=utf-8")
+        .body(views::JS)
+}
+
+#[handler]
+async fn home(req: &Request, state: Data<&SharedState>) -> Page {
+    me(&state, req).await?;
+    see_other("/endpoints")
+}
+
+// --- signing in ---------------------------------------------------------
+
+/// A page shown before sign-in, with its pre-sign-in cookie (kept if the
+/// browser has one) and the form token bound to it.
+fn anonymous(
+    state: &SharedState,
+    req: &Request,
+    status: StatusCode,
+    render: impl FnOnce(&str) -> maud::Markup,
+) -> Response {
+    let cookie = guard::cookie(req, PRE_COOKIE)
+        .map(str::to_owned)
+        .unwrap_or_else(console::random_cookie);
+    let csrf = console::anonymous_csrf(&state.runtime.keys().console_key(), &cookie);
+    let mut resp = views::html(status, render(&csrf));
+    let set = guard::set_cookie(
+        PRE_COOKIE,
+        &cookie,
+        3600,
+        state.config.console_secure_cookies(),
+    );
+    if let Ok(v) = set.parse() {
+        resp.headers_mut().append("set-cookie", v);
+    }
+    resp
+}
+
+fn anonymous_form(state: &SharedState, req: &Request, f: &Fields) -> Result<(), Fail> {
+    same_origin(req)?;
+    let cookie = guard::cookie(req, PRE_COOKIE).unwrap_or_default();
+    if !cookie.is_empty()
+        && console::anonymous_csrf_ok(
+            &state.runtime.keys().console_key(),
+            cookie,
+            field(f, "csrf"),
+        )
+    {
+        Ok(())
+    } else {
+        Err(guard::csrf_refused())
+    }
+}
+
+/// Signs the user in: a new session and its cookie, then to the console.
+async fn signed_in_as(state: &SharedState, user: console::User) -> Page {
+    let session = console::open_session(state.store.as_ref(), user, state.clock.now()).await?;
+    let mut resp = Redirect::see_other("/endpoints").into_response();
+    let set = guard::set_cookie(
+        SESSION_COOKIE,
+        session.token.as_str(),
+        SESSION_ABSOLUTE.num_seconds(),
+        state.config.console_secure_cookies(),
+    );
+    if let Ok(v) = set.parse() {
+        resp.headers_mut().append("set-cookie", v);
+    }
+    Ok(resp)
+}
+
+#[handler]
+async fn sign_in_page(req: &Request, state: Data<&SharedState>) -> Response {
+    anonymous(&state, req, StatusCode::OK, |csrf| {
+        views::sign_in(csrf, None)
+    })
+}
+
+#[handler]
+async fn sign_in(
+    req: &Request,
+    state: Data<&SharedState>,
+    limiter: Data<&std::sync::Arc<ClientLimiter>>,
+    Form(f): Form<Fields>,
+) -> Page {
+    anonymous_form(&state, req, &f)?;
+    if let Some(ip) = req.remote_addr().as_socket_addr().map(|a| a.ip())
+        && let Some(after) = limiter.charge(ip)
+    {
+        return Ok(anonymous(
+            &state,
+            req,
+            StatusCode::TOO_MANY_REQUESTS,
+            |csrf| {
+                views::sign_in(
+                    csrf,
+                    Some(&format!(
+                        "Too many sign-in attempts from your address; wait {after} s."
+                    )),
+                )
+            },
+        ));
+    }
+    let now = state.clock.now();
+    match console::sign_in(
+        state.store.as_ref(),
+        field(&f, "email"),
+        field(&f, "password"),
+        now,
+    )
+    .await?
+    {
+        SignIn::Ok(user) => signed_in_as(&state, user).await,
+        SignIn::Refused => Ok(anonymous(&state, req, StatusCode::UNAUTHORIZED, |csrf| {
+            views::sign_in(csrf, Some("The email or the password is wrong."))
+        })),
+        SignIn::Locked { until } => Ok(anonymous(
+            &state,
+            req,
+            StatusCode::TOO_MANY_REQUESTS,
+            |csrf| {
+                views::sign_in(
+                    csrf,
+                    Some(&format!(
+                        "Too many failed sign-ins: this account is locked until {} UTC.",
+                        until.format("%H:%M")
+                    )),
+                )
+            },
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct SetupQuery {
+    token: Option<String>,
+}
+
+fn link_refused() -> Fail {
+    Fail::new(
+        StatusCode::NOT_FOUND,
+        "link_invalid",
+        "this sign-in link is invalid, used or expired; ask your operator for a new one",
+    )
+}
+
+#[handler]
+async fn setup_page(req: &Request, state: Data<&SharedState>, Query(q): Query<SetupQuery>) -> Page {
+    let token = Token::from_client(q.token.as_deref().unwrap_or_default());
+    let user = console::link_user(state.store.as_ref(), &token, state.clock.now())
+        .await?
+        .ok_or_else(link_refused)?;
+    Ok(anonymous(&state, req, StatusCode::OK, |csrf| {
+        views::set_password(csrf, token.as_str(), &user, None)
+    }))
+}
+
+#[handler]
+async fn setup(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
+    anonymous_form(&state, req, &f)?;
+    let token = Token::from_client(field(&f, "token"));
+    let now = state.clock.now();
+    let user = console::link_user(state.store.as_ref(), &token, now)
+        .await?
+        .ok_or_else(link_refused)?;
+    let (password, confirm) = (field(&f, "password"), field(&f, "confirm"));
+    let problem = if password != confirm {
+        Some("The two passwords differ.".to_owned())
+    } else {
+        console::check_password(password).err().map(|e| match e {
+            fastack_core::Error::Config(m) => m,
+            other => other.to_string(),
+        })
+    };
+    if let Some(problem) = problem {
+        return Ok(anonymous(
+            &state,
+            req,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            |csrf| views::set_password(csrf, token.as_str(), &user, Some(&problem)),
+        ));
+    }
+    let user = console::redeem_link(state.store.as_ref(), &token, password, now).await?;
+    signed_in_as(&state, user).await
+}
+
+fn signed_out() -> Page {
+    let mut resp = Redirect::see_other("/signin").into_response();
+    if let Ok(v) =
+        format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0").parse()
+    {
+        resp.headers_mut().append("set-cookie", v);
+    }
+    Ok(resp)
+}
+
+#[handler]
+async fn sign_out(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
+    let me = me(&state, req).await?;
+    me.form(req, &f)?;
+    console::sign_out(state.store.as_ref(), &me.session.token).await?;
+    signed_out()
+}
+
+#[handler]
+async fn sign_out_everywhere(
+    req: &Request,
+    state: Data<&SharedState>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let me = me(&state, req).await?;
+    me.form(req, &f)?;
+    console::sign_out_everywhere(state.store.as_ref(), me.user().id).await?;
+    signed_out()
+}
+
+// --- notifications ------------------------------------------------------
+
+#[handler]
+async fn endpoints(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
+    let me = me(&state, req).await?;
+    let list = state.store.list_endpoints(Some(me.tenant())).await?;
+    let last = deliveries::latest_status(state.store.as_ref(), me.tenant()).await?;
+    page(views::endpoints(&me, &list, &last, q.text().as_deref()))
+}
+
+#[handler]
+async fn add_endpoint(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
+    let me = me(&state, req).await?;
+    me.form(req, &f)?;
+    me.owner()?;
+    let events: Vec<&str> = fields(&f, "events").collect();
+    if events.is_empty() {
+        return Err(Fail::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_endpoint",
+            "choose at least one event type",
+        ));
+    }
+    let created = admin::add_webhook(
+        state.store.as_ref(),
+        state.runtime.keys(),
+        me.tenant(),
+        field(&f, "url"),
+        Some(&events.join(",")),
+        state.config.webhook_allow_private,
+    )
+    .await?;
+    page(views::secret_shown(
+        &me,
+        &created.endpoint,
+        &created.secret,
+        false,
+        created.warning.as_deref(),
+    ))
+}
+
+#[derive(Deserialize, Default)]
+struct EndpointQuery {
+    #[serde(flatten)]
+    notice: Notice,
+}
+
+#[handler]
+async fn endpoint(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Query(q): Query<EndpointQuery>,
+) -> Page {
+    let me = me(&state, req).await?;
+    let id: EndpointId = id(&raw, "endpoint")?;
+    let e = deliveries::tenant_endpoint(state.store.as_ref(), me.tenant(), id).await?;
+    let filter: Option<DeliveryStatus> = match q.notice.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(s.parse().map_err(|m: String| {
+            Fail::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", m)
+        })?),
+    };
+    let list = state
+        .store
+        .list_deliveries(me.tenant(), Some(id), filter, 200)
+        .await?;
+    page(views::endpoint(
+        &me,
+        &e,
+        &list,
+        filter,
+        q.notice.text().as_deref(),
+    ))
+}
+
+/// A signed-in owner's form about one of the tenant's endpoints.
+async fn owned_endpoint(
+    state: &SharedState,
+    req: &Request,
+    raw: &str,
+    f: &Fields,
+) -> Result<(Me, EndpointId), Fail> {
+    let me = me(state, req).await?;
+    me.form(req, f)?;
+    me.owner()?;
+    let id: EndpointId = id(raw, "endpoint")?;
+    deliveries::tenant_endpoint(state.store.as_ref(), me.tenant(), id).await?;
+    Ok((me, id))
+}
+
+#[handler]
+async fn rotate(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
+    let created =
+        admin::rotate_webhook_secret(state.store.as_ref(), state.runtime.keys(), id).await?;
+    page(views::secret_shown(
+        &me,
+        &created.endpoint,
+        &created.secret,
+        true,
+        None,
+    ))
+}
+
+#[handler]
+async fn enable(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let (_, id) = owned_endpoint(&state, req, &raw, &f).await?;
+    admin::set_webhook_enabled(state.store.as_ref(), id, true, None).await?;
+    see_other(&format!("/endpoints/{id}?notice=enabled"))
+}
+
+#[handler]
+async fn disable(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
+    let reason = format!("disabled in the console by {}", me.user().email);
+    admin::set_webhook_enabled(state.store.as_ref(), id, false, Some(&reason)).await?;
+    see_other(&format!("/endpoints/{id}?notice=disabled"))
+}
+
+#[handler]
+async fn delete(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
+    deliveries::delete_endpoint(state.store.as_ref(), me.tenant(), id).await?;
+    see_other("/endpoints?notice=deleted")
+}
+
+/// `datetime-local` (taken as UTC) or RFC 3339.
+fn parse_since(raw: &str) -> Result<DateTime<Utc>, Fail> {
+    let raw = raw.trim();
+    DateTime::parse_from_rfc3339(raw)
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|_| NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S").map(|t| t.and_utc()))
+        .or_else(|_| NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M").map(|t| t.and_utc()))
+        .map_err(|_| {
+            Fail::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_input",
+                format!("`{raw}` is not a time (YYYY-MM-DDTHH:MM, UTC)"),
+            )
+        })
+}
+
+#[handler]
+async fn replay_failed(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
+    let since = parse_since(field(&f, "since"))?;
+    let n = deliveries::replay_failed_since(
+        state.store.as_ref(),
+        me.tenant(),
+        id,
+        since,
+        state.clock.now(),
+    )
+    .await?;
+    if n > 0 {
+        state.runtime.deliveries_queued();
+    }
+    see_other(&format!("/endpoints/{id}?notice=replayed_failed&n={n}"))
+}
+
+#[handler]
+async fn replay(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let me = me(&state, req).await?;
+    me.form(req, &f)?;
+    me.owner()?;
+    let id: DeliveryId = id(&raw, "delivery")?;
+    let (outcome, back_to) =
+        deliveries::replay(state.store.as_ref(), me.tenant(), id, state.clock.now()).await?;
+    let notice = match outcome {
+        Replayed::Queued => {
+            state.runtime.deliveries_queued();
+            "replayed"
+        }
+        Replayed::AlreadyPending => "already_pending",
+    };
+    see_other(&format!("/endpoints/{back_to}?notice={notice}"))
+}
+
+// --- jobs, quarantine, keys, plan -----------------------------------------
+
+#[handler]
+async fn jobs(req: &Request, state: Data<&SharedState>) -> Page {
+    let me = me(&state, req).await?;
+    let list = state.store.list_jobs(me.tenant(), None, 100).await?;
+    page(views::jobs(&me, &list))
+}
+
+#[handler]
+async fn job_result(req: &Request, state: Data<&SharedState>, Path(raw): Path<String>) -> Page {
+    let me = me(&state, req).await?;
+    let id: JobId = id(&raw, "job")?;
+    let job = state
+        .store
+        .get_job(me.tenant(), id)
+        .await?
+        .ok_or_else(|| Fail::not_found("job"))?;
+    let result = match (&job.status, &job.kind, &job.result) {
+        (JobStatus::Completed, JobKind::Export, Some(r)) => r,
+        _ => {
+            return Err(Fail::new(
+                StatusCode::CONFLICT,
+                "job_not_completed",
+                format!(
+                    "job {} is {}, there is no result to download",
+                    job.id, job.status
+                ),
+            ));
+        }
+    };
+    let body =
+        export::read_result(state.runtime.objects(), state.runtime.keys(), &job, result).await?;
+    Ok(Response::builder()
+        .content_type("application/x-ndjson")
+        .header(
+            "content-disposition",
+            format!("attachment; filename=\"export-{}.ndjson\"", job.id),
+        )
+        .body(body))
+}
+
+async fn owner(state: &SharedState, req: &Request) -> Result<Me, Fail> {
+    let me = me(state, req).await?;
+    me.owner()?;
+    Ok(me)
+}
+
+#[handler]
+async fn quarantine(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
+    let me = owner(&state, req).await?;
+    let list = state.store.list_quarantine(me.tenant(), 200).await?;
+    page(views::quarantine(&me, &list, q.text().as_deref()))
+}
+
+#[handler]
+async fn retry_quarantined(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let me = owner(&state, req).await?;
+    me.form(req, &f)?;
+    let event: EventId = id(&raw, "quarantined event")?;
+    admin::retry_quarantined(state.store.as_ref(), me.tenant(), event).await?;
+    state.runtime.wake(me.tenant());
+    see_other("/quarantine?notice=retried")
+}
+
+#[handler]
+async fn drop_quarantined(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let me = owner(&state, req).await?;
+    me.form(req, &f)?;
+    let event: EventId = id(&raw, "quarantined event")?;
+    admin::drop_quarantined(state.store.as_ref(), me.tenant(), event).await?;
+    see_other("/quarantine?notice=dropped")
+}
+
+#[handler]
+async fn keys(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
+    let me = owner(&state, req).await?;
+    let list = state.store.list_api_keys(me.tenant()).await?;
+    page(views::keys(&me, &list, None, q.text().as_deref()))
+}
+
+#[handler]
+async fn create_key(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
+    let me = owner(&state, req).await?;
+    me.form(req, &f)?;
+    let created = admin::create_key(state.store.as_ref(), me.tenant(), None).await?;
+    let list = state.store.list_api_keys(me.tenant()).await?;
+    page(views::keys(&me, &list, Some(&created.secret), None))
+}
+
+#[handler]
+async fn revoke_key(
+    req: &Request,
+    state: Data<&SharedState>,
+    Path(raw): Path<String>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let me = owner(&state, req).await?;
+    me.form(req, &f)?;
+    let id: ApiKeyId = id(&raw, "api key")?;
+    if !state
+        .store
+        .list_api_keys(me.tenant())
+        .await?
+        .iter()
+        .any(|k| k.id == id)
+    {
+        return Err(Fail::not_found("api key"));
+    }
+    admin::revoke_key(state.store.as_ref(), id).await?;
+    see_other("/keys?notice=revoked")
+}
+
+#[handler]
+async fn plan(req: &Request, state: Data<&SharedState>) -> Page {
+    let me = me(&state, req).await?;
+    let current = state.store.plan_version(me.tenant(), None).await?;
+    let history = state.store.plan_history(me.tenant()).await?;
+    page(views::plan(&me, current.as_ref(), &history))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_since_takes_the_browser_and_rfc3339_forms() {
+        let a = parse_since("2026-12-01T09:30").unwrap();
+        let b = parse_since("2026-12-01T09:30:00").unwrap();
+        let c = parse_since("2026-12-01T10:30:00+01:00").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, c);
+        assert!(parse_since("yesterday").is_err());
+    }
+
+    #[test]
+    fn notices_are_fixed_texts() {
+        let n = Notice {
+            notice: Some("<script>".to_owned()),
+            ..Notice::default()
+        };
+        assert_eq!(n.text(), None);
+        let n = Notice {
+            notice: Some("replayed_failed".to_owned()),
+            n: Some(3),
+            status: None,
+        };
+        assert_eq!(n.text().unwrap(), "3 failed deliveries queued again.");
+    }
+}

@@ -1,0 +1,443 @@
+//! The console's pages, server-rendered with maud (escaped by default).
+//! Every form that changes something carries the session's CSRF token;
+//! controls a viewer may not use are not shown to them (and refused if
+//! submitted anyway).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use fastack_core::console::User;
+use fastack_entities::{
+    ApiKey, Delivery, DeliveryStatus, Endpoint, EndpointId, Job, PlanVersion, QuarantinedEvent,
+    webhook::EVENT_TYPES,
+};
+use maud::{DOCTYPE, Markup, html};
+use poem::{Response, http::StatusCode};
+
+use super::guard::Me;
+
+/// A page as a response: HTML, never cached (pages show secrets once).
+pub fn html(status: StatusCode, page: Markup) -> Response {
+    Response::builder()
+        .status(status)
+        .content_type("text/html; charset=utf-8")
+        .body(page.into_string())
+}
+
+fn when(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+        .replace('T', " ")
+        .replace('Z', " UTC")
+}
+
+/// The frame of every page: navigation for a signed-in user.
+fn layout(title: &str, me: Option<&Me>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · fastack console" }
+                link rel="stylesheet" href="/static/console.css";
+                script src="/static/console.js" defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header {
+                    span.brand { "fastack" }
+                    @if let Some(me) = me {
+                        nav aria-label="Console" {
+                            a href="/endpoints" { "Notifications" }
+                            a href="/jobs" { "Jobs" }
+                            @if me.is_owner() {
+                                a href="/quarantine" { "Quarantine" }
+                                a href="/keys" { "API keys" }
+                            }
+                            a href="/plan" { "Tracking plan" }
+                        }
+                        div.who {
+                            span { (me.user().email) " (" (me.user().role) ")" }
+                            form method="post" action="/signout" {
+                                (csrf(me))
+                                button.link type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main #main tabindex="-1" {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+fn csrf(me: &Me) -> Markup {
+    html! { input type="hidden" name="csrf" value=(me.csrf); }
+}
+
+fn notice(text: Option<&str>) -> Markup {
+    html! {
+        @if let Some(t) = text {
+            p.notice role="status" { (t) }
+        }
+    }
+}
+
+pub fn error_page(status: StatusCode, code: &str, message: &str) -> Markup {
+    layout(
+        status.canonical_reason().unwrap_or("Error"),
+        None,
+        html! {
+            p.error role="alert" data-code=(code) { (message) }
+            p { "Error code: " code { (code) } }
+            p { a href="/endpoints" { "Back to the console" } }
+        },
+    )
+}
+
+pub fn sign_in(csrf: &str, error: Option<&str>) -> Markup {
+    layout(
+        "Sign in",
+        None,
+        html! {
+            @if let Some(e) = error { p.error role="alert" { (e) } }
+            form.card method="post" action="/signin" {
+                input type="hidden" name="csrf" value=(csrf);
+                label for="email" { "Email" }
+                input #email type="email" name="email" autocomplete="username" required autofocus;
+                label for="password" { "Password" }
+                input #password type="password" name="password" autocomplete="current-password" required;
+                button type="submit" { "Sign in" }
+            }
+            p.hint { "No password yet, or forgot it? Ask your fastack operator for a sign-in link." }
+        },
+    )
+}
+
+pub fn set_password(csrf: &str, token: &str, user: &User, error: Option<&str>) -> Markup {
+    layout(
+        "Set your password",
+        None,
+        html! {
+            p { "Signing in as " strong { (user.email) } "." }
+            @if let Some(e) = error { p.error role="alert" { (e) } }
+            form.card method="post" action="/setup" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="token" value=(token);
+                label for="password" { "New password (at least 12 characters)" }
+                input #password type="password" name="password" minlength="12" autocomplete="new-password" required autofocus;
+                label for="confirm" { "Repeat it" }
+                input #confirm type="password" name="confirm" minlength="12" autocomplete="new-password" required;
+                button type="submit" { "Set password and sign in" }
+            }
+        },
+    )
+}
+
+fn status_badge(s: DeliveryStatus) -> Markup {
+    html! { span class={"badge " (s.as_str())} { (s.as_str()) } }
+}
+
+pub fn endpoints(
+    me: &Me,
+    list: &[Endpoint],
+    last: &HashMap<EndpointId, DeliveryStatus>,
+    note: Option<&str>,
+) -> Markup {
+    layout(
+        "Notifications",
+        Some(me),
+        html! {
+            (notice(note))
+            p { "Where fastack sends your events. Each delivery is signed (Standard Webhooks) with the endpoint's secret." }
+            @if list.is_empty() {
+                p.empty { "No endpoint yet." }
+            } @else {
+                div.scroll { table {
+                    thead { tr { th scope="col" { "URL" } th scope="col" { "Events" } th scope="col" { "State" } th scope="col" { "Last delivery" } } }
+                    tbody {
+                        @for e in list {
+                            tr {
+                                td { a href={"/endpoints/" (e.id)} { (e.url) } }
+                                td { (e.events.join(", ")) }
+                                td { @if e.enabled { "enabled" } @else { "disabled" @if let Some(r) = &e.disabled_reason { br; small { (r) } } } }
+                                td { @match last.get(&e.id) { Some(s) => (status_badge(*s)), None => "none yet" } }
+                            }
+                        }
+                    }
+                } }
+            }
+            @if me.is_owner() {
+                h2 { "Add an endpoint" }
+                form.card method="post" action="/endpoints" {
+                    (csrf(me))
+                    label for="url" { "URL (https)" }
+                    input #url type="url" name="url" placeholder="https://hooks.example.com/fastack" required;
+                    fieldset {
+                        legend { "Events" }
+                        @for t in EVENT_TYPES {
+                            label.check {
+                                input type="checkbox" name="events" value=(t) checked[t.starts_with("job.")];
+                                " " (t)
+                            }
+                        }
+                    }
+                    button type="submit" { "Add endpoint" }
+                }
+            }
+        },
+    )
+}
+
+/// The page that shows a signing secret, once.
+pub fn secret_shown(
+    me: &Me,
+    endpoint: &Endpoint,
+    secret: &str,
+    rotated: bool,
+    warning: Option<&str>,
+) -> Markup {
+    layout(
+        if rotated {
+            "New signing secret"
+        } else {
+            "Endpoint added"
+        },
+        Some(me),
+        html! {
+            p { "Endpoint " code { (endpoint.url) } }
+            p.warning role="alert" {
+                strong { "Copy this secret now: it is shown only once." }
+                @if rotated { " The previous secret keeps signing alongside it for 24 hours, so you can switch your receiver without losing deliveries." }
+            }
+            @if let Some(w) = warning { p.warning { (w) } }
+            label for="secret" { "Signing secret" }
+            div.copy {
+                input #secret type="text" readonly value=(secret) data-secret;
+                button type="button" data-copy="secret" { "Copy" }
+            }
+            p { a href={"/endpoints/" (endpoint.id)} { "Go to the endpoint" } }
+        },
+    )
+}
+
+pub fn endpoint(
+    me: &Me,
+    e: &Endpoint,
+    deliveries: &[Delivery],
+    filter: Option<DeliveryStatus>,
+    note: Option<&str>,
+) -> Markup {
+    layout(
+        "Endpoint",
+        Some(me),
+        html! {
+            (notice(note))
+            dl.facts {
+                dt { "URL" } dd { code { (e.url) } }
+                dt { "Events" } dd { (e.events.join(", ")) }
+                dt { "State" } dd { @if e.enabled { "enabled" } @else { "disabled" @if let Some(r) = &e.disabled_reason { " — " (r) } } }
+                @if let Some(until) = &e.previous_secret_until {
+                    dt { "Previous secret" } dd { "signs too until " (when(until)) }
+                }
+            }
+            @if me.is_owner() {
+                div.actions {
+                    form method="post" action={"/endpoints/" (e.id) "/rotate"} { (csrf(me)) button type="submit" { "Rotate secret" } }
+                    @if e.enabled {
+                        form method="post" action={"/endpoints/" (e.id) "/disable"} { (csrf(me)) button type="submit" { "Disable" } }
+                    } @else {
+                        form method="post" action={"/endpoints/" (e.id) "/enable"} { (csrf(me)) button type="submit" { "Enable" } }
+                    }
+                    form method="post" action={"/endpoints/" (e.id) "/delete"} data-confirm="Delete this endpoint and its delivery log?" { (csrf(me)) button.danger type="submit" { "Delete" } }
+                }
+                form.card.inline method="post" action={"/endpoints/" (e.id) "/replay-failed"} {
+                    (csrf(me))
+                    label for="since" { "Replay all failed deliveries since (UTC)" }
+                    input #since type="datetime-local" name="since" step="1" required;
+                    button type="submit" { "Replay failed" }
+                }
+            }
+            h2 { "Deliveries" }
+            nav.filters aria-label="Filter deliveries" {
+                a href={"/endpoints/" (e.id)} aria-current=[filter.is_none().then_some("page")] { "All" }
+                @for s in [DeliveryStatus::Pending, DeliveryStatus::Delivered, DeliveryStatus::Failed] {
+                    a href={"/endpoints/" (e.id) "?status=" (s.as_str())} aria-current=[(filter == Some(s)).then_some("page")] { (s.as_str()) }
+                }
+            }
+            @if deliveries.is_empty() {
+                p.empty { "No delivery" @if let Some(s) = filter { " " (s.as_str()) } "." }
+            } @else {
+                div.scroll { table.log {
+                    thead { tr {
+                        th scope="col" { "Created" } th scope="col" { "Event" } th scope="col" { "Status" }
+                        th scope="col" { "Attempts (time · HTTP status · latency · error)" } th scope="col" { span.sr { "Actions" } }
+                    } }
+                    tbody {
+                        @for d in deliveries {
+                            tr data-delivery=(d.id) data-status=(d.status.as_str()) {
+                                td { (when(&d.created_at)) br; small.mono { (d.webhook_id) } }
+                                td { (d.event_type) }
+                                td { (status_badge(d.status)) }
+                                td {
+                                    @if d.attempts.is_empty() { "none yet" }
+                                    ol.attempts {
+                                        @for a in &d.attempts {
+                                            li {
+                                                (when(&a.attempted_at)) " · "
+                                                @match a.status_code { Some(c) => (c), None => "no answer" }
+                                                " · " (a.latency_ms) " ms"
+                                                @if let Some(k) = &a.error_kind { " · " (k) }
+                                            }
+                                        }
+                                    }
+                                }
+                                td {
+                                    @if me.is_owner() && d.status != DeliveryStatus::Pending && e.enabled {
+                                        form method="post" action={"/deliveries/" (d.id) "/replay"} {
+                                            (csrf(me))
+                                            button type="submit" { "Replay" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                } }
+            }
+        },
+    )
+}
+
+pub fn jobs(me: &Me, list: &[Job]) -> Markup {
+    layout(
+        "Jobs",
+        Some(me),
+        html! {
+            @if list.is_empty() {
+                p.empty { "No job yet. Exports are started through the API." }
+            } @else {
+                div.scroll { table {
+                    thead { tr { th scope="col" { "Created" } th scope="col" { "Kind" } th scope="col" { "Status" } th scope="col" { "Finished" } th scope="col" { "Result" } } }
+                    tbody {
+                        @for j in list {
+                            tr data-job=(j.id) {
+                                td { (when(&j.created_at)) br; small.mono { (j.id) } }
+                                td { (j.kind.as_str()) }
+                                td { span class={"badge " (j.status.as_str())} { (j.status.as_str()) } }
+                                td { @if let Some(f) = &j.finished_at { (when(f)) } }
+                                td {
+                                    @if j.result.is_some() && j.status.as_str() == "completed" {
+                                        a href={"/jobs/" (j.id) "/result"} download { "Download" }
+                                    } @else if let Some(e) = j.metadata.get("error") {
+                                        small { (e.get("message").and_then(|m| m.as_str()).unwrap_or("failed")) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                } }
+            }
+        },
+    )
+}
+
+pub fn quarantine(me: &Me, list: &[QuarantinedEvent], note: Option<&str>) -> Markup {
+    layout(
+        "Quarantine",
+        Some(me),
+        html! {
+            (notice(note))
+            p { "Accepted events that failed processing repeatedly. Retry puts one back in line (it keeps its event id); drop deletes it." }
+            @if list.is_empty() {
+                p.empty { "Nothing in quarantine." }
+            } @else {
+                div.scroll { table {
+                    thead { tr { th scope="col" { "Event" } th scope="col" { "Received" } th scope="col" { "Error" } th scope="col" { "Attempts" } th scope="col" { span.sr { "Actions" } } } }
+                    tbody {
+                        @for q in list {
+                            tr {
+                                td.mono { (q.event_id) }
+                                td { (when(&q.received_at)) }
+                                td { (q.error) }
+                                td { (q.attempts) }
+                                td.actions {
+                                    form method="post" action={"/quarantine/" (q.event_id) "/retry"} { (csrf(me)) button type="submit" { "Retry" } }
+                                    form method="post" action={"/quarantine/" (q.event_id) "/drop"} data-confirm="Drop this event for good?" { (csrf(me)) button.danger type="submit" { "Drop" } }
+                                }
+                            }
+                        }
+                    }
+                } }
+            }
+        },
+    )
+}
+
+pub fn keys(me: &Me, list: &[ApiKey], created: Option<&str>, note: Option<&str>) -> Markup {
+    layout(
+        "API keys",
+        Some(me),
+        html! {
+            (notice(note))
+            @if let Some(secret) = created {
+                p.warning role="alert" { strong { "Copy this key now: it is shown only once." } }
+                label for="secret" { "New API key" }
+                div.copy {
+                    input #secret type="text" readonly value=(secret) data-secret;
+                    button type="button" data-copy="secret" { "Copy" }
+                }
+            }
+            div.scroll { table {
+                thead { tr { th scope="col" { "Prefix" } th scope="col" { "Created" } th scope="col" { "Last used" } th scope="col" { "State" } th scope="col" { span.sr { "Actions" } } } }
+                tbody {
+                    @for k in list {
+                        tr {
+                            td.mono { (k.prefix) "…" }
+                            td { (when(&k.created_at)) }
+                            td { @match &k.last_used_at { Some(t) => (when(t)), None => "never" } }
+                            td { @match &k.revoked_at { Some(t) => { "revoked " (when(t)) }, None => "active" } }
+                            td { @if k.revoked_at.is_none() {
+                                form method="post" action={"/keys/" (k.id) "/revoke"} data-confirm="Revoke this key? Requests with it will be refused." { (csrf(me)) button.danger type="submit" { "Revoke" } }
+                            } }
+                        }
+                    }
+                }
+            } }
+            form method="post" action="/keys" { (csrf(me)) button type="submit" { "Create a key" } }
+        },
+    )
+}
+
+pub fn plan(me: &Me, current: Option<&PlanVersion>, history: &[PlanVersion]) -> Markup {
+    layout(
+        "Tracking plan",
+        Some(me),
+        html! {
+            @match current.and_then(|p| p.document.as_ref().map(|d| (p, d))) {
+                Some((p, doc)) => {
+                    p { "Version " (p.version) ", installed " (when(&p.installed_at)) ". Your operator installs and changes it." }
+                    pre.doc { (serde_json::to_string_pretty(doc).unwrap_or_default()) }
+                }
+                None => p.empty { "No tracking plan is in force: every event is accepted as sent." }
+            }
+            @if !history.is_empty() {
+                h2 { "History" }
+                table {
+                    thead { tr { th scope="col" { "Version" } th scope="col" { "Installed" } th scope="col" { "Change" } } }
+                    tbody { @for v in history.iter().rev() {
+                        tr { td { (v.version) } td { (when(&v.installed_at)) } td { @if v.document.is_some() { "installed" } @else { "removed" } } }
+                    } }
+                }
+            }
+        },
+    )
+}
+
+/// The stylesheet and the one small script (copy buttons, confirmations);
+/// every page works without the script.
+pub const CSS: &str = include_str!("console.css");
+pub const JS: &str = include_str!("console.js");

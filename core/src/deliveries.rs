@@ -1,0 +1,274 @@
+//! What people do with webhook deliveries besides receiving them: replay
+//! one delivery or every failed one since a time (the same row goes back to
+//! pending, so it keeps its `webhook-id` and receivers deduplicate it), see
+//! each endpoint's latest outcome, delete an endpoint with its log, and the
+//! operational notifications (`endpoint.disabled`, `delivery.exhausted`)
+//! that storage writes in the same transaction as what they report.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use fastack_entities::{
+    DeliveryId, DeliveryStatus, Endpoint, EndpointId, TenantId,
+    db::{Time, webhook_attempt, webhook_delivery, webhook_endpoint},
+    webhook::{DELIVERY_EXHAUSTED, ENDPOINT_DISABLED, is_operational},
+};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, sea_query::Expr};
+use serde_json::{Value, json};
+
+use crate::{
+    error::{Error, Result},
+    store::{AttemptRecord, NewDelivery, Storage, shared::insert_delivery_rows, sql::Tx},
+};
+
+/// What a replay did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// Pending again, due now.
+    Queued,
+    /// Already pending (a first attempt, a retry or an earlier replay in
+    /// flight): left alone, so a delivery is never replayed twice at once.
+    AlreadyPending,
+}
+
+/// Puts one delivery of `tenant` back to pending, due now. A replay is one
+/// more attempt: the attempt count goes on, so a delivery that had used its
+/// three attempts fails again at once if this one fails.
+/// Returns what it did and the delivery's endpoint.
+pub async fn replay(
+    store: &dyn Storage,
+    tenant: TenantId,
+    id: DeliveryId,
+    now: DateTime<Utc>,
+) -> Result<(Replayed, EndpointId)> {
+    use webhook_delivery::Column as C;
+    let row = webhook_delivery::Entity::find_by_id(id)
+        .filter(C::TenantId.eq(tenant))
+        .one(store.records())
+        .await?
+        .ok_or(Error::NotFound { what: "delivery" })?;
+    enabled_endpoint(store, tenant, row.endpoint_id).await?;
+    let n = requeue(now)
+        .filter(C::Id.eq(id))
+        .filter(C::Status.ne(DeliveryStatus::Pending.as_str()))
+        .exec(store.records())
+        .await?
+        .rows_affected;
+    let done = if n == 1 {
+        Replayed::Queued
+    } else {
+        Replayed::AlreadyPending
+    };
+    Ok((done, row.endpoint_id))
+}
+
+/// Replays every failed delivery of one endpoint created at or after
+/// `since`; returns how many went back to pending.
+pub async fn replay_failed_since(
+    store: &dyn Storage,
+    tenant: TenantId,
+    endpoint: EndpointId,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    use webhook_delivery::Column as C;
+    enabled_endpoint(store, tenant, endpoint).await?;
+    Ok(requeue(now)
+        .filter(C::TenantId.eq(tenant))
+        .filter(C::EndpointId.eq(endpoint))
+        .filter(C::Status.eq(DeliveryStatus::Failed.as_str()))
+        .filter(C::CreatedAt.gte(Time(since)))
+        .exec(store.records())
+        .await?
+        .rows_affected)
+}
+
+fn requeue(now: DateTime<Utc>) -> sea_orm::UpdateMany<webhook_delivery::Entity> {
+    use webhook_delivery::Column as C;
+    webhook_delivery::Entity::update_many()
+        .col_expr(C::Status, Expr::value(DeliveryStatus::Pending.as_str()))
+        .col_expr(C::NextAttemptAt, Expr::value(Some(Time(now))))
+        .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+}
+
+/// The tenant's endpoint, which must be enabled to be replayed to.
+async fn enabled_endpoint(
+    store: &dyn Storage,
+    tenant: TenantId,
+    id: EndpointId,
+) -> Result<Endpoint> {
+    let ep = tenant_endpoint(store, tenant, id).await?;
+    if !ep.enabled {
+        return Err(Error::Conflict(
+            "the endpoint is disabled; enable it before replaying to it".to_owned(),
+        ));
+    }
+    Ok(ep)
+}
+
+/// One endpoint of `tenant` (another tenant's is not found).
+pub async fn tenant_endpoint(
+    store: &dyn Storage,
+    tenant: TenantId,
+    id: EndpointId,
+) -> Result<Endpoint> {
+    store
+        .get_endpoint(id)
+        .await?
+        .filter(|e| e.tenant_id == tenant)
+        .ok_or(Error::NotFound { what: "endpoint" })
+}
+
+/// The status of each endpoint's most recent delivery.
+pub async fn latest_status(
+    store: &dyn Storage,
+    tenant: TenantId,
+) -> Result<HashMap<EndpointId, DeliveryStatus>> {
+    use webhook_delivery::Column as C;
+    let mut out = HashMap::new();
+    for ep in store.list_endpoints(Some(tenant)).await? {
+        let last: Option<String> = webhook_delivery::Entity::find()
+            .select_only()
+            .column(C::Status)
+            .filter(C::EndpointId.eq(ep.id))
+            .order_by_desc(C::CreatedAt)
+            .order_by_desc(C::Id)
+            .into_tuple()
+            .one(store.records())
+            .await?;
+        if let Some(status) = last.and_then(|s| s.parse().ok()) {
+            out.insert(ep.id, status);
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes an endpoint of `tenant` with its deliveries and their attempts.
+pub async fn delete_endpoint(store: &dyn Storage, tenant: TenantId, id: EndpointId) -> Result<()> {
+    use webhook_delivery::Column as C;
+    tenant_endpoint(store, tenant, id).await?;
+    let mut tx = store.records().begin().await?;
+    let ids: Vec<DeliveryId> = tx
+        .models::<webhook_delivery::Model>(
+            &webhook_delivery::Entity::find().filter(C::EndpointId.eq(id)),
+        )
+        .await?
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    for chunk in ids.chunks(1_000) {
+        tx.run(
+            &webhook_attempt::Entity::delete_many()
+                .filter(webhook_attempt::Column::DeliveryId.is_in(chunk.iter().copied())),
+        )
+        .await?;
+    }
+    tx.run(&webhook_delivery::Entity::delete_many().filter(C::EndpointId.eq(id)))
+        .await?;
+    tx.run(&webhook_endpoint::Entity::delete_by_id(id)).await?;
+    tx.commit().await
+}
+
+/// Writes one operational notification to each enabled endpoint of
+/// `tenant` subscribed to `event_type`, inside the caller's transaction.
+async fn notify(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    event_type: &str,
+    ce_id: String,
+    body: Value,
+    at: DateTime<Utc>,
+) -> Result<()> {
+    use webhook_endpoint::Column as E;
+    let endpoints: Vec<webhook_endpoint::Model> = tx
+        .models(
+            &webhook_endpoint::Entity::find()
+                .filter(E::TenantId.eq(tenant))
+                .filter(E::Enabled.eq(true)),
+        )
+        .await?;
+    let body = body.to_string();
+    let deliveries: Vec<NewDelivery> = endpoints
+        .iter()
+        .map(Endpoint::from)
+        .filter(|e| e.wants(event_type))
+        .map(|e| NewDelivery {
+            id: DeliveryId::new(),
+            endpoint_id: e.id,
+            tenant_id: tenant,
+            event_type: event_type.to_owned(),
+            ce_id: ce_id.clone(),
+            body: body.clone(),
+            emitted_at: at,
+        })
+        .collect();
+    insert_delivery_rows(tx, &deliveries, Time(at)).await
+}
+
+/// `endpoint.disabled`, for an endpoint just disabled.
+pub(crate) async fn notify_disabled(
+    tx: &mut Tx<'_>,
+    id: EndpointId,
+    reason: &str,
+    at: DateTime<Utc>,
+) -> Result<()> {
+    let Some(ep) = tx
+        .models::<webhook_endpoint::Model>(&webhook_endpoint::Entity::find_by_id(id))
+        .await?
+        .pop()
+    else {
+        return Ok(());
+    };
+    let body = json!({
+        "type": ENDPOINT_DISABLED,
+        "endpoint_id": ep.id,
+        "url": ep.url,
+        "reason": reason,
+        "disabled_at": at,
+    });
+    let ce_id = format!("fastack.endpoint.disabled.{id}.{}", at.timestamp_micros());
+    notify(tx, ep.tenant_id, ENDPOINT_DISABLED, ce_id, body, at).await
+}
+
+/// `delivery.exhausted`, for deliveries whose last attempt just failed
+/// (never for an operational delivery: a failing subscriber must not feed
+/// itself).
+pub(crate) async fn notify_exhausted(tx: &mut Tx<'_>, failed: &[&AttemptRecord]) -> Result<()> {
+    use webhook_delivery::Column as C;
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let rows: HashMap<DeliveryId, webhook_delivery::Model> = tx
+        .models::<webhook_delivery::Model>(
+            &webhook_delivery::Entity::find()
+                .filter(C::Id.is_in(failed.iter().map(|r| r.delivery))),
+        )
+        .await?
+        .into_iter()
+        .map(|d| (d.id, d))
+        .collect();
+    for r in failed {
+        let Some(d) = rows.get(&r.delivery) else {
+            continue;
+        };
+        if is_operational(&d.event_type) {
+            continue;
+        }
+        let at = r.attempt.attempted_at;
+        let body = json!({
+            "type": DELIVERY_EXHAUSTED,
+            "delivery_id": d.id,
+            "webhook_id": d.id.webhook_id(),
+            "endpoint_id": d.endpoint_id,
+            "event_type": d.event_type,
+            "event_id": d.ce_id,
+            "attempts": r.attempt.attempt,
+            "last_status_code": r.attempt.status_code,
+            "last_error_kind": r.attempt.error_kind,
+            "failed_at": at,
+        });
+        let ce_id = format!("fastack.delivery.exhausted.{}.{}", d.id, r.attempt.attempt);
+        notify(tx, d.tenant_id, DELIVERY_EXHAUSTED, ce_id, body, at).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! `fastack admin user …`: the people who sign in to a tenant's account
+//! console. Creating a user (or asking for a new link) prints a one-time
+//! sign-in link, valid 24 hours, that sets their password.
+
+use clap::Subcommand;
+use fastack_core::{
+    Config, admin,
+    console::{self, Role, Token, User},
+    store::Storage,
+};
+use serde::Serialize;
+
+use crate::print;
+
+#[derive(Subcommand)]
+pub enum UserCommand {
+    /// Create a console user and print their one-time sign-in link.
+    Create {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        email: String,
+        /// `owner` (everything) or `viewer` (reads only).
+        #[arg(long, default_value = "owner")]
+        role: String,
+    },
+    /// A new one-time link for a user (a forgotten password); their
+    /// sessions end.
+    Link {
+        #[arg(long)]
+        email: String,
+    },
+    /// Console users, of one tenant or all.
+    List {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Delete a user (signing them out everywhere).
+    Remove {
+        #[arg(long)]
+        email: String,
+    },
+}
+
+#[derive(Serialize)]
+struct WithLink {
+    #[serde(flatten)]
+    user: User,
+    /// Shown once; only its hash is stored.
+    sign_in_link: String,
+    link_expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+fn with_link(config: &Config, user: User, token: &Token) -> WithLink {
+    WithLink {
+        user,
+        sign_in_link: format!(
+            "{}/setup?token={}",
+            config.console_base_url(),
+            token.as_str()
+        ),
+        link_expires_at: chrono::Utc::now() + console::LINK_TTL,
+    }
+}
+
+fn show_link(config: &Config) -> impl FnOnce(&WithLink) -> String + '_ {
+    move |w| {
+        let mut out = format!(
+            "console user {} ({}) of tenant {}\n\n    {}\n\nThis link sets their password; it works once, until {}.",
+            w.user.email,
+            w.user.role,
+            w.user.tenant_id,
+            w.sign_in_link,
+            w.link_expires_at.format("%Y-%m-%d %H:%M UTC"),
+        );
+        if config.console_listen.is_none() {
+            out.push_str("\nNote: the console is off on this configuration (set FASTACK_CONSOLE_LISTEN, and FASTACK_CONSOLE_URL when browsers reach it elsewhere).");
+        }
+        out
+    }
+}
+
+pub async fn command(
+    config: &Config,
+    store: &dyn Storage,
+    json: bool,
+    cmd: UserCommand,
+) -> anyhow::Result<()> {
+    let now = chrono::Utc::now();
+    match cmd {
+        UserCommand::Create {
+            tenant,
+            email,
+            role,
+        } => {
+            let t = admin::resolve_tenant(store, &tenant).await?;
+            let (user, token) =
+                console::create_user(store, t.id, &email, Role::parse(&role)?, now).await?;
+            print(json, &with_link(config, user, &token), show_link(config))
+        }
+        UserCommand::Link { email } => {
+            let (user, token) = console::reset_user(store, &email, now).await?;
+            print(json, &with_link(config, user, &token), show_link(config))
+        }
+        UserCommand::List { tenant } => {
+            let t = match tenant {
+                Some(t) => Some(admin::resolve_tenant(store, &t).await?.id),
+                None => None,
+            };
+            let users = console::list_users(store, t).await?;
+            print(json, &users, |us| {
+                let mut out = format!(
+                    "{:<36}  {:<6}  {:<8}  {}",
+                    "TENANT", "ROLE", "STATE", "EMAIL"
+                );
+                for u in us {
+                    out.push_str(&format!(
+                        "\n{:<36}  {:<6}  {:<8}  {}",
+                        u.tenant_id,
+                        u.role,
+                        if u.active { "active" } else { "invited" },
+                        u.email
+                    ));
+                }
+                out
+            })
+        }
+        UserCommand::Remove { email } => {
+            let user = console::remove_user(store, &email).await?;
+            print(json, &user, |u| format!("console user {} removed", u.email))
+        }
+    }
+}
