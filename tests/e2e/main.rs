@@ -6,6 +6,7 @@ mod helpers;
 
 mod amqp;
 mod conformance;
+mod console;
 mod durability;
 mod first_hour;
 mod hostile;

@@ -129,6 +129,11 @@ impl Receiver {
         format!("http://{}/hooks", self.addr)
     }
 
+    /// What the next requests are answered (then 200 again).
+    pub fn script(&self, replies: &[Reply]) {
+        self.state.script.lock().extend(replies.iter().copied());
+    }
+
     pub fn hits(&self) -> Vec<Hit> {
         self.state.hits.lock().clone()
     }
@@ -212,7 +217,7 @@ pub async fn register(app: &TestApp, url: &str, events: &[&str]) -> (String, Str
     )
 }
 
-async fn deliveries(app: &TestApp, endpoint: &str) -> Vec<Value> {
+pub async fn deliveries(app: &TestApp, endpoint: &str) -> Vec<Value> {
     let a = admin_get(
         app,
         &format!("/admin/v1/tenants/acme/deliveries?endpoint={endpoint}"),
@@ -222,7 +227,7 @@ async fn deliveries(app: &TestApp, endpoint: &str) -> Vec<Value> {
     a.body.as_array().unwrap().clone()
 }
 
-async fn send(app: &TestApp, key: &str) -> String {
+pub async fn send(app: &TestApp, key: &str) -> String {
     let a = app
         .post("/v1/core/track", &app.t.key, &track(key, "u", Utc::now()))
         .await;
@@ -230,7 +235,7 @@ async fn send(app: &TestApp, key: &str) -> String {
     a.body["id"].as_str().unwrap().to_owned()
 }
 
-fn verify_independently(secret: &str, hit: &Hit) {
+pub fn verify_independently(secret: &str, hit: &Hit) {
     let wh = standardwebhooks::Webhook::new(secret).expect("secret accepted by standardwebhooks");
     wh.verify(&hit.body, &hit.headers)
         .expect("standardwebhooks verifies the delivery");
