@@ -264,7 +264,11 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
                 metrics,
                 stopped,
             )));
-            info!(addr = %a, url = %config.console_base_url(), "account console up");
+            let url = config
+                .console_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{a}"));
+            info!(addr = %a, %url, "account console up");
             Some(a)
         }
         _ => None,

@@ -389,7 +389,7 @@ async fn forms_need_the_sessions_token_and_this_origin() {
         .unwrap();
     let h = resp.headers();
     assert_eq!(h["x-frame-options"], "DENY");
-    assert_eq!(h["referrer-policy"], "no-referrer");
+    assert_eq!(h["referrer-policy"], "same-origin");
     assert_eq!(h["cache-control"], "no-store");
     assert!(
         h["content-security-policy"]

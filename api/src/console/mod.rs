@@ -64,6 +64,7 @@ pub fn app(state: SharedState) -> impl Endpoint {
         .at("/plan", get(plan))
         .at("/static/console.css", get(css))
         .at("/static/console.js", get(js))
+        .at("/favicon.ico", get(no_icon))
         .data(state)
         .data(limiter)
         .around(|next, req| async move {
@@ -80,8 +81,10 @@ pub fn app(state: SharedState) -> impl Endpoint {
                 ),
                 ("x-frame-options", "DENY"),
                 ("x-content-type-options", "nosniff"),
-                // Sign-in links carry their token in the URL.
-                ("referrer-policy", "no-referrer"),
+                // Sign-in links carry their token in the URL: never sent
+                // to another site (same-origin still lets forms say their
+                // Origin, which the CSRF check reads).
+                ("referrer-policy", "same-origin"),
                 ("cache-control", "no-store"),
             ] {
                 h.insert(k, poem::http::HeaderValue::from_static(v));
@@ -142,6 +145,11 @@ async fn js() -> Response {
     Response::builder()
         .content_type("text/javascript; charset=utf-8")
         .body(views::JS)
+}
+
+#[handler]
+async fn no_icon() -> StatusCode {
+    StatusCode::NO_CONTENT
 }
 
 #[handler]
@@ -395,23 +403,17 @@ async fn add_endpoint(req: &Request, state: Data<&SharedState>, Form(f): Form<Fi
     ))
 }
 
-#[derive(Deserialize, Default)]
-struct EndpointQuery {
-    #[serde(flatten)]
-    notice: Notice,
-}
-
 #[handler]
 async fn endpoint(
     req: &Request,
     state: Data<&SharedState>,
     Path(raw): Path<String>,
-    Query(q): Query<EndpointQuery>,
+    Query(q): Query<Notice>,
 ) -> Page {
     let me = me(&state, req).await?;
     let id: EndpointId = id(&raw, "endpoint")?;
     let e = deliveries::tenant_endpoint(state.store.as_ref(), me.tenant(), id).await?;
-    let filter: Option<DeliveryStatus> = match q.notice.status.as_deref() {
+    let filter: Option<DeliveryStatus> = match q.status.as_deref() {
         None | Some("") => None,
         Some(s) => Some(s.parse().map_err(|m: String| {
             Fail::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", m)
@@ -426,7 +428,7 @@ async fn endpoint(
         &e,
         &list,
         filter,
-        q.notice.text().as_deref(),
+        q.text().as_deref(),
     ))
 }
 

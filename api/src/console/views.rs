@@ -127,6 +127,8 @@ pub fn set_password(csrf: &str, token: &str, user: &User, error: Option<&str>) -
             form.card method="post" action="/setup" {
                 input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="token" value=(token);
+                // For password managers: whose password this is.
+                input type="email" name="username" value=(user.email) autocomplete="username" readonly hidden;
                 label for="password" { "New password (at least 12 characters)" }
                 input #password type="password" name="password" minlength="12" autocomplete="new-password" required autofocus;
                 label for="confirm" { "Repeat it" }
