@@ -265,4 +265,17 @@ test("a viewer cannot add or replay; forged forms and other tenants are refused"
   const resp = await owner.page.goto(`${consoleUrl}/endpoints/${theirs.id}`);
   assert.equal(resp.status(), 404);
   await shot(owner.page, "13-other-tenant-404");
+
+  // "Sign out everywhere" ends the session in every browser.
+  const elsewhere = await browser.newContext();
+  await elsewhere.addCookies(await owner.context.cookies());
+  const there = await elsewhere.newPage();
+  await there.goto(`${consoleUrl}/endpoints`);
+  assert.equal(there.url(), `${consoleUrl}/endpoints`);
+  await owner.page.goto(`${consoleUrl}/endpoints`);
+  await owner.page.getByRole("button", { name: "Sign out everywhere" }).click();
+  await owner.page.waitForURL(`${consoleUrl}/signin`);
+  await there.goto(`${consoleUrl}/endpoints`);
+  assert.equal(there.url(), `${consoleUrl}/signin`);
+  await shot(there, "14-signed-out");
 });

@@ -62,6 +62,10 @@ fn layout(title: &str, me: Option<&Me>, body: Markup) -> Markup {
                                 (csrf(me))
                                 button.link type="submit" { "Sign out" }
                             }
+                            form method="post" action="/signout-everywhere" {
+                                (csrf(me))
+                                button.link type="submit" title="End every session of this account, on every device" { "Sign out everywhere" }
+                            }
                         }
                     }
                 }
