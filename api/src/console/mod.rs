@@ -423,13 +423,7 @@ async fn endpoint(
         .store
         .list_deliveries(me.tenant(), Some(id), filter, 200)
         .await?;
-    page(views::endpoint(
-        &me,
-        &e,
-        &list,
-        filter,
-        q.text().as_deref(),
-    ))
+    page(views::endpoint(&me, &e, &list, filter, q.text().as_deref()))
 }
 
 /// A signed-in owner's form about one of the tenant's endpoints.
