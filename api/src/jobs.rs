@@ -458,20 +458,8 @@ impl JobsApi {
             .get_job(tenant, id)
             .await?
             .ok_or_else(|| ApiError::not_found("job"))?;
-        let result = match (&job.status, &job.kind, &job.result) {
-            (JobStatus::Completed, JobKind::Export, Some(r)) => r,
-            _ => {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    ProblemCode::JobNotCompleted,
-                    format!(
-                        "job {} is {}, there is no result to download",
-                        job.id, job.status
-                    ),
-                )
-                .into());
-            }
-        };
+        let result = export::downloadable(&job)
+            .map_err(|m| ApiError::new(StatusCode::CONFLICT, ProblemCode::JobNotCompleted, m))?;
         let plain =
             export::read_result(state.runtime.objects(), state.runtime.keys(), &job, result)
                 .await?;

@@ -4,7 +4,7 @@
 //! encrypted. Streams page by page: memory stays bounded whatever the size.
 
 use chrono::{DateTime, Utc};
-use fastack_entities::{EventId, Job, TenantId};
+use fastack_entities::{EventId, Job, JobKind, JobStatus, TenantId};
 use hmac::{KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -104,6 +104,18 @@ pub async fn run(store: &Store, objects: &Objects, keys: &Keys, job: &Job) -> Re
 pub async fn read(objects: &Objects, keys: &Keys, path: &str) -> Result<Vec<u8>> {
     let bytes = objects.get(path).await?;
     crate::crypto::decrypt(&keys.storage_key(), &bytes)
+}
+
+/// The `result` block of a job whose result can be downloaded (a completed
+/// export); otherwise why not, as a sentence.
+pub fn downloadable(job: &Job) -> std::result::Result<&Value, String> {
+    match (&job.status, &job.kind, &job.result) {
+        (JobStatus::Completed, JobKind::Export, Some(r)) => Ok(r),
+        _ => Err(format!(
+            "job {} is {}, there is no result to download",
+            job.id, job.status
+        )),
+    }
 }
 
 /// The NDJSON of a completed export's `result` block, decrypted and checked

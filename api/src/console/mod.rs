@@ -16,9 +16,7 @@ use fastack_core::{
     export,
     ratelimit::{ClientLimiter, Quota},
 };
-use fastack_entities::{
-    ApiKeyId, DeliveryId, DeliveryStatus, EndpointId, EventId, JobId, JobKind, JobStatus,
-};
+use fastack_entities::{ApiKeyId, DeliveryId, DeliveryStatus, EndpointId, EventId, JobId};
 use guard::{Fail, Fields, Me, PRE_COOKIE, SESSION_COOKIE, field, fields, me, same_origin};
 use poem::{
     Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get, handler,
@@ -48,11 +46,7 @@ pub fn app(state: SharedState) -> impl Endpoint {
         .at("/signout-everywhere", post(sign_out_everywhere))
         .at("/endpoints", get(endpoints).post(add_endpoint))
         .at("/endpoints/:id", get(endpoint))
-        .at("/endpoints/:id/rotate", post(rotate))
-        .at("/endpoints/:id/enable", post(enable))
-        .at("/endpoints/:id/disable", post(disable))
-        .at("/endpoints/:id/delete", post(delete))
-        .at("/endpoints/:id/replay-failed", post(replay_failed))
+        .at("/endpoints/:id/:action", post(endpoint_action))
         .at("/deliveries/:id/replay", post(replay))
         .at("/jobs", get(jobs))
         .at("/jobs/:id/result", get(job_result))
@@ -426,75 +420,57 @@ async fn endpoint(
     page(views::endpoint(&me, &e, &list, filter, q.text().as_deref()))
 }
 
-/// A signed-in owner's form about one of the tenant's endpoints.
-async fn owned_endpoint(
-    state: &SharedState,
+/// What an owner does to one of the tenant's endpoints
+/// (`POST /endpoints/{id}/{action}`).
+#[handler]
+async fn endpoint_action(
     req: &Request,
-    raw: &str,
-    f: &Fields,
-) -> Result<(Me, EndpointId), Fail> {
-    let me = me(state, req).await?;
-    me.form(req, f)?;
+    state: Data<&SharedState>,
+    Path((raw, action)): Path<(String, String)>,
+    Form(f): Form<Fields>,
+) -> Page {
+    let me = me(&state, req).await?;
+    me.form(req, &f)?;
     me.owner()?;
-    let id: EndpointId = id(raw, "endpoint")?;
+    let id: EndpointId = id(&raw, "endpoint")?;
     deliveries::tenant_endpoint(state.store.as_ref(), me.tenant(), id).await?;
-    Ok((me, id))
-}
-
-#[handler]
-async fn rotate(
-    req: &Request,
-    state: Data<&SharedState>,
-    Path(raw): Path<String>,
-    Form(f): Form<Fields>,
-) -> Page {
-    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
-    let created =
-        admin::rotate_webhook_secret(state.store.as_ref(), state.runtime.keys(), id).await?;
-    page(views::secret_shown(
-        &me,
-        &created.endpoint,
-        &created.secret,
-        true,
-        None,
-    ))
-}
-
-#[handler]
-async fn enable(
-    req: &Request,
-    state: Data<&SharedState>,
-    Path(raw): Path<String>,
-    Form(f): Form<Fields>,
-) -> Page {
-    let (_, id) = owned_endpoint(&state, req, &raw, &f).await?;
-    admin::set_webhook_enabled(state.store.as_ref(), id, true, None).await?;
-    see_other(&format!("/endpoints/{id}?notice=enabled"))
-}
-
-#[handler]
-async fn disable(
-    req: &Request,
-    state: Data<&SharedState>,
-    Path(raw): Path<String>,
-    Form(f): Form<Fields>,
-) -> Page {
-    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
-    let reason = format!("disabled in the console by {}", me.user().email);
-    admin::set_webhook_enabled(state.store.as_ref(), id, false, Some(&reason)).await?;
-    see_other(&format!("/endpoints/{id}?notice=disabled"))
-}
-
-#[handler]
-async fn delete(
-    req: &Request,
-    state: Data<&SharedState>,
-    Path(raw): Path<String>,
-    Form(f): Form<Fields>,
-) -> Page {
-    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
-    deliveries::delete_endpoint(state.store.as_ref(), me.tenant(), id).await?;
-    see_other("/endpoints?notice=deleted")
+    let store = state.store.as_ref();
+    let notice = match action.as_str() {
+        "rotate" => {
+            let created = admin::rotate_webhook_secret(store, state.runtime.keys(), id).await?;
+            return page(views::secret_shown(
+                &me,
+                &created.endpoint,
+                &created.secret,
+                true,
+                None,
+            ));
+        }
+        "enable" => {
+            admin::set_webhook_enabled(store, id, true, None).await?;
+            "enabled".to_owned()
+        }
+        "disable" => {
+            let reason = format!("disabled in the console by {}", me.user().email);
+            admin::set_webhook_enabled(store, id, false, Some(&reason)).await?;
+            "disabled".to_owned()
+        }
+        "delete" => {
+            deliveries::delete_endpoint(store, me.tenant(), id).await?;
+            return see_other("/endpoints?notice=deleted");
+        }
+        "replay-failed" => {
+            let since = parse_since(field(&f, "since"))?;
+            let now = state.clock.now();
+            let n = deliveries::replay_failed_since(store, me.tenant(), id, since, now).await?;
+            if n > 0 {
+                state.runtime.deliveries_queued();
+            }
+            format!("replayed_failed&n={n}")
+        }
+        _ => return Err(Fail::not_found("page")),
+    };
+    see_other(&format!("/endpoints/{id}?notice={notice}"))
 }
 
 /// `datetime-local` (taken as UTC) or RFC 3339.
@@ -511,29 +487,6 @@ fn parse_since(raw: &str) -> Result<DateTime<Utc>, Fail> {
                 format!("`{raw}` is not a time (YYYY-MM-DDTHH:MM, UTC)"),
             )
         })
-}
-
-#[handler]
-async fn replay_failed(
-    req: &Request,
-    state: Data<&SharedState>,
-    Path(raw): Path<String>,
-    Form(f): Form<Fields>,
-) -> Page {
-    let (me, id) = owned_endpoint(&state, req, &raw, &f).await?;
-    let since = parse_since(field(&f, "since"))?;
-    let n = deliveries::replay_failed_since(
-        state.store.as_ref(),
-        me.tenant(),
-        id,
-        since,
-        state.clock.now(),
-    )
-    .await?;
-    if n > 0 {
-        state.runtime.deliveries_queued();
-    }
-    see_other(&format!("/endpoints/{id}?notice=replayed_failed&n={n}"))
 }
 
 #[handler]
@@ -577,19 +530,8 @@ async fn job_result(req: &Request, state: Data<&SharedState>, Path(raw): Path<St
         .get_job(me.tenant(), id)
         .await?
         .ok_or_else(|| Fail::not_found("job"))?;
-    let result = match (&job.status, &job.kind, &job.result) {
-        (JobStatus::Completed, JobKind::Export, Some(r)) => r,
-        _ => {
-            return Err(Fail::new(
-                StatusCode::CONFLICT,
-                "job_not_completed",
-                format!(
-                    "job {} is {}, there is no result to download",
-                    job.id, job.status
-                ),
-            ));
-        }
-    };
+    let result = export::downloadable(&job)
+        .map_err(|m| Fail::new(StatusCode::CONFLICT, "job_not_completed", m))?;
     let body =
         export::read_result(state.runtime.objects(), state.runtime.keys(), &job, result).await?;
     Ok(Response::builder()
