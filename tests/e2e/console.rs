@@ -784,3 +784,92 @@ async fn a_retired_endpoint_is_announced_once() {
     );
     app.cleanup().await;
 }
+
+/// An owner retries one quarantined event (readable afterwards under its
+/// id) and drops the other; a viewer's quarantine page is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_retries_and_drops_quarantined_events() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let faults = fastack_core::faults::Faults::new();
+    let options = fastack_api::StartOptions {
+        faults: faults.clone(),
+        ..Default::default()
+    };
+    let app = spawn_with(Arc::new(db), options, console_on).await;
+    faults.fail_processing_of("poison-a");
+    faults.fail_processing_of("poison-b");
+    let now = Utc::now();
+    let mut ids = Vec::new();
+    for key in ["poison-a", "poison-b"] {
+        let a = app
+            .post(
+                "/v1/core/track",
+                &app.t.key,
+                &crate::helpers::track(key, "u", now),
+            )
+            .await;
+        assert_eq!(a.status, 202, "{}", a.body);
+        ids.push(a.body["id"].as_str().unwrap().to_owned());
+    }
+    let mut b = signed_in(&app, app.t.tenant.id, "ada@acme.test", Role::Owner).await;
+    eventually("both in quarantine", Duration::from_secs(30), || async {
+        let tenant = app.t.tenant.id;
+        (app.store.list_quarantine(tenant, 10).await.unwrap().len() == 2).then_some(())
+    })
+    .await;
+    let page = b.get("/quarantine").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        ids.iter().all(|id| page.body.contains(id.as_str())),
+        "both listed"
+    );
+    faults.clear();
+    let r = b
+        .post(
+            &format!("/quarantine/{}/retry", ids[0]),
+            &[("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.location.as_str()),
+        (303, "/quarantine?notice=retried")
+    );
+    let r = b
+        .post(
+            &format!("/quarantine/{}/drop", ids[1]),
+            &[("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    let from = (now - chrono::Duration::hours(1)).to_rfc3339();
+    let to = (now + chrono::Duration::hours(1)).to_rfc3339();
+    eventually(
+        "the retried event readable",
+        Duration::from_secs(30),
+        || async {
+            let events = app.events(&app.t.key, &from, &to, "").await;
+            events
+                .iter()
+                .any(|e| e["id"] == ids[0].as_str())
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        app.store
+            .list_quarantine(app.t.tenant.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let events = app.events(&app.t.key, &from, &to, "").await;
+    assert!(
+        !events.iter().any(|e| e["id"] == ids[1].as_str()),
+        "the dropped one is gone"
+    );
+    let mut v = signed_in(&app, app.t.tenant.id, "viewer@acme.test", Role::Viewer).await;
+    assert_eq!(v.get("/quarantine").await.status, 403);
+    app.cleanup().await;
+}

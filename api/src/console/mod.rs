@@ -51,8 +51,7 @@ pub fn app(state: SharedState) -> impl Endpoint {
         .at("/jobs", get(jobs))
         .at("/jobs/:id/result", get(job_result))
         .at("/quarantine", get(quarantine))
-        .at("/quarantine/:event/retry", post(retry_quarantined))
-        .at("/quarantine/:event/drop", post(drop_quarantined))
+        .at("/quarantine/:event/:action", post(quarantine_action))
         .at("/keys", get(keys).post(create_key))
         .at("/keys/:id/revoke", post(revoke_key))
         .at("/plan", get(plan))
@@ -556,33 +555,30 @@ async fn quarantine(req: &Request, state: Data<&SharedState>, Query(q): Query<No
     page(views::quarantine(&me, &list, q.text().as_deref()))
 }
 
+/// Retry (back in line, same event id) or drop a quarantined event.
 #[handler]
-async fn retry_quarantined(
+async fn quarantine_action(
     req: &Request,
     state: Data<&SharedState>,
-    Path(raw): Path<String>,
+    Path((raw, action)): Path<(String, String)>,
     Form(f): Form<Fields>,
 ) -> Page {
     let me = owner(&state, req).await?;
     me.form(req, &f)?;
     let event: EventId = id(&raw, "quarantined event")?;
-    admin::retry_quarantined(state.store.as_ref(), me.tenant(), event).await?;
-    state.runtime.wake(me.tenant());
-    see_other("/quarantine?notice=retried")
-}
-
-#[handler]
-async fn drop_quarantined(
-    req: &Request,
-    state: Data<&SharedState>,
-    Path(raw): Path<String>,
-    Form(f): Form<Fields>,
-) -> Page {
-    let me = owner(&state, req).await?;
-    me.form(req, &f)?;
-    let event: EventId = id(&raw, "quarantined event")?;
-    admin::drop_quarantined(state.store.as_ref(), me.tenant(), event).await?;
-    see_other("/quarantine?notice=dropped")
+    let store = state.store.as_ref();
+    match action.as_str() {
+        "retry" => {
+            admin::retry_quarantined(store, me.tenant(), event).await?;
+            state.runtime.wake(me.tenant());
+            see_other("/quarantine?notice=retried")
+        }
+        "drop" => {
+            admin::drop_quarantined(store, me.tenant(), event).await?;
+            see_other("/quarantine?notice=dropped")
+        }
+        _ => Err(Fail::not_found("page")),
+    }
 }
 
 #[handler]
