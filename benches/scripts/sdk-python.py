@@ -29,7 +29,7 @@ and attrs will do, the SDK is imported from clients/python):
 
   clients/python/.venv/bin/python benches/scripts/sdk-python.py [--events 300000]
       [--bin target/release/fastack] [--postgres postgres://postgres@127.0.0.1:5432/test]
-      [--redis redis://127.0.0.1:6379] [--max-inflight 1,2] [--compare]
+      [--redis redis://127.0.0.1:6379] [--max-inflight 4,1] [--compare]
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument(
         "--max-inflight",
-        default="1,2",
-        help="Tracker(max_inflight=...) values for run (a), comma-separated (1 is the default: call order kept)",
+        default="4,1",
+        help="Tracker(max_inflight=...) values for run (a), comma-separated (4 is the default ceiling, "
+        "the tracker finds how many pay; 1 is one batch at a time)",
     )
     p.add_argument("--max-batch", type=int, default=500, help="Tracker(max_batch=...)")
     p.add_argument(

@@ -72,6 +72,67 @@ def _refuse(name: str, value: Any, max_len: int) -> NoReturn:
     raise ValueError(f"{name} must be 1–{max_len} characters, not {len(value)}")
 
 
+class _Concurrency:
+    """How many batches to keep in flight, found by trying (hill climbing on
+    throughput while there is a backlog): one more batch in flight helps
+    when the server has idle time per request (PostgreSQL's group commit
+    waits for its fsync) and hurts when it has one writer (embedded SQLite).
+    Starts at 1; after a window at `limit` it tries `limit + 1` while that
+    raised throughput by 5 % or more, steps back otherwise, holds for a
+    while, then tries again (conditions change). Not thread-safe: used
+    under the tracker's lock."""
+
+    WINDOW_BATCHES = 8
+    WINDOW_SECONDS = 0.25
+    GAIN = 1.05
+    HOLD_WINDOWS = 20
+
+    def __init__(self, ceiling: int, now: float | None = None) -> None:
+        self.ceiling = ceiling
+        self.limit = 1
+        self._rates: dict[int, float] = {}  # throughput last seen at each limit
+        self._hold = 0
+        self._reset(time.monotonic() if now is None else now)
+
+    def _reset(self, now: float) -> None:
+        self._started = now
+        self._batches = 0
+        self._items = 0
+
+    def idle(self, now: float) -> None:
+        """The queue ran dry: what the window measured is the application's
+        rate, not ours; start again."""
+        self._reset(now)
+
+    def finished(self, items: int, now: float) -> None:
+        """A batch was delivered while others waited in the queue."""
+        if self.ceiling == 1:
+            return
+        self._batches += 1
+        self._items += items
+        elapsed = now - self._started
+        if self._batches < self.WINDOW_BATCHES or elapsed < self.WINDOW_SECONDS:
+            return
+        rate = self._items / elapsed
+        self._rates[self.limit] = rate
+        self._reset(now)
+        if self._hold > 0:
+            self._hold -= 1
+            return
+        lower = self._rates.get(self.limit - 1)
+        if lower is not None and rate < lower * self.GAIN:
+            # The last step up did not pay: back down, and stay a while.
+            self.limit -= 1
+            self._hold = self.HOLD_WINDOWS
+        elif self.limit < self.ceiling:
+            self.limit += 1
+        else:
+            self._hold = self.HOLD_WINDOWS
+        # What was measured at higher limits is stale once we move.
+        for higher in [k for k in self._rates if k > self.limit]:
+            del self._rates[higher]
+
+
 class Tracker:
     """Queues `track` / `identify` in memory and sends them in batches from a
     background thread — the application never waits for the network.
@@ -84,11 +145,17 @@ class Tracker:
       are not JSON): `ValueError` / `TypeError`.
     - A worker thread sends batches of at most `max_batch` (≤ 500) items and
       4 MiB, as soon as a batch is full and at least every `flush_interval`
-      seconds. With the default `max_inflight=1` one batch is in flight at a
-      time, so the server accepts items in the order they were tracked (it
-      resolves identities in that order). `max_inflight=2` or more sends
-      batches in parallel on as many connections — more throughput on
-      PostgreSQL, but two batches in flight may be accepted in either order.
+      seconds, with up to `max_inflight` (default 4) batches in flight on
+      as many connections: how many is found by trying, from one, while
+      there is a backlog (more helps on PostgreSQL, where each request waits
+      for a group commit's fsync; it does not on the embedded single
+      writer). Identity order is kept whatever is in flight: the
+      server resolves identities in the order it accepts items, so a batch
+      holding an item that links ids or sets traits (an `identify`, a
+      `track` with both `user_id` and `anonymous_id`) is sent alone, after
+      everything tracked before it was accepted and before anything tracked
+      after it. Batches of plain tracks may overtake each other (their
+      events' ids then follow acceptance, not tracking, order).
     - 429 (waiting `Retry-After`), 408, 5xx and connection errors are retried with
       capped exponential backoff and jitter, re-sending the same items with
       the same idempotency keys: a batch is all or nothing on the server, and
@@ -130,7 +197,7 @@ class Tracker:
         max_retries: int | None = None,
         timeout: float = 15.0,
         shutdown_timeout: float = 10.0,
-        max_inflight: int = 1,
+        max_inflight: int = 4,
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
@@ -169,6 +236,13 @@ class Tracker:
         self._drain_to = 0  # send every item numbered below this, full batch or not
         self._next_tick = time.monotonic() + self._flush_interval
         self._inflight: dict[int, int] = {}  # batch's first item number -> size
+        self._concurrency = _Concurrency(self._max_inflight)
+        # Numbers of queued items that link ids or set traits: the server
+        # resolves identities in acceptance order, so a batch holding one is
+        # sent alone (nothing else in flight, nothing after it until it is
+        # accepted); batches of plain tracks may overtake each other.
+        self._ordered: deque[int] = deque()
+        self._alone: int | None = None  # the first item number of such a batch in flight
         self._closing = False
         self._closed = False
         self._abort = threading.Event()
@@ -226,7 +300,8 @@ class Tracker:
         if properties is not None:
             item["properties"] = properties
         key = _put_time_and_key(item, occurred_at, idempotency_key)
-        self._enqueue(item)
+        # A track with both ids links them: it keeps its place in line.
+        self._enqueue(item, user_id is not None and anonymous_id is not None)
         return key
 
     def identify(
@@ -245,10 +320,10 @@ class Tracker:
         if traits is not None:
             item["traits"] = traits
         key = _put_time_and_key(item, occurred_at, idempotency_key)
-        self._enqueue(item)
+        self._enqueue(item, True)
         return key
 
-    def _enqueue(self, item: dict[str, Any]) -> None:
+    def _enqueue(self, item: dict[str, Any], ordered: bool = False) -> None:
         # Encoded now: the caller may reuse its dicts, and a value that is not
         # JSON fails here (TypeError/ValueError) rather than in the worker.
         data = _fast.dumps(item).encode("utf-8")
@@ -272,6 +347,8 @@ class Tracker:
                     problem = QueueFull(self._dropped)
                 else:
                     problem = None
+                    if ordered:
+                        self._ordered.append(self._seq)
                     queue.append(data)
                     self._queue_bytes += size + 1
                     self._seq += 1
@@ -362,13 +439,29 @@ class Tracker:
             low = min(low, min(self._inflight))
         return low
 
-    def _take(self) -> tuple[int, list[bytes]]:
-        """Pops the next batch (lock held): ≤ max_batch items, ≤ 4 MiB."""
+    def _sendable(self) -> int:
+        """How many queued items may be sent now (lock held): none while a
+        batch that keeps identity order is in flight; while others are in
+        flight, those before the next such item; otherwise all."""
+        if self._alone is not None:
+            return 0
+        first = self._seq - len(self._queue)
+        ordered = self._ordered
+        while ordered and ordered[0] < first:
+            ordered.popleft()
+        if self._inflight and ordered:
+            return ordered[0] - first
+        return len(self._queue)
+
+    def _take(self, limit: int | None = None) -> tuple[int, list[bytes]]:
+        """Pops the next batch (lock held): ≤ max_batch items (and ≤ `limit`),
+        ≤ 4 MiB."""
         queue = self._queue
         first = self._seq - len(queue)
         items: list[bytes] = []
         size = _ENVELOPE
-        while queue and len(items) < self._max_batch:
+        most = self._max_batch if limit is None else min(limit, self._max_batch)
+        while queue and len(items) < most:
             n = len(queue[0]) + 1
             if items and size + n > MAX_REQUEST_BYTES:
                 break
@@ -376,6 +469,8 @@ class Tracker:
             size += n
             self._queue_bytes -= n
         self._inflight[first] = len(items)
+        if self._ordered and self._ordered[0] < first + len(items):
+            self._alone = first
         return first, items
 
     def _run(self) -> None:
@@ -390,13 +485,17 @@ class Tracker:
                     if queue and self._abort.is_set():
                         first, items = self._take()
                         break
-                    if queue and (
+                    if not queue:
+                        self._concurrency.idle(now)
+                    if queue and len(self._inflight) < self._concurrency.limit and (
                         len(queue) >= self._max_batch
                         or self._queue_bytes >= _FULL_BYTES
                         or self._seq - len(queue) < self._drain_to
                     ):
-                        first, items = self._take()
-                        break
+                        sendable = self._sendable()
+                        if sendable > 0:
+                            first, items = self._take(sendable)
+                            break
                     if self._closing and not queue:
                         return
                     self._work.wait(max(0.0, self._next_tick - now))
@@ -407,7 +506,12 @@ class Tracker:
                 self._fail(TrackerClosed(f"unexpected error: {exc!r}"), items)
             with self._lock:
                 del self._inflight[first]
+                if len(self._queue) >= self._max_batch:
+                    self._concurrency.finished(len(items), time.monotonic())
+                if self._alone == first:
+                    self._alone = None
                 self._done.notify_all()
+                self._work.notify_all()  # a batch held back for order may go
 
     def _deliver(self, items: list[bytes]) -> None:
         pending = items

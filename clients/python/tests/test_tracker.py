@@ -381,3 +381,89 @@ def test_batches_fill_requests_up_to_exactly_4_mib(server: Server, api_key: str)
     st = tracker.stats()
     assert errors.calls == [] and st.accepted == len(sizes) and st.requests == 2
     assert_exactly_once(server, api_key, "Big", len(sizes))
+
+
+def test_identity_changes_keep_their_order_while_tracks_overlap() -> None:
+    """With several batches in flight, a batch holding an identify (or a
+    track that links ids) is sent alone: everything tracked before it is
+    accepted first, nothing tracked after it is sent until it is; batches of
+    plain tracks overlap."""
+    import json as _json
+
+    import httpx
+
+    lock = threading.Lock()
+    in_flight = [0]
+    log: list[tuple[float, float, list[int], bool, int]] = []  # start, end, numbers, ordered, overlap
+
+    def number(it: dict[str, Any]) -> int:
+        return int((it.get("properties") or it.get("traits"))["n"])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        items = _json.loads(request.content)["batch"]
+        with lock:
+            in_flight[0] += 1
+            overlap = in_flight[0]
+            start = time.monotonic()
+        time.sleep(0.02)
+        ordered = any(it["type"] == "identify" or ("user_id" in it and "anonymous_id" in it) for it in items)
+        with lock:
+            in_flight[0] -= 1
+            log.append((start, time.monotonic(), [number(it) for it in items], ordered, overlap))
+        body = {"items": [{"duplicate": False, "id": str(i)} for i in range(len(items))]}
+        return httpx.Response(202, json=body)
+
+    tracker = Tracker(
+        "fsk_x", max_batch=10, max_inflight=3, flush_interval=60, transport=httpx.MockTransport(handler)
+    )
+    n = 0
+    for _ in range(20):
+        for _ in range(95):
+            tracker.track("Plain", user_id="u", properties={"n": n})
+            n += 1
+        tracker.identify(user_id="u", anonymous_id="a", traits={"n": n})
+        tracker.track("Linked", user_id="u", anonymous_id="a", properties={"n": n + 1})
+        n += 2
+    assert tracker.flush(timeout=30)
+    tracker.close()
+
+    assert sorted(x for _, _, nums, _, _ in log for x in nums) == list(range(n)), "each item once"
+    assert max(o for _, _, _, ordered, o in log if not ordered) >= 2, "plain tracks overlap"
+    for start, end, nums, ordered, _ in log:
+        if not ordered:
+            continue
+        for s2, e2, other, _, _ in log:
+            if other is nums:
+                continue
+            assert e2 <= start or s2 >= end, "a batch that keeps identity order goes alone"
+            if max(other) < min(nums):
+                assert e2 <= start, "something tracked before it was still in flight"
+            if min(other) > max(nums):
+                assert s2 >= end, "something tracked after it was sent first"
+
+
+def test_concurrency_climbs_where_it_pays_and_stays_low_where_it_does_not() -> None:
+    """The in-flight limit, driven by a simulated server: one whose
+    throughput grows up to 3 batches in flight (PostgreSQL-like) and one
+    that only gets slower with a second (a single writer)."""
+    from fastack._tracker import _Concurrency
+
+    def settle(rate_at: Any, ceiling: int = 4, windows: int = 400) -> list[int]:
+        c = _Concurrency(ceiling, now=0.0)
+        now = 0.0
+        seen = []
+        for _ in range(windows * c.WINDOW_BATCHES):
+            # A batch of 500 takes 500 / rate seconds at the current limit.
+            now += 500 / rate_at(c.limit)
+            c.finished(500, now)
+            seen.append(c.limit)
+        return seen
+
+    pg = settle(lambda k: 10_000 * min(k, 3))
+    assert max(pg) == 4, "it tries one more than pays"
+    tail = pg[-2000:]
+    assert tail.count(3) / len(tail) > 0.8, "and settles where throughput peaks"
+    lite = settle(lambda k: 12_000 if k == 1 else 9_000)
+    tail = lite[-2000:]
+    assert tail.count(1) / len(tail) > 0.8, "a second batch in flight that hurts is given up"
+    assert settle(lambda k: 10_000 * k, ceiling=1)[-1] == 1
