@@ -177,11 +177,11 @@ pub async fn create_user(
     console_user::Entity::insert(row.clone().into_active_model())
         .exec_without_returning(store.records())
         .await
-        .map_err(|e| match Error::from(e) {
-            Error::Database(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                Error::Conflict(format!("a console user with email {email} already exists"))
-            }
-            other => other,
+        .map_err(|e| {
+            crate::store::shared::unique_as_conflict(
+                e.into(),
+                &format!("a console user with email {email}"),
+            )
         })?;
     let token = new_link(store, row.id, now).await?;
     Ok((row.try_into()?, token))

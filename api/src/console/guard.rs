@@ -44,13 +44,27 @@ pub fn cookie<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-/// A `Set-Cookie` value: never readable by scripts, never sent by another
-/// site's requests, over TLS only when the console is served over TLS.
-pub fn set_cookie(name: &str, value: &str, max_age_secs: i64, secure: bool) -> String {
-    format!(
-        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{}",
-        if secure { "; Secure" } else { "" }
-    )
+/// Sets a cookie on a response: never readable by scripts, never sent by
+/// another site's requests, over TLS only when the console is served over
+/// TLS. `max_age_secs` 0 with an empty value removes it.
+pub fn set_cookie(
+    resp: &mut Response,
+    state: &SharedState,
+    name: &str,
+    value: &str,
+    max_age_secs: i64,
+) {
+    let secure = if state.config.console_secure_cookies() {
+        "; Secure"
+    } else {
+        ""
+    };
+    let set = format!(
+        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"
+    );
+    if let Ok(v) = set.parse() {
+        resp.headers_mut().append("set-cookie", v);
+    }
 }
 
 /// Why a request is not answered with its page.
@@ -83,27 +97,23 @@ impl Fail {
     }
 }
 
+/// A lower layer's error, with the status and code it gives itself (as the
+/// API's problem documents do); a server-side failure's details stay in
+/// the log.
 impl From<fastack_core::Error> for Fail {
     fn from(e: fastack_core::Error) -> Self {
-        use fastack_core::Error as E;
-        match e {
-            E::NotFound { what } => Fail::not_found(what),
-            E::Conflict(m) => Fail::new(StatusCode::CONFLICT, "conflict", m),
-            E::Config(m) => Fail::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", m),
-            e @ E::InvalidEndpoint(_) => Fail::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_endpoint",
-                e.to_string(),
-            ),
-            other => {
-                error!(error = %other, "console request failed");
-                Fail::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "something went wrong on our side; try again",
-                )
-            }
+        use fastack_core::ServiceError;
+        let status =
+            StatusCode::from_u16(e.status_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            error!(error = %e, "console request failed");
+            return Fail::new(
+                status,
+                e.error_code(),
+                "something went wrong on our side; try again",
+            );
         }
+        Fail::new(status, e.error_code(), e.to_string())
     }
 }
 

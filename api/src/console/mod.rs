@@ -166,15 +166,7 @@ fn anonymous(
         .unwrap_or_else(console::random_cookie);
     let csrf = console::anonymous_csrf(&state.runtime.keys().console_key(), &cookie);
     let mut resp = views::html(status, render(&csrf));
-    let set = guard::set_cookie(
-        PRE_COOKIE,
-        &cookie,
-        3600,
-        state.config.console_secure_cookies(),
-    );
-    if let Ok(v) = set.parse() {
-        resp.headers_mut().append("set-cookie", v);
-    }
+    guard::set_cookie(&mut resp, state, PRE_COOKIE, &cookie, 3600);
     resp
 }
 
@@ -198,15 +190,13 @@ fn anonymous_form(state: &SharedState, req: &Request, f: &Fields) -> Result<(), 
 async fn signed_in_as(state: &SharedState, user: console::User) -> Page {
     let session = console::open_session(state.store.as_ref(), user, state.clock.now()).await?;
     let mut resp = Redirect::see_other("/endpoints").into_response();
-    let set = guard::set_cookie(
+    guard::set_cookie(
+        &mut resp,
+        state,
         SESSION_COOKIE,
         session.token.as_str(),
         SESSION_ABSOLUTE.num_seconds(),
-        state.config.console_secure_cookies(),
     );
-    if let Ok(v) = set.parse() {
-        resp.headers_mut().append("set-cookie", v);
-    }
     Ok(resp)
 }
 
@@ -325,13 +315,9 @@ async fn setup(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) 
     signed_in_as(&state, user).await
 }
 
-fn signed_out() -> Page {
+fn signed_out(state: &SharedState) -> Page {
     let mut resp = Redirect::see_other("/signin").into_response();
-    if let Ok(v) =
-        format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0").parse()
-    {
-        resp.headers_mut().append("set-cookie", v);
-    }
+    guard::set_cookie(&mut resp, state, SESSION_COOKIE, "", 0);
     Ok(resp)
 }
 
@@ -340,7 +326,7 @@ async fn sign_out(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields
     let me = me(&state, req).await?;
     me.form(req, &f)?;
     console::sign_out(state.store.as_ref(), &me.session.token).await?;
-    signed_out()
+    signed_out(&state)
 }
 
 #[handler]
@@ -352,7 +338,7 @@ async fn sign_out_everywhere(
     let me = me(&state, req).await?;
     me.form(req, &f)?;
     console::sign_out_everywhere(state.store.as_ref(), me.user().id).await?;
-    signed_out()
+    signed_out(&state)
 }
 
 // --- notifications ------------------------------------------------------
@@ -367,9 +353,7 @@ async fn endpoints(req: &Request, state: Data<&SharedState>, Query(q): Query<Not
 
 #[handler]
 async fn add_endpoint(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
-    let me = me(&state, req).await?;
-    me.form(req, &f)?;
-    me.owner()?;
+    let me = owner_form(&state, req, &f).await?;
     let events: Vec<&str> = fields(&f, "events").collect();
     if events.is_empty() {
         return Err(Fail::new(
@@ -428,9 +412,7 @@ async fn endpoint_action(
     Path((raw, action)): Path<(String, String)>,
     Form(f): Form<Fields>,
 ) -> Page {
-    let me = me(&state, req).await?;
-    me.form(req, &f)?;
-    me.owner()?;
+    let me = owner_form(&state, req, &f).await?;
     let id: EndpointId = id(&raw, "endpoint")?;
     deliveries::tenant_endpoint(state.store.as_ref(), me.tenant(), id).await?;
     let store = state.store.as_ref();
@@ -495,9 +477,7 @@ async fn replay(
     Path(raw): Path<String>,
     Form(f): Form<Fields>,
 ) -> Page {
-    let me = me(&state, req).await?;
-    me.form(req, &f)?;
-    me.owner()?;
+    let me = owner_form(&state, req, &f).await?;
     let id: DeliveryId = id(&raw, "delivery")?;
     let (outcome, back_to) =
         deliveries::replay(state.store.as_ref(), me.tenant(), id, state.clock.now()).await?;
@@ -548,6 +528,14 @@ async fn owner(state: &SharedState, req: &Request) -> Result<Me, Fail> {
     Ok(me)
 }
 
+/// A form an owner submitted, from a page of this console.
+async fn owner_form(state: &SharedState, req: &Request, f: &Fields) -> Result<Me, Fail> {
+    let me = me(state, req).await?;
+    me.form(req, f)?;
+    me.owner()?;
+    Ok(me)
+}
+
 #[handler]
 async fn quarantine(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
     let me = owner(&state, req).await?;
@@ -563,8 +551,7 @@ async fn quarantine_action(
     Path((raw, action)): Path<(String, String)>,
     Form(f): Form<Fields>,
 ) -> Page {
-    let me = owner(&state, req).await?;
-    me.form(req, &f)?;
+    let me = owner_form(&state, req, &f).await?;
     let event: EventId = id(&raw, "quarantined event")?;
     let store = state.store.as_ref();
     match action.as_str() {
@@ -590,8 +577,7 @@ async fn keys(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>)
 
 #[handler]
 async fn create_key(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
-    let me = owner(&state, req).await?;
-    me.form(req, &f)?;
+    let me = owner_form(&state, req, &f).await?;
     let created = admin::create_key(state.store.as_ref(), me.tenant(), None).await?;
     let list = state.store.list_api_keys(me.tenant()).await?;
     page(views::keys(&me, &list, Some(&created.secret), None))
@@ -604,8 +590,7 @@ async fn revoke_key(
     Path(raw): Path<String>,
     Form(f): Form<Fields>,
 ) -> Page {
-    let me = owner(&state, req).await?;
-    me.form(req, &f)?;
+    let me = owner_form(&state, req, &f).await?;
     let id: ApiKeyId = id(&raw, "api key")?;
     if !state
         .store

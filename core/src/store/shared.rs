@@ -1295,7 +1295,7 @@ pub(crate) async fn insert_delivery_rows(
 }
 
 /// A unique violation is a conflict with a readable message.
-fn unique_as_conflict(err: Error, what: &str) -> Error {
+pub(crate) fn unique_as_conflict(err: Error, what: &str) -> Error {
     match &err {
         Error::Database(sqlx::Error::Database(db)) if db.is_unique_violation() => {
             Error::Conflict(format!("{what} already exists"))
