@@ -123,6 +123,11 @@ pub struct BenchArgs {
     /// event among 50).
     #[arg(long, value_name = "FILE")]
     pub tracking_plan: Option<std::path::PathBuf>,
+    /// Drive both targets with wrk instead of the built-in client: closed
+    /// loop, one thread, `--connections` connections, this Lua script
+    /// (`benches/wrk/events.lua`); `track` and `batch` profiles only.
+    #[arg(long, value_name = "SCRIPT")]
+    pub wrk: Option<std::path::PathBuf>,
 }
 
 /// The numbers of one run.
@@ -1001,6 +1006,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         env.push(("FASTACK_REDIS_PREFIX".into(), run_id.clone()));
         pg_db = Some(name);
     }
+    if args.wrk.is_some()
+        && (args.rate.is_some()
+            || args.visibility
+            || args.webhook
+            || args.tenants.is_some_and(|t| t > 1)
+            || !matches!(args.profile, Profile::Track | Profile::Batch))
+    {
+        bail!("--wrk runs the closed loop of the track or batch profile on one tenant");
+    }
     let config = Config::from_vars(env.clone())?;
     let tenants = args.tenants.unwrap_or(match args.profile {
         Profile::Mixed => 10,
@@ -1053,16 +1067,21 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             visibility: false,
             sample_all: false,
         });
-        let r = drive(
-            "baseline",
-            &format!("http://{}", b.addr),
-            keys.clone(),
-            gen_b,
-            &args,
-            Vec::new(),
-            progress,
-        )
-        .await;
+        let url = format!("http://{}", b.addr);
+        let r = match &args.wrk {
+            Some(script) => drive_wrk("baseline", &url, &keys[0], script, &args, &gen_b.run).await,
+            None => Ok(drive(
+                "baseline",
+                &url,
+                keys.clone(),
+                gen_b,
+                &args,
+                Vec::new(),
+                progress,
+            )
+            .await),
+        };
+        let r = r?;
         b.stop().await;
         Some(r)
     };
@@ -1115,16 +1134,21 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         visibility: args.visibility && !args.webhook,
         sample_all: args.webhook,
     });
-    let fastack = drive(
-        "fastack",
-        &base,
-        keys.clone(),
-        gen_f,
-        &args,
-        samples,
-        progress,
-    )
-    .await;
+    let fastack = match &args.wrk {
+        Some(script) => drive_wrk("fastack", &base, &keys[0], script, &args, &gen_f.run).await?,
+        None => {
+            drive(
+                "fastack",
+                &base,
+                keys.clone(),
+                gen_f,
+                &args,
+                samples,
+                progress,
+            )
+            .await
+        }
+    };
     *load_end.lock() = Some(Instant::now());
     let vis = match poller {
         Some(p) => p.await.ok(),
@@ -1188,6 +1212,79 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         out!("{}", table(&report))?;
     }
     Ok(())
+}
+
+/// One target driven by wrk (a warm-up run, then the measured one), read
+/// from the `WRK_JSON` line its script prints at the end.
+async fn drive_wrk(
+    label: &str,
+    base: &str,
+    key: &str,
+    script: &std::path::Path,
+    args: &BenchArgs,
+    run: &str,
+) -> anyhow::Result<RunReport> {
+    let batch: u64 = if args.profile == Profile::Batch {
+        100
+    } else {
+        1
+    };
+    let wrk = |seconds: u64, run: String| {
+        Command::new("wrk")
+            .arg("-t1")
+            .arg(format!("-c{}", args.connections))
+            .arg(format!("-d{seconds}s"))
+            .args(["--timeout", "30s", "-s"])
+            .arg(script)
+            .arg(base)
+            .env("FASTACK_BENCH_KEY", key)
+            .env("FASTACK_BENCH_RUN", run)
+            .env("FASTACK_BENCH_BATCH", batch.to_string())
+            .output()
+    };
+    if args.warmup > 0 {
+        wrk(args.warmup, format!("{run}-warm"))
+            .await
+            .context("running wrk (install the Debian package `wrk`)")?;
+    }
+    let out = wrk(args.duration.max(1), run.to_owned())
+        .await
+        .context("running wrk (install the Debian package `wrk`)")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("WRK_JSON "))
+        .with_context(|| {
+            format!(
+                "wrk printed no WRK_JSON line: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    let v: Value = serde_json::from_str(line)?;
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    let ms = |k: &str| n(k) as f64 / 1000.0;
+    let seconds = (n("duration_us") as f64 / 1e6).max(1e-9);
+    let mut errors = BTreeMap::new();
+    for (name, k) in [("transport", "errors"), ("non-2xx", "non_2xx")] {
+        if n(k) > 0 {
+            errors.insert(name.to_owned(), n(k));
+        }
+    }
+    Ok(RunReport {
+        target: label.to_owned(),
+        mode: format!("closed loop, wrk -t1 -c{}", args.connections),
+        requests: n("requests"),
+        events: n("requests") * batch,
+        errors,
+        seconds,
+        requests_per_sec: n("requests") as f64 / seconds,
+        events_per_sec: (n("requests") * batch) as f64 / seconds,
+        p50_ms: ms("p50_us"),
+        p95_ms: ms("p95_us"),
+        p99_ms: ms("p99_us"),
+        p999_ms: ms("p999_us"),
+        max_ms: ms("max_us"),
+    })
 }
 
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {

@@ -19,6 +19,7 @@ mod m20261201_000007_quarantine;
 mod m20261201_000008_outbox_sinks;
 mod m20261201_000009_tracking_plans;
 mod m20261201_000010_console;
+mod m20261201_000011_inbox_file;
 
 pub struct Migrator;
 
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000008_outbox_sinks::Migration),
             Box::new(m20261201_000009_tracking_plans::Migration),
             Box::new(m20261201_000010_console::Migration),
+            Box::new(m20261201_000011_inbox_file::Migration),
         ]
     }
 }

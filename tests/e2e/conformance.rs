@@ -77,6 +77,7 @@ conformance!(
     tenants_and_keys,
     ingest_fences,
     inbox_keeps_send_order,
+    processed_rows_left_in_the_inbox_are_skipped,
     leases,
     processing_and_identity,
     lease_lost_rolls_back,
@@ -205,6 +206,10 @@ async fn process_all(store: &Store, tenant: TenantId, publish: bool) -> ProcessO
         .process_batch(&request(tenant, node, publish))
         .await
         .expect("process");
+    store
+        .consume_inbox(tenant, &out.to_consume)
+        .await
+        .expect("consume");
     store.release_lease(tenant, node).await.unwrap();
     out
 }
@@ -594,6 +599,38 @@ async fn processing_and_identity(store: &Store) {
     assert!(page1.iter().all(|e| e.id != page2[0].id));
 }
 
+/// A crash between a processing commit and the delete of its inbox rows
+/// (where the inbox is deleted afterwards): the rows are read again and
+/// skipped by the second fence, the event is stored once.
+async fn processed_rows_left_in_the_inbox_are_skipped(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    accept(store, &[row(t.id, &track("k", "u", at))]).await;
+    let node = NodeId::new();
+    assert!(
+        store
+            .try_lease(t.id, node, Utc::now(), Duration::seconds(30))
+            .await
+            .unwrap()
+    );
+    let first = store
+        .process_batch(&request(t.id, node, false))
+        .await
+        .unwrap();
+    assert_eq!(first.appended.len(), 1);
+    // The delete is never made: what a restarted processor reads.
+    let again = store
+        .process_batch(&request(t.id, node, false))
+        .await
+        .unwrap();
+    assert!(again.appended.is_empty(), "{again:?}");
+    assert_eq!(again.consumed, first.to_consume.len());
+    assert_eq!(again.already_processed, first.to_consume.len());
+    store.consume_inbox(t.id, &again.to_consume).await.unwrap();
+    assert_eq!(store.inbox_stats().await.unwrap().0, 0);
+    assert_eq!(store.count_events(t.id, around(at)).await.unwrap(), 1);
+}
+
 /// A transaction whose lease was taken by another node commits nothing;
 /// the inbox row is still there for the new holder, who appends it once.
 async fn lease_lost_rolls_back(store: &Store) {
@@ -625,6 +662,7 @@ async fn lease_lost_rolls_back(store: &Store) {
         .await
         .unwrap();
     assert_eq!(out.appended.len(), 1);
+    store.consume_inbox(t.id, &out.to_consume).await.unwrap();
     assert_eq!(store.count_events(t.id, around(at)).await.unwrap(), 1);
     // Without any lease there is no processing either.
     store.release_lease(t.id, new).await.unwrap();

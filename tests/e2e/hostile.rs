@@ -1373,6 +1373,9 @@ async fn embedded_files_are_private() {
         "fastack.db",
         "fastack.db-wal",
         "fastack.db-shm",
+        "fastack-inbox.db",
+        "fastack-inbox.db-wal",
+        "fastack-inbox.db-shm",
         "master-key",
         "bootstrap-key",
     ] {

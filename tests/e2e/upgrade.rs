@@ -42,6 +42,12 @@ fn without_null_fields(mut v: Value) -> Value {
     v
 }
 
+/// When the event owed at the upgrade happened: before the release's
+/// events (its range starts 2026-09-01), long before those sent after it.
+fn owed_at() -> chrono::DateTime<Utc> {
+    "2026-08-15T12:00:00Z".parse().unwrap()
+}
+
 async fn upgraded(backend: Backend) -> Option<TestApp> {
     let db = TestDb::new(backend).await?;
     match backend {
@@ -88,7 +94,32 @@ async fn owe_rows_in_the_old_schema(db: &TestDb, backend: Backend) {
             !publish as i32
         ),
     };
-    let statements = [row("upgrade-amqp", true), row("upgrade-webhooks", false)];
+    // And an event the release accepted but had not processed yet.
+    let owed = json!({
+        "kind": "track", "event": "Owed At Upgrade", "user_id": "user-owed",
+        "anonymous_id": null, "properties": {"n": 1},
+        "occurred_at": owed_at().to_rfc3339(), "idempotency_key": "owed-at-upgrade"
+    })
+    .to_string();
+    let event_id = uuid::Uuid::now_v7();
+    let inbox = match backend {
+        Backend::Postgres => format!(
+            "INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+             VALUES ('{tenant}', '{event_id}', '{owed}', now())"
+        ),
+        Backend::Sqlite => format!(
+            "INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+             VALUES (x'{}', x'{}', '{owed}', {})",
+            tenant.replace('-', ""),
+            event_id.simple(),
+            Utc::now().timestamp_micros()
+        ),
+    };
+    let statements = [
+        row("upgrade-amqp", true),
+        row("upgrade-webhooks", false),
+        inbox,
+    ];
     match backend {
         Backend::Postgres => {
             let pool = db.pg_pool().await;
@@ -182,6 +213,20 @@ async fn reads_what_the_release_wrote(backend: Backend) {
             .then_some(())
     })
     .await;
+
+    // The event accepted by the release and still in its inbox is stored.
+    let (f, t) = (
+        (owed_at() - chrono::Duration::hours(1)).to_rfc3339(),
+        (owed_at() + chrono::Duration::hours(1)).to_rfc3339(),
+    );
+    let owed = eventually("the owed event", Duration::from_secs(20), || async {
+        let ev = app.events(key, &f, &t, "").await;
+        (!ev.is_empty()).then_some(ev)
+    })
+    .await;
+    assert_eq!(owed.len(), 1, "{owed:?}");
+    assert_eq!(owed[0]["event"], "Owed At Upgrade");
+    assert_eq!(app.store.inbox_stats().await.unwrap().0, 0);
 
     // Endpoints as the admin surface lists them.
     let endpoints = serde_json::to_value(app.store.list_endpoints(None).await.unwrap()).unwrap();

@@ -470,6 +470,10 @@ pub struct ProcessOutcome {
     pub last_seq: Option<i64>,
     /// Outbox rows written (events on their way to sinks).
     pub outboxed: usize,
+    /// Inbox rows (`seq`) this transaction processed but left in the inbox:
+    /// the caller passes them to [`Storage::consume_inbox`] once it has
+    /// acted on the commit (empty where the transaction deleted them).
+    pub to_consume: Vec<i64>,
 }
 
 /// An API key with its tenant, as the front door needs it.
@@ -537,8 +541,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn inbox_stats(&self) -> Result<(i64, Option<DateTime<Utc>>)>;
 
     /// One processing transaction: lease check, second fence, identity
-    /// resolution, append to `tracked_events`, inbox rows consumed.
+    /// resolution, append to `tracked_events`, inbox rows consumed (or
+    /// listed in [`ProcessOutcome::to_consume`]).
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome>;
+
+    /// Deletes inbox rows whose processing has committed. Losing this
+    /// (a crash) is harmless: the rows are read again and skipped by the
+    /// second fence.
+    async fn consume_inbox(&self, tenant: TenantId, seqs: &[i64]) -> Result<()>;
 
     /// Makes sure the partitions exist (idempotent, safe across nodes).
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()>;

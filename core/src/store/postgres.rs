@@ -252,7 +252,14 @@ impl Engine for PgStore {
             return Err(Error::LeaseLost);
         };
         let emit = req.emit_tracked(held.try_get("fanout")?);
-        processing::run(self, Tx::Pg(tx), emit, req).await
+        processing::run(
+            self,
+            Tx::Pg(tx),
+            emit,
+            req,
+            processing::Consume::InTransaction,
+        )
+        .await
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {

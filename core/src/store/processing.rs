@@ -42,6 +42,16 @@ pub(crate) trait Layout: Send + Sync {
     fn created(&self, keys: &[PartitionKey]);
 }
 
+/// Where the consumed inbox rows are deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Consume {
+    /// In the processing transaction (the inbox is in the same database).
+    InTransaction,
+    /// After it commits, by the caller ([`ProcessOutcome::to_consume`]): the
+    /// inbox lives in a file with a writer of its own.
+    Afterwards,
+}
+
 /// One inbox row, decoded.
 struct Item {
     seq: i64,
@@ -57,6 +67,7 @@ pub(crate) async fn run(
     mut tx: Tx<'_>,
     emit: Emit,
     req: &ProcessRequest,
+    consume: Consume,
 ) -> Result<ProcessOutcome> {
     let d = tx.dialect();
     let tenant = req.tenant_id;
@@ -283,15 +294,21 @@ pub(crate) async fn run(
             outcome.outboxed = todo.len();
         }
     }
-    tx.execute(
-        Q::new(format!(
-            "DELETE FROM inbox WHERE tenant_id = $1 AND {}",
-            d.in_list("seq", 2, ListKind::Int)
-        ))
-        .bind(tenant.0)
-        .bind(items.iter().map(|i| i.seq).collect::<Vec<i64>>()),
-    )
-    .await?;
+    let seqs: Vec<i64> = items.iter().map(|i| i.seq).collect();
+    match consume {
+        Consume::InTransaction => {
+            tx.execute(
+                Q::new(format!(
+                    "DELETE FROM inbox WHERE tenant_id = $1 AND {}",
+                    d.in_list("seq", 2, ListKind::Int)
+                ))
+                .bind(tenant.0)
+                .bind(seqs),
+            )
+            .await?;
+        }
+        Consume::Afterwards => outcome.to_consume = seqs,
+    }
     tx.commit().await?;
     layout.created(&keys);
     Ok(outcome)

@@ -45,6 +45,11 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>>;
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>>;
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome>;
+    /// Deletes inbox rows a processing transaction left (see
+    /// [`ProcessOutcome::to_consume`]); nothing where it deletes them itself.
+    async fn consume_inbox(&self, _tenant: TenantId, _seqs: &[i64]) -> Result<()> {
+        Ok(())
+    }
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()>;
     async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>>;
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64>;
@@ -401,6 +406,13 @@ impl Storage for SqlStore {
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
         self.engine.process_batch(req).await
+    }
+
+    async fn consume_inbox(&self, tenant: TenantId, seqs: &[i64]) -> Result<()> {
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        self.engine.consume_inbox(tenant, seqs).await
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {

@@ -1,12 +1,36 @@
 //! Embedded storage on SQLite: WAL with `synchronous=FULL` (a 202 survives
-//! power loss), one writer connection, a pool of readers.
+//! power loss), a pool of readers, and two database files with a writer
+//! connection each, so the 202's group commits never queue behind the work
+//! that follows them:
+//!
+//! - the **inbox file** (`fastack-inbox.db` beside `fastack.db`) holds
+//!   `idempotency_keys` and `inbox`: what the front door writes. Its writer
+//!   runs the group commits, and deletes inbox rows once their processing
+//!   has committed ([`Engine::consume_inbox`]);
+//! - the **main file** holds everything else: processing, the outbox, jobs,
+//!   webhooks. Its writer runs every other transaction.
+//!
+//! Every connection attaches the inbox file (schema `inbox_db`), so a
+//! statement names `inbox` or `idempotency_keys` as on PostgreSQL. A
+//! processing transaction reads inbox rows but never writes the inbox file
+//! (a write after a read could meet a newer group commit and fail); the few
+//! rare transactions of the main writer that do write it (quarantine and its
+//! retry, a failed attempt's count) write it first, which SQLite's busy
+//! handler waits for. Each file commits atomically, the two together do not:
+//! the processor's second fence (`processed_jobs`) makes a row processed but
+//! not yet deleted harmless, and a crash between a quarantine's two files
+//! leaves the row in both, processed once.
 //!
 //! Timestamps are integer microseconds since the epoch, uuids 16-byte blobs.
 //! `tracked_events` is one table per month and retention class
 //! (`tracked_events_y2026m11_r13`), each with a CHECK on its month, so that
 //! retention drops whole tables exactly as on PostgreSQL.
 
-use std::{collections::HashSet, path::Path, time::Duration as StdDuration};
+use std::{
+    collections::HashSet,
+    path::{Path, PathBuf},
+    time::Duration as StdDuration,
+};
 
 use async_trait::async_trait;
 
@@ -20,7 +44,8 @@ use fastack_entities::{ContactId, EventId, StoredEvent, TenantId};
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
 use sqlx::{
-    AssertSqlSafe, Row, SqliteConnection, SqlitePool,
+    AssertSqlSafe, Row, Sqlite, SqliteConnection, SqlitePool,
+    pool::PoolConnection,
     sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
     },
@@ -36,7 +61,10 @@ use crate::error::{Error, Result};
 
 #[derive(Debug)]
 pub struct SqliteStore {
+    /// The main file's writer (one connection).
     writer: SqlitePool,
+    /// The inbox file's writer (one connection): group commits, consumes.
+    inbox: SqlitePool,
     reader: SqlitePool,
     partitions: Mutex<HashSet<PartitionKey>>,
 }
@@ -122,6 +150,21 @@ async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Re
     Ok(())
 }
 
+/// Schema name of the attached inbox file.
+const INBOX_SCHEMA: &str = "inbox_db";
+
+/// The inbox file beside the main one: `fastack.db` → `fastack-inbox.db`.
+pub fn inbox_path(main: &Path) -> PathBuf {
+    let stem = main
+        .file_stem()
+        .map_or_else(|| "fastack".into(), |s| s.to_string_lossy().into_owned());
+    let name = match main.extension() {
+        Some(ext) => format!("{stem}-inbox.{}", ext.to_string_lossy()),
+        None => format!("{stem}-inbox"),
+    };
+    main.with_file_name(name)
+}
+
 impl SqliteStore {
     pub async fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent()
@@ -129,11 +172,11 @@ impl SqliteStore {
         {
             crate::private::ensure_dir(dir)?;
         }
+        let inbox = inbox_path(path);
         // Owner-only from the start: SQLite gives its WAL and shared-memory
         // files the database file's permissions.
-        if path != Path::new(":memory:") {
-            crate::private::create_file(path)?;
-        }
+        crate::private::create_file(path)?;
+        crate::private::create_file(&inbox)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -141,19 +184,24 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(StdDuration::from_secs(10))
             .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .acquire_timeout(StdDuration::from_secs(30))
-            .connect_with(options.clone())
-            .await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(StdDuration::from_secs(30))
-            .connect_with(options)
-            .await?;
+        let inbox = inbox.to_string_lossy().into_owned();
+        let pool = |max: u32| {
+            let inbox = inbox.clone();
+            SqlitePoolOptions::new()
+                .max_connections(max)
+                .min_connections(max.min(1))
+                .acquire_timeout(StdDuration::from_secs(30))
+                .after_connect(move |conn, _| {
+                    let inbox = inbox.clone();
+                    Box::pin(async move { attach_inbox(conn, &inbox).await })
+                })
+        };
+        let writer = pool(1).connect_with(options.clone()).await?;
+        let inbox = pool(1).connect_with(options.clone()).await?;
+        let reader = pool(4).connect_with(options).await?;
         Ok(SqliteStore {
             writer,
+            inbox,
             reader,
             partitions: Mutex::new(HashSet::new()),
         })
@@ -191,6 +239,40 @@ impl SqliteStore {
         keys.sort();
         keys.into_iter().map(PartitionKey::table_name).collect()
     }
+}
+
+/// Attaches the inbox file to a new connection, with the main file's
+/// durability (a 202's rows are in it).
+async fn attach_inbox(conn: &mut SqliteConnection, file: &str) -> sqlx::Result<()> {
+    sqlx::query(AssertSqlSafe(format!(
+        "ATTACH DATABASE $1 AS {INBOX_SCHEMA}"
+    )))
+    .bind(file)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "PRAGMA {INBOX_SCHEMA}.journal_mode = WAL; PRAGMA {INBOX_SCHEMA}.synchronous = FULL"
+    )))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Sets whether a commit on `conn` waits for the fsync of `schema`'s file.
+/// A connection whose restore to FULL fails is closed, never reused
+/// relaxed.
+async fn set_sync(conn: &mut PoolConnection<Sqlite>, schema: &str, full: bool) -> Result<()> {
+    let level = if full { "FULL" } else { "NORMAL" };
+    let done = sqlx::query(AssertSqlSafe(format!(
+        "PRAGMA {schema}.synchronous = {level}"
+    )))
+    .execute(&mut **conn)
+    .await;
+    if done.is_err() && full {
+        conn.close_on_drop();
+    }
+    done?;
+    Ok(())
 }
 
 /// Rows of one month table, or `None` when it does not exist; callers run
@@ -260,7 +342,7 @@ impl Engine for SqliteStore {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        super::ingest::commit(Tx::Lite(self.writer.begin().await?), rows, keep).await
+        super::ingest::commit(Tx::Lite(self.inbox.begin().await?), rows, keep).await
     }
 
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
@@ -282,44 +364,50 @@ impl Engine for SqliteStore {
                 .fetch_one(&mut *conn)
                 .await?;
         let emit = req.emit_tracked(fanout);
-        // Processing may skip the fsync at commit: the inbox rows it consumes
-        // are durable, and WAL with synchronous=NORMAL loses nothing on a
-        // process crash (only the last transactions on power loss, which
-        // are then processed again). With outbox rows the commit stays full.
-        let relaxed = !emit.any();
-        if relaxed {
-            sqlx::query("PRAGMA synchronous = NORMAL")
-                .execute(&mut *conn)
-                .await?;
+        // The commit syncs even without outbox rows: the inbox rows it
+        // processed are deleted right after, in the other file, and that
+        // delete must never outlive a processing commit lost to power loss.
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let held = sqlx::query(
+            "UPDATE tenant_leases SET expires_at = $3 \
+             WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.node_id.0)
+        .bind(us(req.now + req.lease_ttl))
+        .bind(us(req.now))
+        .execute(&mut *tx)
+        .await?;
+        if held.rows_affected() != 1 {
+            return Err(Error::LeaseLost);
         }
-        let result = async {
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let held = sqlx::query(
-                "UPDATE tenant_leases SET expires_at = $3 \
-                 WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
-            )
-            .bind(req.tenant_id.0)
-            .bind(req.node_id.0)
-            .bind(us(req.now + req.lease_ttl))
-            .bind(us(req.now))
-            .execute(&mut *tx)
-            .await?;
-            if held.rows_affected() != 1 {
-                return Err(Error::LeaseLost);
-            }
-            processing::run(self, Tx::Lite(tx), emit, req).await
-        }
+        processing::run(
+            self,
+            Tx::Lite(tx),
+            emit,
+            req,
+            processing::Consume::Afterwards,
+        )
+        .await
+    }
+
+    async fn consume_inbox(&self, tenant: TenantId, seqs: &[i64]) -> Result<()> {
+        let mut conn = self.inbox.acquire().await?;
+        // No fsync: a delete lost to power loss only makes the rows come
+        // back, to be skipped by the second fence; the next group commit's
+        // sync makes it durable anyway.
+        set_sync(&mut conn, INBOX_SCHEMA, false).await?;
+        let done = sqlx::query(
+            "DELETE FROM inbox WHERE tenant_id = $1 \
+             AND seq IN (SELECT value FROM json_each($2))",
+        )
+        .bind(tenant.0)
+        .bind(serde_json::to_string(seqs).map_err(|e| Error::Corrupt(e.to_string()))?)
+        .execute(&mut *conn)
         .await;
-        if relaxed
-            && let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
-                .execute(&mut *conn)
-                .await
-        {
-            // Never hand a relaxed connection back to the pool.
-            let _ = conn.detach();
-            return Err(e.into());
-        }
-        result
+        set_sync(&mut conn, INBOX_SCHEMA, true).await?;
+        done?;
+        Ok(())
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
@@ -543,7 +631,7 @@ impl Engine for SqliteStore {
             )
             .bind(t.0)
             .bind(us(before))
-            .execute(&self.writer)
+            .execute(&self.inbox)
             .await?;
             total += done.rows_affected();
         }
