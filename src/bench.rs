@@ -204,6 +204,10 @@ pub struct Report {
     pub webhook: Option<Delivered>,
     pub server_rss_mib_before: Option<f64>,
     pub server_rss_mib_after: Option<f64>,
+    /// Inbox rows waiting when the load ended, and the seconds until the
+    /// inbox was empty (`None`: not within two minutes).
+    pub inbox_at_end: Option<i64>,
+    pub inbox_drain_seconds: Option<f64>,
     pub machine: String,
 }
 
@@ -941,6 +945,12 @@ fn table(report: &Report) -> String {
             w.latency.p50_ms, w.latency.p95_ms, w.latency.p99_ms, w.latency.samples, w.latency.not_seen, w.per_sec, w.drain_seconds
         ));
     }
+    if let Some(rows) = report.inbox_at_end {
+        out.push_str(&match report.inbox_drain_seconds {
+            Some(s) => format!("inbox: {rows} rows when the load ended, empty {s:.2} s later\n"),
+            None => format!("inbox: {rows} rows when the load ended, not empty 120 s later\n"),
+        });
+    }
     if let (Some(a), Some(b)) = (report.server_rss_mib_before, report.server_rss_mib_after) {
         out.push_str(&format!(
             "server RSS: {a:.1} MiB before, {b:.1} MiB after\n"
@@ -1020,8 +1030,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Profile::Mixed => 10,
         _ => 1,
     });
+    // Kept open: after the load it tells when the inbox is empty.
+    let store = store::open(&config).await?;
     let keys: Vec<String> = {
-        let store = store::open(&config).await?;
         let mut keys = Vec::with_capacity(tenants);
         for i in 0..tenants {
             let t = admin::create_tenant(
@@ -1150,6 +1161,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     };
     *load_end.lock() = Some(Instant::now());
+    let inbox = inbox_drain(store.as_ref()).await;
+    drop(store);
     let vis = match poller {
         Some(p) => p.await.ok(),
         None => None,
@@ -1200,6 +1213,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         webhook,
         server_rss_mib_before: rss_before,
         server_rss_mib_after: rss_after,
+        inbox_at_end: inbox.map(|(rows, _)| rows),
+        inbox_drain_seconds: inbox.and_then(|(_, secs)| secs),
         machine: machine(),
     };
     let json_text = serde_json::to_string_pretty(&report)?;
@@ -1212,6 +1227,22 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         out!("{}", table(&report))?;
     }
     Ok(())
+}
+
+/// The inbox rows waiting when the load ended and the seconds until none
+/// are (`None` after two minutes): whether processing keeps up.
+async fn inbox_drain(store: &dyn store::Storage) -> Option<(i64, Option<f64>)> {
+    let start = Instant::now();
+    let at_end = store.inbox_stats().await.ok()?.0;
+    let mut rows = at_end;
+    while rows > 0 {
+        if start.elapsed() > Duration::from_secs(120) {
+            return Some((at_end, None));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        rows = store.inbox_stats().await.ok()?.0;
+    }
+    Some((at_end, Some(start.elapsed().as_secs_f64())))
 }
 
 /// One target driven by wrk (a warm-up run, then the measured one), read

@@ -192,15 +192,7 @@ async fn notify(
         .iter()
         .map(Endpoint::from)
         .filter(|e| e.wants(event_type))
-        .map(|e| NewDelivery {
-            id: DeliveryId::new(),
-            endpoint_id: e.id,
-            tenant_id: tenant,
-            event_type: event_type.to_owned(),
-            ce_id: ce_id.clone(),
-            body: body.clone(),
-            emitted_at: at,
-        })
+        .map(|e| NewDelivery::new(e.id, tenant, event_type, &ce_id, body.clone(), at))
         .collect();
     insert_delivery_rows(tx, &deliveries, Time(at)).await
 }

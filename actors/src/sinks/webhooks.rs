@@ -8,7 +8,7 @@ use std::{collections::HashMap, time::Duration};
 
 use async_trait::async_trait;
 use fastack_core::store::{NewDelivery, OutboxRow, SinkName};
-use fastack_entities::{DeliveryId, Endpoint, TenantId};
+use fastack_entities::{Endpoint, TenantId};
 use tracing::warn;
 
 use super::{Sent, Sink};
@@ -31,15 +31,14 @@ impl WebhookSink {
             }
             for ep in &endpoints[&row.tenant_id] {
                 if ep.wants(&row.routing_key) {
-                    deliveries.push(NewDelivery {
-                        id: DeliveryId::new(),
-                        endpoint_id: ep.id,
-                        tenant_id: row.tenant_id,
-                        event_type: row.routing_key.clone(),
-                        ce_id: row.ce_id.clone(),
-                        body: row.body.clone(),
-                        emitted_at: row.created_at,
-                    });
+                    deliveries.push(NewDelivery::new(
+                        ep.id,
+                        row.tenant_id,
+                        &row.routing_key,
+                        &row.ce_id,
+                        row.body.clone(),
+                        row.created_at,
+                    ));
                 }
             }
         }

@@ -246,6 +246,40 @@ pub struct NewDelivery {
     pub emitted_at: DateTime<Utc>,
 }
 
+impl NewDelivery {
+    /// A delivery of event `ce_id` to `endpoint_id`. Its id — the
+    /// `webhook-id` receivers deduplicate on — is derived from the two, so
+    /// a fan-out made again after a crash (its first attempt may already
+    /// have gone out) sends the same id. Time-ordered like every id: a v7
+    /// with the event's time, a hash in place of the random bits.
+    pub fn new(
+        endpoint_id: EndpointId,
+        tenant_id: TenantId,
+        event_type: &str,
+        ce_id: &str,
+        body: String,
+        emitted_at: DateTime<Utc>,
+    ) -> Self {
+        use sha2::{Digest, Sha256};
+        let hash = Sha256::new()
+            .chain_update(endpoint_id.0.as_bytes())
+            .chain_update(ce_id.as_bytes())
+            .finalize();
+        let mut bits = [0u8; 10];
+        bits.copy_from_slice(&hash[..10]);
+        let millis = u64::try_from(emitted_at.timestamp_millis()).unwrap_or(0);
+        NewDelivery {
+            id: DeliveryId(uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid()),
+            endpoint_id,
+            tenant_id,
+            event_type: event_type.to_owned(),
+            ce_id: ce_id.to_owned(),
+            body,
+            emitted_at,
+        }
+    }
+}
+
 /// A delivery due for an attempt, with what the attempt needs.
 #[derive(Clone, Debug)]
 pub struct DueDelivery {
@@ -914,6 +948,23 @@ pub(crate) fn decode_payload(payload: &str) -> Result<NewEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_made_again_keeps_its_id() {
+        let (endpoint, tenant) = (EndpointId::new(), TenantId::new());
+        let at: DateTime<Utc> = "2026-12-01T10:00:00.123Z".parse().unwrap();
+        let make = |endpoint, ce: &str| {
+            NewDelivery::new(endpoint, tenant, "core.event.tracked", ce, "{}".into(), at).id
+        };
+        let id = make(endpoint, "ev-1");
+        assert_eq!(id, make(endpoint, "ev-1"));
+        assert_ne!(id, make(endpoint, "ev-2"));
+        assert_ne!(id, make(EndpointId::new(), "ev-1"));
+        // A v7 carrying the event's time: delivery ids still sort by time.
+        assert_eq!(id.0.get_version_num(), 7);
+        let (secs, nanos) = id.0.get_timestamp().unwrap().to_unix();
+        assert_eq!((secs, nanos / 1_000_000), (at.timestamp() as u64, 123));
+    }
 
     /// AMQP and webhook consumers see what the tracking plan said, in the
     /// same fields as `GET /v1/core/events`.

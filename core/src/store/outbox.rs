@@ -150,7 +150,8 @@ pub(crate) async fn claim(
     limit: u32,
 ) -> Result<Vec<OutboxRow>> {
     let d = db.dialect();
-    let mut tx = db.begin().await?;
+    // Relaxed: a claim or completion lost to a crash only sends again.
+    let mut tx = db.begin_relaxed().await?;
     let ids: Vec<i64> = tx
         .fetch(
             Q::new(format!(
@@ -194,7 +195,8 @@ pub(crate) async fn complete(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()>
         return Ok(());
     }
     let d = db.dialect();
-    let mut tx = db.begin().await?;
+    // Relaxed: a claim or completion lost to a crash only sends again.
+    let mut tx = db.begin_relaxed().await?;
     // Two sinks completing the same row at once would each still see the
     // other's claim and neither would delete the row (nor clear its job's
     // marker): the row lock makes the second wait and see the first.
@@ -252,7 +254,8 @@ pub(crate) async fn release(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()> 
     if ids.is_empty() {
         return Ok(());
     }
-    db.execute(
+    let mut tx = db.begin_relaxed().await?;
+    tx.execute(
         Q::new(format!(
             "UPDATE outbox_sinks SET claimed_until = NULL WHERE sink = $1 AND {}",
             db.dialect().in_list("outbox_id", 2, ListKind::Int)
@@ -261,7 +264,7 @@ pub(crate) async fn release(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()> 
         .bind(ids.to_vec()),
     )
     .await?;
-    Ok(())
+    tx.commit().await
 }
 
 /// Rows the sink owes.

@@ -824,7 +824,9 @@ impl Storage for SqlStore {
         if deliveries.is_empty() {
             return Ok(());
         }
-        let mut tx = self.db.begin().await?;
+        // Relaxed: a fan-out lost to a crash is made again with the same
+        // delivery ids (derived from endpoint and event).
+        let mut tx = self.db.begin_relaxed().await?;
         insert_delivery_rows(&mut tx, deliveries, Time(Utc::now())).await?;
         tx.commit().await
     }
@@ -838,7 +840,9 @@ impl Storage for SqlStore {
     ) -> Result<Vec<DueDelivery>> {
         use webhook_delivery::Column as C;
         let d = self.d();
-        let mut tx = self.db.begin().await?;
+        // Relaxed: a claim lost to a crash only lets the delivery be
+        // claimed again.
+        let mut tx = self.db.begin_relaxed().await?;
         let ids: Vec<DeliveryId> = tx
             .fetch(
                 Q::new(format!(
@@ -913,12 +917,14 @@ impl Storage for SqlStore {
         if ids.is_empty() {
             return Ok(());
         }
-        webhook_delivery::Entity::update_many()
-            .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
-            .filter(C::Id.is_in(ids.iter().copied()))
-            .exec(&self.db)
-            .await?;
-        Ok(())
+        let mut tx = self.db.begin_relaxed().await?;
+        tx.run(
+            &webhook_delivery::Entity::update_many()
+                .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+                .filter(C::Id.is_in(ids.iter().copied())),
+        )
+        .await?;
+        tx.commit().await
     }
 
     async fn record_attempts(&self, records: &[AttemptRecord]) -> Result<()> {
@@ -926,14 +932,10 @@ impl Storage for SqlStore {
         if records.is_empty() {
             return Ok(());
         }
-        let mut tx = self.db.begin().await?;
-        if self.d() == Dialect::Postgres {
-            // Not worth an fsync per attempt: a crash loses at most the last
-            // moments of the log, and their deliveries are simply attempted
-            // again (same webhook-id, which receivers deduplicate).
-            tx.execute(Q::new("SET LOCAL synchronous_commit = off"))
-                .await?;
-        }
+        // Not worth an fsync per attempt: a crash loses at most the last
+        // moments of the log, and their deliveries are simply attempted
+        // again (same webhook-id, which receivers deduplicate).
+        let mut tx = self.db.begin_relaxed().await?;
         for chunk in records.chunks(ROWS_PER_INSERT) {
             tx.run(&webhook_attempt::Entity::insert_many(chunk.iter().map(
                 |r| webhook_attempt::ActiveModel::new(r.delivery, &r.attempt),

@@ -19,7 +19,13 @@
 //! [`Tx::models`] take its queries inside a transaction). Both bind an
 //! instant the same way, so a table can be read and written either way.
 
-use std::borrow::Cow;
+use std::{
+    borrow::Cow,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -527,10 +533,13 @@ pub fn from_micros(v: i64) -> Result<DateTime<Utc>> {
 #[derive(Clone, Debug)]
 pub enum Db {
     Pg(PgPool),
-    /// One writer connection; readers in a pool of their own.
+    /// One writer connection; readers in a pool of their own. `relaxed`
+    /// says the writer was last set not to sync its commits (the pool sets
+    /// it back before handing it out again).
     Lite {
         writer: SqlitePool,
         reader: SqlitePool,
+        relaxed: Arc<AtomicBool>,
     },
 }
 
@@ -595,6 +604,35 @@ impl Db {
         Ok(match self {
             Db::Pg(p) => Tx::Pg(p.begin().await?),
             Db::Lite { writer, .. } => Tx::Lite(writer.begin().await?),
+        })
+    }
+
+    /// A transaction whose commit does not wait for the disk, for steps a
+    /// crash can only make happen again — claims, the webhook fan-out,
+    /// attempt records — and never one whose commit answers a client or
+    /// lets another file's rows go. It becomes durable with the next synced
+    /// commit (SQLite: the same WAL; PostgreSQL: the WAL writer).
+    pub async fn begin_relaxed(&self) -> Result<Tx<'static>> {
+        Ok(match self {
+            Db::Pg(p) => {
+                let mut tx = p.begin().await?;
+                sqlx::query("SET LOCAL synchronous_commit = off")
+                    .execute(&mut *tx)
+                    .await?;
+                Tx::Pg(tx)
+            }
+            Db::Lite {
+                writer, relaxed, ..
+            } => {
+                // The level cannot change inside a transaction: set it
+                // before, and the pool sets it back after.
+                let mut conn = writer.acquire().await?;
+                relaxed.store(true, Ordering::Release);
+                sqlx::query("PRAGMA main.synchronous = NORMAL")
+                    .execute(&mut *conn)
+                    .await?;
+                Tx::Lite(Transaction::begin(conn, None).await?)
+            }
         })
     }
 }
@@ -758,7 +796,7 @@ impl ConnectionTrait for Db {
                 .fetch_optional(p)
                 .await
                 .map(|r| r.map(Into::into)),
-            Db::Lite { writer, reader } => {
+            Db::Lite { writer, reader, .. } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
                 sqlx_query::<Sqlite>(&stmt)
@@ -776,7 +814,7 @@ impl ConnectionTrait for Db {
                 .fetch_all(p)
                 .await
                 .map(|rows| rows.into_iter().map(Into::into).collect()),
-            Db::Lite { writer, reader } => {
+            Db::Lite { writer, reader, .. } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
                 sqlx_query::<Sqlite>(&stmt)
