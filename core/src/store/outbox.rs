@@ -254,8 +254,7 @@ pub(crate) async fn release(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()> 
     if ids.is_empty() {
         return Ok(());
     }
-    let mut tx = db.begin_relaxed().await?;
-    tx.execute(
+    db.execute(
         Q::new(format!(
             "UPDATE outbox_sinks SET claimed_until = NULL WHERE sink = $1 AND {}",
             db.dialect().in_list("outbox_id", 2, ListKind::Int)
@@ -264,7 +263,7 @@ pub(crate) async fn release(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()> 
         .bind(ids.to_vec()),
     )
     .await?;
-    tx.commit().await
+    Ok(())
 }
 
 /// Rows the sink owes.

@@ -917,14 +917,12 @@ impl Storage for SqlStore {
         if ids.is_empty() {
             return Ok(());
         }
-        let mut tx = self.db.begin_relaxed().await?;
-        tx.run(
-            &webhook_delivery::Entity::update_many()
-                .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
-                .filter(C::Id.is_in(ids.iter().copied())),
-        )
-        .await?;
-        tx.commit().await
+        webhook_delivery::Entity::update_many()
+            .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+            .filter(C::Id.is_in(ids.iter().copied()))
+            .exec(&self.db)
+            .await?;
+        Ok(())
     }
 
     async fn record_attempts(&self, records: &[AttemptRecord]) -> Result<()> {

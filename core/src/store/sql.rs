@@ -19,13 +19,7 @@
 //! [`Tx::models`] take its queries inside a transaction). Both bind an
 //! instant the same way, so a table can be read and written either way.
 
-use std::{
-    borrow::Cow,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-};
+use std::borrow::Cow;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -533,13 +527,10 @@ pub fn from_micros(v: i64) -> Result<DateTime<Utc>> {
 #[derive(Clone, Debug)]
 pub enum Db {
     Pg(PgPool),
-    /// One writer connection; readers in a pool of their own. `relaxed`
-    /// says the writer was last set not to sync its commits (the pool sets
-    /// it back before handing it out again).
+    /// One writer connection; readers in a pool of their own.
     Lite {
         writer: SqlitePool,
         reader: SqlitePool,
-        relaxed: Arc<AtomicBool>,
     },
 }
 
@@ -607,11 +598,11 @@ impl Db {
         })
     }
 
-    /// A transaction whose commit does not wait for the disk, for steps a
+    /// A transaction whose commit need not wait for the disk, for steps a
     /// crash can only make happen again — claims, the webhook fan-out,
     /// attempt records — and never one whose commit answers a client or
-    /// lets another file's rows go. It becomes durable with the next synced
-    /// commit (SQLite: the same WAL; PostgreSQL: the WAL writer).
+    /// lets another file's rows go (on PostgreSQL `synchronous_commit =
+    /// off`: the WAL writer flushes it moments later).
     pub async fn begin_relaxed(&self) -> Result<Tx<'static>> {
         Ok(match self {
             Db::Pg(p) => {
@@ -621,18 +612,9 @@ impl Db {
                     .await?;
                 Tx::Pg(tx)
             }
-            Db::Lite {
-                writer, relaxed, ..
-            } => {
-                // The level cannot change inside a transaction: set it
-                // before, and the pool sets it back after.
-                let mut conn = writer.acquire().await?;
-                relaxed.store(true, Ordering::Release);
-                sqlx::query("PRAGMA main.synchronous = NORMAL")
-                    .execute(&mut *conn)
-                    .await?;
-                Tx::Lite(Transaction::begin(conn, None).await?)
-            }
+            // SQLite still syncs these: its level can only change between
+            // transactions, on a connection every other write shares.
+            Db::Lite { writer, .. } => Tx::Lite(writer.begin().await?),
         })
     }
 }
@@ -796,7 +778,7 @@ impl ConnectionTrait for Db {
                 .fetch_optional(p)
                 .await
                 .map(|r| r.map(Into::into)),
-            Db::Lite { writer, reader, .. } => {
+            Db::Lite { writer, reader } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
                 sqlx_query::<Sqlite>(&stmt)
@@ -814,7 +796,7 @@ impl ConnectionTrait for Db {
                 .fetch_all(p)
                 .await
                 .map(|rows| rows.into_iter().map(Into::into).collect()),
-            Db::Lite { writer, reader, .. } => {
+            Db::Lite { writer, reader } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
                 sqlx_query::<Sqlite>(&stmt)

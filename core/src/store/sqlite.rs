@@ -29,10 +29,6 @@
 use std::{
     collections::HashSet,
     path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     time::Duration as StdDuration,
 };
 
@@ -67,8 +63,6 @@ use crate::error::{Error, Result};
 pub struct SqliteStore {
     /// The main file's writer (one connection).
     writer: SqlitePool,
-    /// Whether the writer was left not syncing (see `open`).
-    relaxed: Arc<AtomicBool>,
     /// The inbox file's writer (one connection): group commits, consumes.
     inbox: SqlitePool,
     reader: SqlitePool,
@@ -196,39 +190,17 @@ impl SqliteStore {
             SqlitePoolOptions::new()
                 .max_connections(max)
                 .min_connections(max.min(1))
-                // An embedded connection does not hang up: no ping per use.
-                .test_before_acquire(false)
                 .acquire_timeout(StdDuration::from_secs(30))
                 .after_connect(move |conn, _| {
                     let inbox = inbox.clone();
                     Box::pin(async move { attach_inbox(conn, &inbox).await })
                 })
         };
-        // Relaxed transactions ([`super::sql::Db::begin_relaxed`]) leave the
-        // main writer not syncing; it is set back before anyone else gets it.
-        let relaxed = Arc::new(AtomicBool::new(false));
-        let writer = pool(1)
-            .before_acquire({
-                let relaxed = relaxed.clone();
-                move |conn, _| {
-                    let relaxed = relaxed.clone();
-                    Box::pin(async move {
-                        if relaxed.swap(false, Ordering::AcqRel) {
-                            sqlx::query("PRAGMA main.synchronous = FULL")
-                                .execute(&mut *conn)
-                                .await?;
-                        }
-                        Ok(true)
-                    })
-                }
-            })
-            .connect_with(options.clone())
-            .await?;
+        let writer = pool(1).connect_with(options.clone()).await?;
         let inbox = pool(1).connect_with(options.clone()).await?;
         let reader = pool(4).connect_with(options).await?;
         Ok(SqliteStore {
             writer,
-            relaxed,
             inbox,
             reader,
             partitions: Mutex::new(HashSet::new()),
@@ -240,7 +212,6 @@ impl SqliteStore {
         super::sql::Db::Lite {
             writer: self.writer.clone(),
             reader: self.reader.clone(),
-            relaxed: self.relaxed.clone(),
         }
     }
 
