@@ -78,6 +78,7 @@ conformance!(
     ingest_fences,
     inbox_keeps_send_order,
     processed_rows_left_in_the_inbox_are_skipped,
+    relaxed_commits_do_not_leak,
     leases,
     processing_and_identity,
     lease_lost_rolls_back,
@@ -629,6 +630,33 @@ async fn processed_rows_left_in_the_inbox_are_skipped(store: &Store) {
     store.consume_inbox(t.id, &again.to_consume).await.unwrap();
     assert_eq!(store.inbox_stats().await.unwrap().0, 0);
     assert_eq!(store.count_events(t.id, around(at)).await.unwrap(), 1);
+}
+
+/// A relaxed commit (an outbox claim: a crash only repeats it) does not
+/// leave the writer relaxed: the next write on it — a processing commit, a
+/// record — waits for the disk again.
+async fn relaxed_commits_do_not_leak(store: &Store) {
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+    store
+        .claim_outbox(AMQP, Utc::now(), Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    let db = store.records();
+    let backend = db.get_database_backend();
+    let sql = match backend {
+        DbBackend::Postgres => "SHOW synchronous_commit",
+        _ => "PRAGMA main.synchronous",
+    };
+    let row = db
+        .query_one_raw(Statement::from_string(backend, sql))
+        .await
+        .unwrap()
+        .unwrap();
+    match backend {
+        DbBackend::Postgres => assert_eq!(row.try_get_by_index::<String>(0).unwrap(), "on"),
+        // 2 is FULL.
+        _ => assert_eq!(row.try_get_by_index::<i64>(0).unwrap(), 2),
+    }
 }
 
 /// A transaction whose lease was taken by another node commits nothing;

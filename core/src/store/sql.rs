@@ -19,7 +19,13 @@
 //! [`Tx::models`] take its queries inside a transaction). Both bind an
 //! instant the same way, so a table can be read and written either way.
 
-use std::borrow::Cow;
+use std::{
+    borrow::Cow,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -527,10 +533,13 @@ pub fn from_micros(v: i64) -> Result<DateTime<Utc>> {
 #[derive(Clone, Debug)]
 pub enum Db {
     Pg(PgPool),
-    /// One writer connection; readers in a pool of their own.
+    /// One writer connection; readers in a pool of their own. `relaxed`
+    /// says the writer was last left not syncing its commits; the writer
+    /// pool sets it back before handing it out again.
     Lite {
         writer: SqlitePool,
         reader: SqlitePool,
+        relaxed: Arc<AtomicBool>,
     },
 }
 
@@ -602,7 +611,9 @@ impl Db {
     /// crash can only make happen again — claims, the webhook fan-out,
     /// attempt records — and never one whose commit answers a client or
     /// lets another file's rows go (on PostgreSQL `synchronous_commit =
-    /// off`: the WAL writer flushes it moments later).
+    /// off`: the WAL writer flushes it moments later; on SQLite
+    /// `synchronous = NORMAL`: the next synced commit of the same WAL makes
+    /// it durable with itself).
     pub async fn begin_relaxed(&self) -> Result<Tx<'static>> {
         Ok(match self {
             Db::Pg(p) => {
@@ -612,9 +623,19 @@ impl Db {
                     .await?;
                 Tx::Pg(tx)
             }
-            // SQLite still syncs these: its level can only change between
-            // transactions, on a connection every other write shares.
-            Db::Lite { writer, .. } => Tx::Lite(writer.begin().await?),
+            Db::Lite {
+                writer, relaxed, ..
+            } => {
+                // The level cannot change inside a transaction: it is set
+                // before this one, and set back when the writer is next
+                // handed out (`sqlite.rs`).
+                let mut conn = writer.acquire().await?;
+                relaxed.store(true, Ordering::Release);
+                sqlx::query("PRAGMA main.synchronous = NORMAL")
+                    .execute(&mut *conn)
+                    .await?;
+                Tx::Lite(Transaction::begin(conn, None).await?)
+            }
         })
     }
 }
@@ -778,7 +799,7 @@ impl ConnectionTrait for Db {
                 .fetch_optional(p)
                 .await
                 .map(|r| r.map(Into::into)),
-            Db::Lite { writer, reader } => {
+            Db::Lite { writer, reader, .. } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
                 sqlx_query::<Sqlite>(&stmt)
@@ -796,7 +817,7 @@ impl ConnectionTrait for Db {
                 .fetch_all(p)
                 .await
                 .map(|rows| rows.into_iter().map(Into::into).collect()),
-            Db::Lite { writer, reader } => {
+            Db::Lite { writer, reader, .. } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
                 sqlx_query::<Sqlite>(&stmt)

@@ -29,6 +29,10 @@
 use std::{
     collections::HashSet,
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration as StdDuration,
 };
 
@@ -63,6 +67,8 @@ use crate::error::{Error, Result};
 pub struct SqliteStore {
     /// The main file's writer (one connection).
     writer: SqlitePool,
+    /// Whether the writer was left not syncing (see `open`).
+    relaxed: Arc<AtomicBool>,
     /// The inbox file's writer (one connection): group commits, consumes.
     inbox: SqlitePool,
     reader: SqlitePool,
@@ -196,11 +202,32 @@ impl SqliteStore {
                     Box::pin(async move { attach_inbox(conn, &inbox).await })
                 })
         };
-        let writer = pool(1).connect_with(options.clone()).await?;
+        // A relaxed transaction (`Db::begin_relaxed`: claims, fan-out,
+        // attempt records) leaves the main writer not syncing; it is set
+        // back before anyone else gets the connection.
+        let relaxed = Arc::new(AtomicBool::new(false));
+        let writer = pool(1)
+            .before_acquire({
+                let relaxed = relaxed.clone();
+                move |conn, _| {
+                    let relaxed = relaxed.clone();
+                    Box::pin(async move {
+                        if relaxed.swap(false, Ordering::AcqRel) {
+                            sqlx::query("PRAGMA main.synchronous = FULL")
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                        Ok(true)
+                    })
+                }
+            })
+            .connect_with(options.clone())
+            .await?;
         let inbox = pool(1).connect_with(options.clone()).await?;
         let reader = pool(4).connect_with(options).await?;
         Ok(SqliteStore {
             writer,
+            relaxed,
             inbox,
             reader,
             partitions: Mutex::new(HashSet::new()),
@@ -212,6 +239,7 @@ impl SqliteStore {
         super::sql::Db::Lite {
             writer: self.writer.clone(),
             reader: self.reader.clone(),
+            relaxed: self.relaxed.clone(),
         }
     }
 
