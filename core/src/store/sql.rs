@@ -21,10 +21,7 @@
 
 use std::{
     borrow::Cow,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, atomic::AtomicBool},
 };
 
 use async_trait::async_trait;
@@ -630,10 +627,7 @@ impl Db {
                 // before this one, and set back when the writer is next
                 // handed out (`sqlite.rs`).
                 let mut conn = writer.acquire().await?;
-                relaxed.store(true, Ordering::Release);
-                sqlx::query("PRAGMA main.synchronous = NORMAL")
-                    .execute(&mut *conn)
-                    .await?;
+                super::sqlite::relax(&mut conn, relaxed, "main").await?;
                 Tx::Lite(Transaction::begin(conn, None).await?)
             }
         })

@@ -48,8 +48,7 @@ use fastack_entities::{ContactId, EventId, StoredEvent, TenantId};
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
 use sqlx::{
-    AssertSqlSafe, Row, Sqlite, SqliteConnection, SqlitePool,
-    pool::PoolConnection,
+    AssertSqlSafe, Row, SqliteConnection, SqlitePool,
     sqlite::{
         SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
     },
@@ -71,6 +70,8 @@ pub struct SqliteStore {
     relaxed: Arc<AtomicBool>,
     /// The inbox file's writer (one connection): group commits, consumes.
     inbox: SqlitePool,
+    /// Whether the inbox writer was left not syncing.
+    inbox_relaxed: Arc<AtomicBool>,
     reader: SqlitePool,
     partitions: Mutex<HashSet<PartitionKey>>,
 }
@@ -160,7 +161,7 @@ async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Re
 const INBOX_SCHEMA: &str = "inbox_db";
 
 /// The inbox file beside the main one: `fastack.db` → `fastack-inbox.db`.
-pub fn inbox_path(main: &Path) -> PathBuf {
+fn inbox_path(main: &Path) -> PathBuf {
     let stem = main
         .file_stem()
         .map_or_else(|| "fastack".into(), |s| s.to_string_lossy().into_owned());
@@ -203,32 +204,22 @@ impl SqliteStore {
                 })
         };
         // A relaxed transaction (`Db::begin_relaxed`: claims, fan-out,
-        // attempt records) leaves the main writer not syncing; it is set
-        // back before anyone else gets the connection.
+        // attempt records; the inbox delete after processing) leaves its
+        // writer not syncing; it is set back before anyone else gets it.
         let relaxed = Arc::new(AtomicBool::new(false));
-        let writer = pool(1)
-            .before_acquire({
-                let relaxed = relaxed.clone();
-                move |conn, _| {
-                    let relaxed = relaxed.clone();
-                    Box::pin(async move {
-                        if relaxed.swap(false, Ordering::AcqRel) {
-                            sqlx::query("PRAGMA main.synchronous = FULL")
-                                .execute(&mut *conn)
-                                .await?;
-                        }
-                        Ok(true)
-                    })
-                }
-            })
+        let writer = resets_sync(pool(1), "main", relaxed.clone())
             .connect_with(options.clone())
             .await?;
-        let inbox = pool(1).connect_with(options.clone()).await?;
+        let inbox_relaxed = Arc::new(AtomicBool::new(false));
+        let inbox = resets_sync(pool(1), INBOX_SCHEMA, inbox_relaxed.clone())
+            .connect_with(options.clone())
+            .await?;
         let reader = pool(4).connect_with(options).await?;
         Ok(SqliteStore {
             writer,
             relaxed,
             inbox,
+            inbox_relaxed,
             reader,
             partitions: Mutex::new(HashSet::new()),
         })
@@ -286,21 +277,41 @@ async fn attach_inbox(conn: &mut SqliteConnection, file: &str) -> sqlx::Result<(
     Ok(())
 }
 
-/// Sets whether a commit on `conn` waits for the fsync of `schema`'s file.
-/// A connection whose restore to FULL fails is closed, never reused
-/// relaxed.
-async fn set_sync(conn: &mut PoolConnection<Sqlite>, schema: &str, full: bool) -> Result<()> {
-    let level = if full { "FULL" } else { "NORMAL" };
-    let done = sqlx::query(AssertSqlSafe(format!(
-        "PRAGMA {schema}.synchronous = {level}"
+/// Lets commits on `conn` to `schema`'s file skip the fsync until its
+/// pool (made with [`resets_sync`]) hands the connection out again. The
+/// level cannot change inside a transaction: call it before one.
+pub(crate) async fn relax(
+    conn: &mut SqliteConnection,
+    relaxed: &AtomicBool,
+    schema: &str,
+) -> sqlx::Result<()> {
+    relaxed.store(true, Ordering::Release);
+    sqlx::query(AssertSqlSafe(format!(
+        "PRAGMA {schema}.synchronous = NORMAL"
     )))
-    .execute(&mut **conn)
-    .await;
-    if done.is_err() && full {
-        conn.close_on_drop();
-    }
-    done?;
+    .execute(conn)
+    .await?;
     Ok(())
+}
+
+/// A writer pool that sets `schema` back to `synchronous = FULL` before
+/// handing out a connection [`relax`] was called on.
+fn resets_sync(
+    options: SqlitePoolOptions,
+    schema: &'static str,
+    relaxed: Arc<AtomicBool>,
+) -> SqlitePoolOptions {
+    options.before_acquire(move |conn, _| {
+        let relaxed = relaxed.clone();
+        Box::pin(async move {
+            if relaxed.swap(false, Ordering::AcqRel) {
+                sqlx::query(AssertSqlSafe(format!("PRAGMA {schema}.synchronous = FULL")))
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(true)
+        })
+    })
 }
 
 /// Rows of one month table, or `None` when it does not exist; callers run
@@ -424,17 +435,15 @@ impl Engine for SqliteStore {
         // No fsync: a delete lost to power loss only makes the rows come
         // back, to be skipped by the second fence; the next group commit's
         // sync makes it durable anyway.
-        set_sync(&mut conn, INBOX_SCHEMA, false).await?;
-        let done = sqlx::query(
+        relax(&mut conn, &self.inbox_relaxed, INBOX_SCHEMA).await?;
+        sqlx::query(
             "DELETE FROM inbox WHERE tenant_id = $1 \
              AND seq IN (SELECT value FROM json_each($2))",
         )
         .bind(tenant.0)
         .bind(serde_json::to_string(seqs).map_err(|e| Error::Corrupt(e.to_string()))?)
         .execute(&mut *conn)
-        .await;
-        set_sync(&mut conn, INBOX_SCHEMA, true).await?;
-        done?;
+        .await?;
         Ok(())
     }
 
