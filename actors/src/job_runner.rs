@@ -185,6 +185,7 @@ pub async fn finish(ctx: &Ctx, job: &Job) {
         {
             Ok(true) => {
                 info!(job = %job.id, status = %job.status, "job finished");
+                ctx.signals.deliveries.raise();
                 ctx.signals.outbox.raise();
                 return;
             }

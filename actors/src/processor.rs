@@ -158,9 +158,12 @@ impl ProcessorActor {
 
     fn processed(state: &mut ProcessorState, out: &ProcessOutcome) {
         let ctx = &state.ctx;
+        // The transaction has committed: the dispatcher and the sinks'
+        // relays look now, not at their next poll.
+        if out.deliveries > 0 {
+            ctx.signals.deliveries.raise();
+        }
         if out.outboxed > 0 {
-            // The transaction has committed: the sinks' relays look now,
-            // not at their next poll.
             ctx.signals.outbox.raise();
         }
         if let Some(last) = out.last_seq {

@@ -45,6 +45,7 @@ impl Periodic for Repairer {
                 "re-emitting terminal events still marked pending"
             );
             ctx.metrics.events_repaired.inc_by(repaired.len() as u64);
+            ctx.signals.deliveries.raise();
             ctx.signals.outbox.raise();
         }
         Ok(())

@@ -169,6 +169,66 @@ pub async fn delete_endpoint(store: &dyn Storage, tenant: TenantId, id: Endpoint
     tx.commit().await
 }
 
+/// An event on its way to its tenant's endpoints.
+#[derive(Clone, Copy, Debug)]
+pub struct Outgoing<'a> {
+    pub tenant: TenantId,
+    pub event_type: &'a str,
+    pub ce_id: &'a str,
+    pub body: &'a str,
+    pub emitted_at: DateTime<Utc>,
+}
+
+/// The deliveries of `event`: one per endpoint among `endpoints` (its
+/// tenant's) that is enabled and subscribed to its type.
+pub fn deliveries_of<'e>(
+    endpoints: &'e [Endpoint],
+    event: Outgoing<'e>,
+) -> impl Iterator<Item = NewDelivery> + 'e {
+    endpoints
+        .iter()
+        .filter(move |e| e.tenant_id == event.tenant && e.wants(event.event_type))
+        .map(move |e| {
+            NewDelivery::new(
+                e.id,
+                event.tenant,
+                event.event_type,
+                event.ce_id,
+                event.body.to_owned(),
+                event.emitted_at,
+            )
+        })
+}
+
+/// Fans `events` out to their tenants' endpoints as they are in the
+/// caller's transaction: the delivery rows commit with whatever wrote the
+/// events, due at `now`. Returns how many deliveries it created.
+pub(crate) async fn fan_out(tx: &mut Tx<'_>, events: &[Outgoing<'_>], now: Time) -> Result<usize> {
+    use webhook_endpoint::Column as E;
+    let mut tenants: Vec<TenantId> = events.iter().map(|e| e.tenant).collect();
+    tenants.sort();
+    tenants.dedup();
+    if tenants.is_empty() {
+        return Ok(0);
+    }
+    let endpoints: Vec<Endpoint> = tx
+        .models::<webhook_endpoint::Model>(
+            &webhook_endpoint::Entity::find()
+                .filter(E::TenantId.is_in(tenants))
+                .filter(E::Enabled.eq(true)),
+        )
+        .await?
+        .iter()
+        .map(Endpoint::from)
+        .collect();
+    let deliveries: Vec<NewDelivery> = events
+        .iter()
+        .flat_map(|e| deliveries_of(&endpoints, *e))
+        .collect();
+    insert_delivery_rows(tx, &deliveries, now).await?;
+    Ok(deliveries.len())
+}
+
 /// Writes one operational notification to each enabled endpoint of
 /// `tenant` subscribed to `event_type`, inside the caller's transaction.
 async fn notify(
@@ -179,22 +239,15 @@ async fn notify(
     body: Value,
     at: DateTime<Utc>,
 ) -> Result<()> {
-    use webhook_endpoint::Column as E;
-    let endpoints: Vec<webhook_endpoint::Model> = tx
-        .models(
-            &webhook_endpoint::Entity::find()
-                .filter(E::TenantId.eq(tenant))
-                .filter(E::Enabled.eq(true)),
-        )
-        .await?;
     let body = body.to_string();
-    let deliveries: Vec<NewDelivery> = endpoints
-        .iter()
-        .map(Endpoint::from)
-        .filter(|e| e.wants(event_type))
-        .map(|e| NewDelivery::new(e.id, tenant, event_type, &ce_id, body.clone(), at))
-        .collect();
-    insert_delivery_rows(tx, &deliveries, Time(at)).await
+    let event = Outgoing {
+        tenant,
+        event_type,
+        ce_id: &ce_id,
+        body: &body,
+        emitted_at: at,
+    };
+    fan_out(tx, &[event], Time(at)).await.map(drop)
 }
 
 /// `endpoint.disabled`, for an endpoint just disabled.

@@ -20,9 +20,9 @@ use fastack_core::{
     validate::fingerprint,
 };
 use fastack_entities::{
-    ApiKey, ApiKeyId, Attempt, ContactId, DeliveryId, DeliveryStatus, Endpoint, EndpointId,
-    EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId, Plan,
-    Tenant, TenantId,
+    ApiKey, ApiKeyId, Attempt, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
+    EndpointId, EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId,
+    Plan, Tenant, TenantId,
 };
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
@@ -93,9 +93,12 @@ conformance!(
     outbox_rows_are_announced,
 );
 
-/// Sinks as the node names them; storage knows none of them.
+/// Sinks as the node names them; storage knows only the fan-out (done in
+/// the transaction that writes an event).
 const AMQP: SinkName = SinkName("amqp");
-const WEBHOOKS: SinkName = SinkName("webhooks");
+const WEBHOOKS: SinkName = fastack_core::store::FAN_OUT;
+/// A relayed sink besides AMQP.
+const ARCHIVE: SinkName = SinkName("archive");
 /// A sink no node has: a new sink needs no change below storage's API.
 const AUDIT: SinkName = SinkName("audit");
 
@@ -993,13 +996,13 @@ async fn sinks_owe_rows_independently(store: &Store) {
         .unwrap();
     j.status = JobStatus::Failed;
     j.finished_at = Some(t0);
-    let emit = Emit::to([AMQP, WEBHOOKS, AUDIT]);
+    let emit = Emit::to([AMQP, ARCHIVE, AUDIT]);
     assert!(store.finish_job(&j, node, &emit).await.unwrap());
-    for sink in [AMQP, WEBHOOKS, AUDIT] {
+    for sink in [AMQP, ARCHIVE, AUDIT] {
         assert_eq!(store.outbox_depth(sink).await.unwrap(), 1, "{sink}");
     }
     // Every sink claims the same row; a claim by one blocks only that one.
-    let claimed: Vec<Vec<i64>> = join_all([AMQP, WEBHOOKS, AUDIT].map(|sink| async move {
+    let claimed: Vec<Vec<i64>> = join_all([AMQP, ARCHIVE, AUDIT].map(|sink| async move {
         store
             .claim_outbox(sink, Utc::now(), claim_for, 10)
             .await
@@ -1033,7 +1036,7 @@ async fn sinks_owe_rows_independently(store: &Store) {
     );
 
     store.complete_outbox(AMQP, &[id]).await.unwrap();
-    store.complete_outbox(WEBHOOKS, &[id]).await.unwrap();
+    store.complete_outbox(ARCHIVE, &[id]).await.unwrap();
     assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 0);
     assert_eq!(store.outbox_depth(AUDIT).await.unwrap(), 1);
     assert!(
@@ -1062,7 +1065,7 @@ async fn sinks_owe_rows_independently(store: &Store) {
             .unwrap()
             .event_pending
     );
-    for sink in [AMQP, WEBHOOKS, AUDIT] {
+    for sink in [AMQP, ARCHIVE, AUDIT] {
         assert_eq!(store.outbox_depth(sink).await.unwrap(), 0, "{sink}");
     }
     // Nothing written when no sink takes the event.
@@ -1100,7 +1103,7 @@ async fn sinks_completing_at_once_clear_the_marker(store: &Store) {
     let t = tenant(store, "t").await;
     let node = NodeId::new();
     let claim_for = Duration::seconds(30);
-    let sinks = [AMQP, WEBHOOKS, AUDIT];
+    let sinks = [AMQP, ARCHIVE, AUDIT];
     for _ in 0..10 {
         let t0 = now();
         store
@@ -1172,8 +1175,20 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
     );
     assert!(!store.tenant_subscribes(t.id, "job.failed").await.unwrap());
 
-    // Processing decides the fan-out from the endpoints as they are: the
-    // rows are owed to the fan-out, not to the relay (streaming off).
+    // An endpoint of the same tenant that wants only job events.
+    let jobs_only = Endpoint {
+        id: EndpointId::new(),
+        events: vec!["job.failed".into()],
+        ..endpoint.clone()
+    };
+    store
+        .insert_endpoint(&jobs_only, b"sealed-secret-2")
+        .await
+        .unwrap();
+
+    // Processing fans out in its own transaction, from the endpoints as
+    // they are: the deliveries exist when it commits, and nothing is owed
+    // to a relay (streaming off).
     let at = now();
     let rows: Vec<IngestRow> = (0..3)
         .map(|i| row(t.id, &track(&format!("k{i}"), "u", at)))
@@ -1181,51 +1196,34 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
     accept(store, &rows).await;
     process_all(store, t.id, false).await;
     assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 0);
+    assert_eq!(store.outbox_depth(WEBHOOKS).await.unwrap(), 0);
     let claim_for = Duration::seconds(30);
-    let (fa, fb) = tokio::join!(
-        store.claim_outbox(WEBHOOKS, Utc::now(), claim_for, 2),
-        store.claim_outbox(WEBHOOKS, Utc::now(), claim_for, 2)
-    );
-    let mut fan: Vec<_> = fa.unwrap();
-    fan.extend(fb.unwrap());
-    fan.extend(
-        store
-            .claim_outbox(WEBHOOKS, Utc::now(), claim_for, 10)
-            .await
-            .unwrap(),
-    );
-    assert_eq!(fan.len(), 3, "each row claimed once");
-    let deliveries: Vec<NewDelivery> = fan
-        .iter()
-        .map(|r| NewDelivery {
-            id: DeliveryId::new(),
-            endpoint_id: endpoint.id,
-            tenant_id: t.id,
-            event_type: r.routing_key.clone(),
-            ce_id: r.ce_id.clone(),
-            body: r.body.clone(),
-            emitted_at: r.created_at,
-        })
-        .collect();
-    let done: Vec<i64> = fan.iter().map(|r| r.id).collect();
-    store.insert_deliveries(&deliveries).await.unwrap();
-    store.complete_outbox(WEBHOOKS, &done).await.unwrap();
-    // Completing again (a retry after a lost answer) creates nothing new.
-    let dup: Vec<NewDelivery> = deliveries
-        .iter()
-        .map(|d| NewDelivery {
-            id: DeliveryId::new(),
-            ..d.clone()
-        })
-        .collect();
-    store.insert_deliveries(&dup).await.unwrap();
     assert!(
         store
-            .claim_outbox(WEBHOOKS, Utc::now() + Duration::hours(1), claim_for, 10)
+            .list_deliveries(t.id, Some(jobs_only.id), None, 10)
             .await
             .unwrap()
             .is_empty()
     );
+    // The fan-out made again (the relay draining a row an earlier release
+    // left owed to it) creates nothing new.
+    let made: Vec<Delivery> = store
+        .list_deliveries(t.id, Some(endpoint.id), None, 10)
+        .await
+        .unwrap();
+    let dup: Vec<NewDelivery> = made
+        .iter()
+        .map(|d| NewDelivery {
+            id: DeliveryId::new(),
+            endpoint_id: d.endpoint_id,
+            tenant_id: d.tenant_id,
+            event_type: d.event_type.clone(),
+            ce_id: d.ce_id.clone(),
+            body: "{}".into(),
+            emitted_at: d.created_at,
+        })
+        .collect();
+    store.insert_deliveries(&dup).await.unwrap();
     let listed = store
         .list_deliveries(t.id, Some(endpoint.id), None, 10)
         .await
@@ -1385,6 +1383,53 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
             .unwrap()
             .unwrap()
             .enabled
+    );
+
+    // A job's terminal event taken only by the fan-out: its delivery
+    // commits with the job's end, so nothing is left pending to repair.
+    let t1 = now();
+    store
+        .insert_job(&job(t.id, JobKind::Export, t1))
+        .await
+        .unwrap();
+    let node = NodeId::new();
+    let mut j = store
+        .claim_job(node, t1, claim_for, None)
+        .await
+        .unwrap()
+        .unwrap();
+    j.status = JobStatus::Completed;
+    j.finished_at = Some(t1);
+    assert!(
+        store
+            .finish_job(&j, node, &Emit::to([WEBHOOKS]))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .get_job(t.id, j.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .event_pending
+    );
+    assert_eq!(store.outbox_depth(WEBHOOKS).await.unwrap(), 0);
+    let of_job: Vec<Delivery> = store
+        .list_deliveries(t.id, Some(endpoint.id), None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.event_type == "job.completed")
+        .collect();
+    assert_eq!(of_job.len(), 1);
+    assert_eq!(of_job[0].ce_id, format!("fastack.job.completed.{}", j.id));
+    assert!(
+        store
+            .repair_pending_events(Utc::now(), claim_for, &Emit::to([WEBHOOKS]), 10)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
 

@@ -1,13 +1,17 @@
-//! The webhook sink (fan-out): each outbox row becomes one delivery per
-//! enabled endpoint of its tenant subscribed to its type. Deliveries are
+//! The webhook sink (fan-out): each event becomes one delivery per enabled
+//! endpoint of its tenant subscribed to its type. The transaction that
+//! writes an event does the fan-out itself ([`FAN_OUT`]); this relay only
+//! drains outbox rows an earlier release left owed to it. Deliveries are
 //! unique per endpoint and event (`ce-id`), so a fan-out repeated after a
-//! crash creates nothing twice. The dispatcher is signalled at once: a new
-//! delivery's first attempt does not wait for a tick.
+//! crash creates nothing twice. The dispatcher is signalled at once.
 
 use std::{collections::HashMap, time::Duration};
 
 use async_trait::async_trait;
-use fastack_core::store::{NewDelivery, OutboxRow, SinkName};
+use fastack_core::{
+    deliveries::{Outgoing, deliveries_of},
+    store::{FAN_OUT, NewDelivery, OutboxRow, SinkName},
+};
 use fastack_entities::{Endpoint, TenantId};
 use tracing::warn;
 
@@ -29,18 +33,14 @@ impl WebhookSink {
             {
                 slot.insert(ctx.store.list_endpoints(Some(row.tenant_id)).await?);
             }
-            for ep in &endpoints[&row.tenant_id] {
-                if ep.wants(&row.routing_key) {
-                    deliveries.push(NewDelivery::new(
-                        ep.id,
-                        row.tenant_id,
-                        &row.routing_key,
-                        &row.ce_id,
-                        row.body.clone(),
-                        row.created_at,
-                    ));
-                }
-            }
+            let event = Outgoing {
+                tenant: row.tenant_id,
+                event_type: &row.routing_key,
+                ce_id: &row.ce_id,
+                body: &row.body,
+                emitted_at: row.created_at,
+            };
+            deliveries.extend(deliveries_of(&endpoints[&row.tenant_id], event));
         }
         Ok(deliveries)
     }
@@ -48,7 +48,7 @@ impl WebhookSink {
 
 #[async_trait]
 impl Sink for WebhookSink {
-    const NAME: SinkName = SinkName("webhooks");
+    const NAME: SinkName = FAN_OUT;
 
     fn interval(&self) -> Duration {
         Duration::from_millis(100)

@@ -357,8 +357,16 @@ impl std::fmt::Display for SinkName {
     }
 }
 
-/// The sinks an outbox row is written for; each owes it until it completes
-/// it. A row no sink takes is not written.
+/// The sink that fans events out to webhook deliveries. Its work is a
+/// write to the same database, so the transaction that writes an event
+/// does it: delivery rows, not an outbox row it would owe (one commit and
+/// one wake-up less between an event and its webhook). Its relay only
+/// drains rows owed by an earlier release.
+pub const FAN_OUT: SinkName = SinkName("webhooks");
+
+/// The sinks an event is written for. The fan-out ([`FAN_OUT`]) takes it
+/// in the writing transaction; every other sink owes an outbox row until it
+/// completes it. A row no relayed sink takes is not written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Emit {
     sinks: Vec<SinkName>,
@@ -383,6 +391,16 @@ impl Emit {
 
     pub fn sinks(&self) -> &[SinkName] {
         &self.sinks
+    }
+
+    /// Whether the fan-out takes the events (in the writing transaction).
+    pub fn fans_out(&self) -> bool {
+        self.sinks.contains(&FAN_OUT)
+    }
+
+    /// The sinks that take the events from the outbox.
+    pub fn relayed(&self) -> impl Iterator<Item = SinkName> + '_ {
+        self.sinks.iter().copied().filter(|s| *s != FAN_OUT)
     }
 }
 
@@ -502,8 +520,10 @@ pub struct ProcessOutcome {
     pub received: Vec<DateTime<Utc>>,
     /// Highest inbox `seq` consumed.
     pub last_seq: Option<i64>,
-    /// Outbox rows written (events on their way to sinks).
+    /// Outbox rows written (events on their way to relayed sinks).
     pub outboxed: usize,
+    /// Webhook deliveries created (the fan-out, in the same transaction).
+    pub deliveries: usize,
     /// Inbox rows (`seq`) this transaction processed but left in the inbox:
     /// the caller passes them to [`Storage::consume_inbox`] once it has
     /// acted on the commit (empty where the transaction deleted them).

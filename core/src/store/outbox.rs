@@ -6,14 +6,17 @@
 //! sink adds rows under a new name: no column, no migration.
 
 use chrono::{DateTime, Duration, Utc};
-use fastack_entities::{JobId, TenantId};
+use fastack_entities::{JobId, TenantId, db::Time};
 use uuid::Uuid;
 
 use super::{
     Emit, OutboxRow, SinkName, Topic,
     sql::{Col, Db, ListKind, Q, Row, Tx},
 };
-use crate::error::Result;
+use crate::{
+    deliveries::{self, Outgoing},
+    error::Result,
+};
 
 const COLUMNS: &str = "o.id, o.tenant_id, o.topic, o.routing_key, o.ce_id, o.subject, o.body, \
                        o.job_id, o.created_at";
@@ -45,11 +48,44 @@ fn row_from(r: &Row) -> Result<OutboxRow> {
     })
 }
 
-/// Writes `entries`, owed to every sink of `emit`, in the caller's
-/// transaction (nothing when no sink takes them).
-pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> Result<()> {
-    if entries.is_empty() || !emit.any() {
-        return Ok(());
+/// What [`write`] wrote.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Written {
+    /// Outbox rows (owed to the relayed sinks).
+    pub outboxed: usize,
+    /// Webhook deliveries (the fan-out).
+    pub deliveries: usize,
+}
+
+/// Writes `entries` for the sinks of `emit` in the caller's transaction:
+/// the fan-out's deliveries, and outbox rows owed to every relayed sink
+/// (none when no relayed sink takes them).
+pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> Result<Written> {
+    let mut written = Written::default();
+    if entries.is_empty() {
+        return Ok(written);
+    }
+    if emit.fans_out() {
+        let events: Vec<Outgoing<'_>> = entries
+            .iter()
+            .map(|e| Outgoing {
+                tenant: e.tenant_id,
+                event_type: &e.routing_key,
+                ce_id: &e.ce_id,
+                body: &e.body,
+                emitted_at: e.created_at,
+            })
+            .collect();
+        let now = entries
+            .iter()
+            .map(|e| e.created_at)
+            .max()
+            .unwrap_or_else(Utc::now);
+        written.deliveries = deliveries::fan_out(tx, &events, Time(now)).await?;
+    }
+    let sinks: Vec<SinkName> = emit.relayed().collect();
+    if sinks.is_empty() {
+        return Ok(written);
     }
     let d = tx.dialect();
     let mut cols = (
@@ -91,8 +127,8 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         .iter()
         .map(|r| r.int("id"))
         .collect::<Result<_>>()?;
-    let (sinks, owed): (Vec<String>, Vec<i64>) = emit
-        .sinks()
+    written.outboxed = ids.len();
+    let (sinks, owed): (Vec<String>, Vec<i64>) = sinks
         .iter()
         .flat_map(|s| ids.iter().map(move |id| (s.as_str().to_owned(), *id)))
         .unzip();
@@ -107,7 +143,7 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
     if let Some(notify) = d.notify(OUTBOX_CHANNEL) {
         tx.execute(notify).await?;
     }
-    Ok(())
+    Ok(written)
 }
 
 /// The notification channel of new outbox rows (PostgreSQL).

@@ -1,8 +1,8 @@
 //! The processing transaction, written once for both backends: read a
 //! tenant's inbox rows, apply the second idempotency fence
 //! (`processed_jobs`), resolve identities (snapshot → [`identity::resolve`]
-//! → apply), append to `tracked_events`, write `core.event.tracked` to the
-//! outbox, consume the inbox rows. A backend opens the transaction (lease
+//! → apply), append to `tracked_events`, write `core.event.tracked` for
+//! its sinks (webhook deliveries, outbox rows), consume the inbox rows. A backend opens the transaction (lease
 //! renewal, commit durability) and says where a month's rows go
 //! ([`Layout`]); everything else is here.
 
@@ -290,8 +290,9 @@ pub(crate) async fn run(
                     created_at: req.now,
                 })
                 .collect();
-            outbox::write(&mut tx, entries, &emit).await?;
-            outcome.outboxed = todo.len();
+            let written = outbox::write(&mut tx, entries, &emit).await?;
+            outcome.outboxed = written.outboxed;
+            outcome.deliveries = written.deliveries;
         }
     }
     let seqs: Vec<i64> = items.iter().map(|i| i.seq).collect();

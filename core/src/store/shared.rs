@@ -580,7 +580,12 @@ impl Storage for SqlStore {
                     .col_expr(C::ExecutionTimeMs, Expr::value(j.execution_time_ms))
                     .col_expr(C::FinishedAt, Expr::value(j.finished_at.map(Time)))
                     .col_expr(C::EventBody, Expr::value(body.as_str()))
-                    .col_expr(C::EventPending, Expr::value(emit.any()))
+                    // Pending while a relayed sink owes its outbox row; the
+                    // fan-out's deliveries commit with this transaction.
+                    .col_expr(
+                        C::EventPending,
+                        Expr::value(emit.relayed().next().is_some()),
+                    )
                     .col_expr(C::ClaimedBy, Expr::value(Option::<NodeId>::None))
                     .col_expr(C::ClaimExpiresAt, Expr::value(Option::<Time>::None))
                     .filter(C::Id.eq(j.id))
@@ -679,7 +684,16 @@ impl Storage for SqlStore {
             });
             repaired.push(id);
         }
-        outbox::write(&mut tx, entries, emit).await?;
+        if outbox::write(&mut tx, entries, emit).await?.outboxed == 0 && !repaired.is_empty() {
+            // No relayed sink takes them (any more): the fan-out's
+            // deliveries, written above, were all that was owed.
+            tx.run(
+                &job::Entity::update_many()
+                    .col_expr(job::Column::EventPending, Expr::value(false))
+                    .filter(job::Column::Id.is_in(repaired.clone())),
+            )
+            .await?;
+        }
         tx.commit().await?;
         Ok(repaired)
     }
