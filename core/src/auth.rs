@@ -76,6 +76,8 @@ pub struct KeyCache {
     cache: quick_cache::sync::Cache<[u8; 32], Cached>,
     /// Keys that were unknown or revoked, and when that was looked up.
     unknown: quick_cache::sync::Cache<[u8; 32], Instant>,
+    /// Database lookups made (each also records the key's last use).
+    lookups: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for KeyCache {
@@ -91,7 +93,13 @@ impl KeyCache {
             ttl,
             cache: quick_cache::sync::Cache::new(100_000),
             unknown: quick_cache::sync::Cache::new(10_000),
+            lookups: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Database lookups made so far.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The principal of a secret when the cache knows it: `Some(None)` for
@@ -142,11 +150,22 @@ impl KeyCache {
             return Ok(known);
         }
         let hash = hash_key(secret);
-        self.cache.remove(&hash);
-        let guard = match self.cache.get_value_or_guard_async(&hash).await {
-            Ok(hit) => return Ok(Some(hit.principal)),
-            Err(guard) => guard,
+        let guard = loop {
+            match self.cache.get_value_or_guard_async(&hash).await {
+                Ok(hit) if hit.fetched.elapsed() < self.ttl => return Ok(Some(hit.principal)),
+                // Expired: drop it — unless a concurrent request already put
+                // a fresh one in its place, so that every request in flight
+                // when the entry expired does not look the key up again
+                // (measured: about 120 lookups, each with its last-use
+                // write, per expiry at 32 connections).
+                Ok(stale) => {
+                    self.cache.remove_if(&hash, |c| c.fetched == stale.fetched);
+                }
+                Err(guard) => break guard,
+            }
         };
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let record = self.store.lookup_api_key(&hash).await?;
         let principal = record.and_then(|r| {
             r.key.revoked_at.is_none().then(|| {

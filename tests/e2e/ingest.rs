@@ -21,6 +21,7 @@ on_both_backends!(
     duplicate_across_track_and_batch,
     cold_cache_groups_mixing_old_and_new_keys,
     revoked_key_stops_working,
+    an_expired_key_is_looked_up_once,
 );
 
 fn range_around_now() -> (String, String) {
@@ -547,5 +548,25 @@ async fn revoked_key_stops_working(app: TestApp) {
     )
     .await;
     assert!(started.elapsed() < Duration::from_secs(4));
+    app.cleanup().await;
+}
+
+/// Requests in flight when a key's cache entry expires share one lookup
+/// (and one last-use write) instead of making one each.
+async fn an_expired_key_is_looked_up_once(app: TestApp) {
+    let created = fastack_core::admin::create_key(app.store.as_ref(), app.t.tenant.id, None)
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(50);
+    let cache = fastack_core::auth::KeyCache::new(app.store.clone(), ttl);
+    assert!(cache.authenticate(&created.secret).await.unwrap().is_some());
+    assert_eq!(cache.lookups(), 1);
+    // Fresh: answered from the cache.
+    assert!(cache.authenticate(&created.secret).await.unwrap().is_some());
+    assert_eq!(cache.lookups(), 1);
+    tokio::time::sleep(ttl + Duration::from_millis(20)).await;
+    let all = join_all((0..64).map(|_| cache.authenticate(&created.secret))).await;
+    assert!(all.iter().all(|p| matches!(p, Ok(Some(_)))));
+    assert_eq!(cache.lookups(), 2, "one lookup for the whole burst");
     app.cleanup().await;
 }
