@@ -4,7 +4,13 @@
 over a 10 s window in the middle of `fastack bench`, and, with --perf, the
 server's hottest symbols from `perf record`.
 
-Usage: benches/scripts/cpu-split.py [--perf] -- <fastack bench args...>
+With --flamegraph FILE.svg the server is sampled with DWARF call stacks
+instead and the stacks are drawn as a flame graph (needs `inferno-collapse-perf`
+and `inferno-flamegraph` on the PATH: `cargo install inferno`). The server's
+CPU per request (its CPU-s over the window divided by the requests answered
+in it) is printed in every case.
+
+Usage: benches/scripts/cpu-split.py [--perf | --flamegraph FILE.svg] -- <fastack bench args...>
 e.g.   benches/scripts/cpu-split.py --perf -- --backend postgres --profile track --connections 32
 """
 import os, subprocess, sys, time
@@ -12,6 +18,8 @@ import os, subprocess, sys, time
 BIN = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "fastack")
 args = sys.argv[1:]
 use_perf = "--perf" in args
+flamegraph = args[args.index("--flamegraph") + 1] if "--flamegraph" in args else None
+use_perf = use_perf or flamegraph is not None
 bench_args = args[args.index("--") + 1:] if "--" in args else []
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -57,7 +65,9 @@ perf = None
 if use_perf:
     server = subprocess.run(["pgrep", "-f", "fastack serve"], capture_output=True, text=True).stdout.split()
     if server:
-        perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", "/tmp/fastack-perf.data", "-p", server[0],
+        # The release build keeps no frame pointers: unwind from DWARF.
+        stacks = ["-F", "199", "--call-graph", "dwarf,16384"] if flamegraph else ["-F", "499", "-g"]
+        perf = subprocess.Popen(["perf", "record", *stacks, "-o", "/tmp/fastack-perf.data", "-p", server[0],
                                  "--", "sleep", "10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 time.sleep(10)
 b, t1 = snapshot(), time.time()
@@ -75,7 +85,23 @@ print("| process | CPU-s | share of one core |")
 print("|---|---|---|")
 for g, s in sorted(totals.items(), key=lambda kv: -kv[1]):
     print(f"| {g} | {s:.2f} | {100 * s / window:.0f} % |")
-if perf:
+# The load tool's table: "| fastack  |  req/s | events/s | ...".
+rates = [l.split("|")[2] for l in out.splitlines() if l.startswith("| fastack")]
+if rates and totals.get("fastack server"):
+    per_s = float(rates[0])
+    print(f"\nserver CPU per request: {1e6 * totals['fastack server'] / (per_s * window):.1f} µs "
+          f"(at {per_s:.0f} req/s); PostgreSQL: {1e6 * totals.get('postgresql', 0) / (per_s * window):.1f} µs")
+if perf and flamegraph:
+    script = subprocess.Popen(["perf", "script", "--no-inline", "-i", "/tmp/fastack-perf.data"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    folded = subprocess.run(["inferno-collapse-perf"], stdin=script.stdout, capture_output=True).stdout
+    script.wait()
+    title = "fastack server, " + " ".join(bench_args)
+    with open(flamegraph, "wb") as f:
+        f.write(subprocess.run(["inferno-flamegraph", "--title", title, "--width", "1600"],
+                               input=folded, capture_output=True).stdout)
+    print(f"\nflame graph: {flamegraph}")
+elif perf:
     rep = subprocess.run(["perf", "report", "-i", "/tmp/fastack-perf.data", "--no-children", "--stdio",
                           "--sort", "dso,symbol", "-g", "none", "--percent-limit", "1.5"],
                          capture_output=True, text=True).stdout

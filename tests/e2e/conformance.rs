@@ -1776,3 +1776,56 @@ async fn outbox_rows_are_announced(store: &Store) {
         .expect("announced when the transaction committed")
         .expect("the listener runs");
 }
+
+/// The embedded store copies committed WAL pages into both of its files in
+/// the background, so no commit has to: the rows reach each database file
+/// (read here ignoring the WAL) while nothing but the writers' small
+/// commits ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_pages_reach_the_files_in_the_background() {
+    use sqlx::{Connection, SqliteConnection, sqlite::SqliteConnectOptions};
+    let (db, store) = fresh(Backend::Sqlite)
+        .await
+        .expect("sqlite needs no service");
+    let t = tenant(&store, "t").await;
+    let at = now();
+    let rows: Vec<IngestRow> = (0..200)
+        .map(|i| row(t.id, &track(&format!("w{i}"), "u", at)))
+        .collect();
+    accept(&store, &rows).await;
+    process_all(&store, t.id, false).await;
+    // `immutable`: the file alone, without its WAL.
+    let in_file = |file: &'static str, sql: &'static str| {
+        let path = db.dir.path().join(file);
+        async move {
+            let options = SqliteConnectOptions::new()
+                .filename(path)
+                .read_only(true)
+                .immutable(true);
+            let mut conn = SqliteConnection::connect_with(&options).await.ok()?;
+            let n: i64 = sqlx::query_scalar(sql).fetch_one(&mut conn).await.ok()?;
+            Some(n)
+        }
+    };
+    crate::helpers::eventually(
+        "the processed events in fastack.db itself",
+        std::time::Duration::from_secs(10),
+        || async {
+            (in_file("fastack.db", "SELECT count(*) FROM processed_jobs").await == Some(200))
+                .then_some(())
+        },
+    )
+    .await;
+    crate::helpers::eventually(
+        "the idempotency keys in fastack-inbox.db itself",
+        std::time::Duration::from_secs(10),
+        || async {
+            (in_file("fastack-inbox.db", "SELECT count(*) FROM idempotency_keys").await
+                == Some(200))
+            .then_some(())
+        },
+    )
+    .await;
+    drop(store);
+    db.drop_db().await;
+}
