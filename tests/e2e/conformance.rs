@@ -1069,30 +1069,39 @@ async fn sinks_owe_rows_independently(store: &Store) {
         assert_eq!(store.outbox_depth(sink).await.unwrap(), 0, "{sink}");
     }
     // Nothing written when no sink takes the event.
-    let mut quiet = job(t.id, JobKind::Export, t0);
-    store.insert_job(&quiet).await.unwrap();
-    quiet = store
-        .claim_job(node, t0, claim_for, None)
+    let quiet = ended_job(store, t.id, JobStatus::Failed, &Emit::default()).await;
+    assert!(!event_pending(store, &quiet).await);
+    assert_eq!(store.outbox_depth(AUDIT).await.unwrap(), 0);
+}
+
+/// A job of `tenant` claimed by a node and ended with `status`, its event
+/// written for the sinks of `emit` (no other job of the store pending).
+async fn ended_job(store: &Store, tenant: TenantId, status: JobStatus, emit: &Emit) -> Job {
+    let t0 = now();
+    store
+        .insert_job(&job(tenant, JobKind::Export, t0))
+        .await
+        .unwrap();
+    let node = NodeId::new();
+    let mut j = store
+        .claim_job(node, t0, Duration::seconds(30), None)
         .await
         .unwrap()
-        .unwrap();
-    quiet.status = JobStatus::Failed;
-    quiet.finished_at = Some(t0);
-    assert!(
-        store
-            .finish_job(&quiet, node, &Emit::default())
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .get_job(t.id, quiet.id)
-            .await
-            .unwrap()
-            .unwrap()
-            .event_pending
-    );
-    assert_eq!(store.outbox_depth(AUDIT).await.unwrap(), 0);
+        .expect("the job just queued");
+    j.status = status;
+    j.finished_at = Some(t0);
+    assert!(store.finish_job(&j, node, emit).await.unwrap());
+    j
+}
+
+/// Whether the job's terminal event is still marked pending.
+async fn event_pending(store: &Store, j: &Job) -> bool {
+    store
+        .get_job(j.tenant_id, j.id)
+        .await
+        .unwrap()
+        .expect("the job")
+        .event_pending
 }
 
 /// Every sink of a job's terminal event completing it at the same moment
@@ -1387,33 +1396,8 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
 
     // A job's terminal event taken only by the fan-out: its delivery
     // commits with the job's end, so nothing is left pending to repair.
-    let t1 = now();
-    store
-        .insert_job(&job(t.id, JobKind::Export, t1))
-        .await
-        .unwrap();
-    let node = NodeId::new();
-    let mut j = store
-        .claim_job(node, t1, claim_for, None)
-        .await
-        .unwrap()
-        .unwrap();
-    j.status = JobStatus::Completed;
-    j.finished_at = Some(t1);
-    assert!(
-        store
-            .finish_job(&j, node, &Emit::to([WEBHOOKS]))
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .get_job(t.id, j.id)
-            .await
-            .unwrap()
-            .unwrap()
-            .event_pending
-    );
+    let j = ended_job(store, t.id, JobStatus::Completed, &Emit::to([WEBHOOKS])).await;
+    assert!(!event_pending(store, &j).await);
     assert_eq!(store.outbox_depth(WEBHOOKS).await.unwrap(), 0);
     let of_job: Vec<Delivery> = store
         .list_deliveries(t.id, Some(endpoint.id), None, 10)
