@@ -3,7 +3,9 @@
 //! per (sink, outbox row) still owed. A sink claims its own rows, completes
 //! or releases them; a row no sink owes any more is deleted, and a job whose
 //! event is out loses its pending marker, in the same transaction. Adding a
-//! sink adds rows under a new name: no column, no migration.
+//! sink adds rows under a new name: no column, no migration. The webhook
+//! fan-out ([`super::FAN_OUT`]) owes no row: [`write`] creates its
+//! deliveries in the caller's transaction.
 
 use chrono::{DateTime, Duration, Utc};
 use fastack_entities::{JobId, TenantId, db::Time};
