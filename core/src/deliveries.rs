@@ -18,7 +18,9 @@ use serde_json::{Value, json};
 
 use crate::{
     error::{Error, Result},
-    store::{AttemptRecord, NewDelivery, Storage, shared::insert_delivery_rows, sql::Tx},
+    store::{
+        AttemptRecord, NewDelivery, OutboxRow, Storage, shared::insert_delivery_rows, sql::Tx,
+    },
 };
 
 /// What a replay did.
@@ -171,7 +173,7 @@ pub async fn delete_endpoint(store: &dyn Storage, tenant: TenantId, id: Endpoint
 
 /// An event on its way to its tenant's endpoints.
 #[derive(Clone, Copy, Debug)]
-pub struct Outgoing<'a> {
+pub(crate) struct Outgoing<'a> {
     pub tenant: TenantId,
     pub event_type: &'a str,
     pub ce_id: &'a str,
@@ -181,7 +183,7 @@ pub struct Outgoing<'a> {
 
 /// The deliveries of `event`: one per endpoint among `endpoints` (its
 /// tenant's) that is enabled and subscribed to its type.
-pub fn deliveries_of<'e>(
+fn deliveries_of<'e>(
     endpoints: &'e [Endpoint],
     event: Outgoing<'e>,
 ) -> impl Iterator<Item = NewDelivery> + 'e {
@@ -227,6 +229,26 @@ pub(crate) async fn fan_out(tx: &mut Tx<'_>, events: &[Outgoing<'_>], now: Time)
         .collect();
     insert_delivery_rows(tx, &deliveries, now).await?;
     Ok(deliveries.len())
+}
+
+/// Fans out outbox rows owed to the fan-out (left by an earlier release,
+/// before the fan-out moved into the transaction that writes the event).
+/// Relaxed: a fan-out lost to a crash is made again with the same ids.
+pub async fn fan_out_rows(store: &dyn Storage, rows: &[OutboxRow]) -> Result<usize> {
+    let events: Vec<Outgoing<'_>> = rows
+        .iter()
+        .map(|r| Outgoing {
+            tenant: r.tenant_id,
+            event_type: &r.routing_key,
+            ce_id: &r.ce_id,
+            body: &r.body,
+            emitted_at: r.created_at,
+        })
+        .collect();
+    let mut tx = store.records().begin_relaxed().await?;
+    let n = fan_out(&mut tx, &events, Time(Utc::now())).await?;
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// Writes one operational notification to each enabled endpoint of

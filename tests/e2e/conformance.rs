@@ -14,15 +14,15 @@ use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
 use fastack_core::{
     Error,
     store::{
-        DropOutcome, Emit, EventQuery, Fence, IngestRow, Month, NewDelivery, PartitionKey,
+        DropOutcome, Emit, EventQuery, Fence, IngestRow, Month, OutboxRow, PartitionKey,
         ProcessOutcome, ProcessRequest, SinkName, Store, TimeRange, Topic,
     },
     validate::fingerprint,
 };
 use fastack_entities::{
-    ApiKey, ApiKeyId, Attempt, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
-    EndpointId, EventId, EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId,
-    Plan, Tenant, TenantId,
+    ApiKey, ApiKeyId, Attempt, ContactId, Delivery, DeliveryStatus, Endpoint, EndpointId, EventId,
+    EventKind, IdentityKind, Job, JobId, JobKind, JobStatus, NewEvent, NodeId, Plan, Tenant,
+    TenantId,
 };
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
@@ -1220,19 +1220,23 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         .list_deliveries(t.id, Some(endpoint.id), None, 10)
         .await
         .unwrap();
-    let dup: Vec<NewDelivery> = made
+    let owed: Vec<OutboxRow> = made
         .iter()
-        .map(|d| NewDelivery {
-            id: DeliveryId::new(),
-            endpoint_id: d.endpoint_id,
+        .map(|d| OutboxRow {
+            id: 0,
             tenant_id: d.tenant_id,
-            event_type: d.event_type.clone(),
+            topic: Topic::Core,
+            routing_key: d.event_type.clone(),
             ce_id: d.ce_id.clone(),
+            subject: String::new(),
             body: "{}".into(),
-            emitted_at: d.created_at,
+            job_id: None,
+            created_at: d.created_at,
         })
         .collect();
-    store.insert_deliveries(&dup).await.unwrap();
+    fastack_core::deliveries::fan_out_rows(store.as_ref(), &owed)
+        .await
+        .unwrap();
     let listed = store
         .list_deliveries(t.id, Some(endpoint.id), None, 10)
         .await

@@ -5,14 +5,10 @@
 //! unique per endpoint and event (`ce-id`), so a fan-out repeated after a
 //! crash creates nothing twice. The dispatcher is signalled at once.
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use fastack_core::{
-    deliveries::{Outgoing, deliveries_of},
-    store::{FAN_OUT, NewDelivery, OutboxRow, SinkName},
-};
-use fastack_entities::{Endpoint, TenantId};
+use fastack_core::store::{FAN_OUT, OutboxRow, SinkName};
 use tracing::warn;
 
 use super::{Sent, Sink};
@@ -23,26 +19,6 @@ pub struct WebhookSink;
 impl WebhookSink {
     pub fn new(_ctx: &Ctx) -> Option<Self> {
         Some(WebhookSink)
-    }
-
-    async fn deliveries(ctx: &Ctx, rows: &[OutboxRow]) -> fastack_core::Result<Vec<NewDelivery>> {
-        let mut endpoints: HashMap<TenantId, Vec<Endpoint>> = HashMap::new();
-        let mut deliveries = Vec::new();
-        for row in rows {
-            if let std::collections::hash_map::Entry::Vacant(slot) = endpoints.entry(row.tenant_id)
-            {
-                slot.insert(ctx.store.list_endpoints(Some(row.tenant_id)).await?);
-            }
-            let event = Outgoing {
-                tenant: row.tenant_id,
-                event_type: &row.routing_key,
-                ce_id: &row.ce_id,
-                body: &row.body,
-                emitted_at: row.created_at,
-            };
-            deliveries.extend(deliveries_of(&endpoints[&row.tenant_id], event));
-        }
-        Ok(deliveries)
     }
 }
 
@@ -56,12 +32,8 @@ impl Sink for WebhookSink {
 
     async fn send(&mut self, ctx: &Ctx, rows: &[OutboxRow]) -> Sent {
         let ids = rows.iter().map(|r| r.id).collect();
-        let written = match Self::deliveries(ctx, rows).await {
-            Ok(deliveries) => ctx.store.insert_deliveries(&deliveries).await,
-            Err(e) => Err(e),
-        };
-        match written {
-            Ok(()) => {
+        match fastack_core::deliveries::fan_out_rows(ctx.store.as_ref(), rows).await {
+            Ok(_) => {
                 ctx.signals.deliveries.raise();
                 Sent {
                     done: ids,

@@ -398,6 +398,12 @@ impl Emit {
         self.sinks.contains(&FAN_OUT)
     }
 
+    /// Whether a sink takes the events from the outbox (so an outbox row,
+    /// and a job's pending marker, are written).
+    pub fn relays(&self) -> bool {
+        self.relayed().next().is_some()
+    }
+
     /// The sinks that take the events from the outbox.
     pub fn relayed(&self) -> impl Iterator<Item = SinkName> + '_ {
         self.sinks.iter().copied().filter(|s| *s != FAN_OUT)
@@ -739,9 +745,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<bool>;
     /// Whether an enabled endpoint of the tenant subscribes to the type.
     async fn tenant_subscribes(&self, tenant: TenantId, event_type: &str) -> Result<bool>;
-    /// Creates deliveries, once per event and endpoint (creating one again
-    /// does nothing: a fan-out repeated after a crash delivers nothing twice).
-    async fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<()>;
     /// Claims deliveries whose next attempt is due, except those of the
     /// endpoints in `skip` (their workers are full: claiming their rows only
     /// to give them back would be churn).

@@ -2,9 +2,9 @@
 //! tenant's inbox rows, apply the second idempotency fence
 //! (`processed_jobs`), resolve identities (snapshot → [`identity::resolve`]
 //! → apply), append to `tracked_events`, write `core.event.tracked` for
-//! its sinks (webhook deliveries, outbox rows), consume the inbox rows. A backend opens the transaction (lease
-//! renewal, commit durability) and says where a month's rows go
-//! ([`Layout`]); everything else is here.
+//! its sinks (webhook deliveries, outbox rows), consume the inbox rows. A
+//! backend opens the transaction (lease renewal, commit durability) and
+//! says where a month's rows go ([`Layout`]); everything else is here.
 
 use std::collections::{BTreeMap, HashSet};
 

@@ -582,10 +582,7 @@ impl Storage for SqlStore {
                     .col_expr(C::EventBody, Expr::value(body.as_str()))
                     // Pending while a relayed sink owes its outbox row; the
                     // fan-out's deliveries commit with this transaction.
-                    .col_expr(
-                        C::EventPending,
-                        Expr::value(emit.relayed().next().is_some()),
-                    )
+                    .col_expr(C::EventPending, Expr::value(emit.relays()))
                     .col_expr(C::ClaimedBy, Expr::value(Option::<NodeId>::None))
                     .col_expr(C::ClaimExpiresAt, Expr::value(Option::<Time>::None))
                     .filter(C::Id.eq(j.id))
@@ -684,7 +681,8 @@ impl Storage for SqlStore {
             });
             repaired.push(id);
         }
-        if outbox::write(&mut tx, entries, emit).await?.outboxed == 0 && !repaired.is_empty() {
+        outbox::write(&mut tx, entries, emit).await?;
+        if !emit.relays() && !repaired.is_empty() {
             // No relayed sink takes them (any more): the fan-out's
             // deliveries, written above, were all that was owed.
             tx.run(
@@ -832,17 +830,6 @@ impl Storage for SqlStore {
             .await?
             .iter()
             .any(|e| e.wants(event_type)))
-    }
-
-    async fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<()> {
-        if deliveries.is_empty() {
-            return Ok(());
-        }
-        // Relaxed: a fan-out lost to a crash is made again with the same
-        // delivery ids (derived from endpoint and event).
-        let mut tx = self.db.begin_relaxed().await?;
-        insert_delivery_rows(&mut tx, deliveries, Time(Utc::now())).await?;
-        tx.commit().await
     }
 
     async fn claim_deliveries(
