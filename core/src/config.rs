@@ -388,7 +388,7 @@ impl Default for Config {
             poll_interval: Duration::from_millis(1_000),
             process_gather: Duration::from_millis(25),
             lease_ttl: Duration::from_millis(10_000),
-            process_batch: 2_000,
+            process_batch: 8_000,
             process_max_attempts: 5,
             tenant_idle: Duration::from_secs(300),
             ingest_max_rows: 4_000,
