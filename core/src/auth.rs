@@ -11,7 +11,10 @@
 //! small cache of their own, so repeating one costs no database read.
 
 use std::{
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -77,7 +80,7 @@ pub struct KeyCache {
     /// Keys that were unknown or revoked, and when that was looked up.
     unknown: quick_cache::sync::Cache<[u8; 32], Instant>,
     /// Database lookups made (each also records the key's last use).
-    lookups: std::sync::atomic::AtomicU64,
+    lookups: AtomicU64,
 }
 
 impl std::fmt::Debug for KeyCache {
@@ -93,13 +96,13 @@ impl KeyCache {
             ttl,
             cache: quick_cache::sync::Cache::new(100_000),
             unknown: quick_cache::sync::Cache::new(10_000),
-            lookups: std::sync::atomic::AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
         }
     }
 
     /// Database lookups made so far.
     pub fn lookups(&self) -> u64 {
-        self.lookups.load(std::sync::atomic::Ordering::Relaxed)
+        self.lookups.load(Ordering::Relaxed)
     }
 
     /// The principal of a secret when the cache knows it: `Some(None)` for
@@ -164,8 +167,7 @@ impl KeyCache {
                 Err(guard) => break guard,
             }
         };
-        self.lookups
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         let record = self.store.lookup_api_key(&hash).await?;
         let principal = record.and_then(|r| {
             r.key.revoked_at.is_none().then(|| {
