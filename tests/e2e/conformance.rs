@@ -371,6 +371,10 @@ async fn ingest_fences(store: &Store) {
     assert_eq!(out.appended.len(), 4);
     assert_eq!(store.backlog_tenants(10).await.unwrap(), vec![other.id]);
     assert_eq!(store.inbox_stats().await.unwrap().0, 1);
+    assert!(
+        !store.inbox_empty().await.unwrap(),
+        "the other tenant's row still waits"
+    );
     let ids: HashSet<EventId> = events(store, t.id, around(at))
         .await
         .iter()
@@ -632,6 +636,7 @@ async fn processed_rows_left_in_the_inbox_are_skipped(store: &Store) {
     assert_eq!(again.already_processed, first.to_consume.len());
     store.consume_inbox(t.id, &again.to_consume).await.unwrap();
     assert_eq!(store.inbox_stats().await.unwrap().0, 0);
+    assert!(store.inbox_empty().await.unwrap());
     assert_eq!(store.count_events(t.id, around(at)).await.unwrap(), 1);
 }
 

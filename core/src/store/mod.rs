@@ -599,6 +599,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>>;
     /// Unprocessed inbox rows and the oldest `received_at` among them.
     async fn inbox_stats(&self) -> Result<(i64, Option<DateTime<Utc>>)>;
+    /// Whether any inbox row is unprocessed. Cheap while rows wait (one
+    /// descent from the newest end of the key index), unlike
+    /// [`Storage::inbox_stats`], which counts them all: for pollers.
+    async fn inbox_empty(&self) -> Result<bool>;
 
     /// One processing transaction: lease check, second fence, identity
     /// resolution, append to `tracked_events`, inbox rows consumed (or

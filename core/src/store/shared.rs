@@ -404,6 +404,16 @@ impl Storage for SqlStore {
         Ok((row.int("n")?, row.opt_time("oldest")?))
     }
 
+    async fn inbox_empty(&self) -> Result<bool> {
+        let newest = self
+            .db
+            .read_opt(Q::new(
+                "SELECT seq FROM inbox ORDER BY tenant_id DESC, seq DESC LIMIT 1",
+            ))
+            .await?;
+        Ok(newest.is_none())
+    }
+
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
         self.engine.process_batch(req).await
     }
