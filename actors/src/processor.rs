@@ -1,8 +1,9 @@
 //! ProcessorActor: turns a tenant's inbox rows into stored events.
 //!
-//! Each transaction renews the tenant's lease (fencing), applies the second
-//! idempotency fence (`processed_jobs`), resolves identities, appends to
-//! `tracked_events` and consumes the inbox rows. Woken by the ingest writer
+//! Each transaction renews the tenant's lease (fencing), takes the inbox
+//! rows through the second idempotency fence (see
+//! `fastack_core::store::processing`), resolves identities and appends to
+//! `tracked_events`. Woken by the ingest writer
 //! (fast path) and by a periodic tick (recovery path, rows accepted by other
 //! nodes, lease renewal). A crash loses nothing: the inbox is durable and
 //! the supervisor restarts the processor.

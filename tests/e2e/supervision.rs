@@ -66,10 +66,10 @@ async fn failed_processor_is_restarted_and_resumes(app: TestApp) {
     })
     .await;
 
-    // Break the processor's storage: the second fence's table disappears.
+    // Break the processor's storage: the identity table disappears.
     exec(
         &app,
-        "ALTER TABLE processed_jobs RENAME TO processed_jobs_away",
+        "ALTER TABLE contact_identities RENAME TO contact_identities_away",
     )
     .await;
     let items: Vec<_> = (0..50)
@@ -94,7 +94,7 @@ async fn failed_processor_is_restarted_and_resumes(app: TestApp) {
     // Repair: the restarted processor resumes from the inbox.
     exec(
         &app,
-        "ALTER TABLE processed_jobs_away RENAME TO processed_jobs",
+        "ALTER TABLE contact_identities_away RENAME TO contact_identities",
     )
     .await;
     let evs = eventually("the backlog processed", Duration::from_secs(40), || async {

@@ -1,10 +1,11 @@
-//! The processing transaction, written once for both backends: read a
-//! tenant's inbox rows, apply the second idempotency fence
-//! (`processed_jobs`), resolve identities (snapshot → [`identity::resolve`]
-//! → apply), append to `tracked_events`, write `core.event.tracked` for
-//! its sinks (webhook deliveries, outbox rows), consume the inbox rows. A
-//! backend opens the transaction (lease renewal, commit durability) and
-//! says where a month's rows go ([`Layout`]); everything else is here.
+//! The processing transaction, written once for both backends: take a
+//! tenant's inbox rows through the second idempotency fence (deleting them,
+//! where the inbox shares the transaction; `processed_jobs`, where it does
+//! not), resolve identities (snapshot → [`identity::resolve`] → apply),
+//! append to `tracked_events`, write `core.event.tracked` for its sinks
+//! (webhook deliveries, outbox rows). A backend opens the transaction
+//! (lease renewal, commit durability) and says where a month's rows go
+//! ([`Layout`]); everything else is here.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -45,10 +46,12 @@ pub(crate) trait Layout: Send + Sync {
 /// Where the consumed inbox rows are deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Consume {
-    /// In the processing transaction (the inbox is in the same database).
+    /// In the processing transaction, by the statement that reads them (the
+    /// inbox is in the same database): the delete is the second fence.
     InTransaction,
     /// After it commits, by the caller ([`ProcessOutcome::to_consume`]): the
-    /// inbox lives in a file with a writer of its own.
+    /// inbox lives in a file with a writer of its own, and `processed_jobs`
+    /// is the second fence.
     Afterwards,
 }
 
@@ -71,15 +74,25 @@ pub(crate) async fn run(
 ) -> Result<ProcessOutcome> {
     let d = tx.dialect();
     let tenant = req.tenant_id;
+    let next = "FROM inbox WHERE tenant_id = $1 AND seq > $3 ORDER BY seq LIMIT $2";
+    let read = match consume {
+        // Reading the rows deletes them. A row is returned by one committed
+        // delete only (a concurrent one waits for its row locks, then finds
+        // it gone), so the delete is the second fence: no `processed_jobs`
+        // row is written.
+        Consume::InTransaction => format!(
+            "DELETE FROM inbox WHERE tenant_id = $1 AND {} \
+             RETURNING seq, event_id, payload, received_at",
+            d.in_subquery("seq", &format!("SELECT seq {next}"))
+        ),
+        Consume::Afterwards => format!("SELECT seq, event_id, payload, received_at {next}"),
+    };
     let rows = tx
         .fetch(
-            Q::new(
-                "SELECT seq, event_id, payload, received_at FROM inbox \
-                 WHERE tenant_id = $1 AND seq > $3 ORDER BY seq LIMIT $2",
-            )
-            .bind(tenant.0)
-            .bind(i64::from(req.limit))
-            .bind(req.after_seq.unwrap_or(i64::MIN)),
+            Q::new(read)
+                .bind(tenant.0)
+                .bind(i64::from(req.limit))
+                .bind(req.after_seq.unwrap_or(i64::MIN)),
         )
         .await?;
     if rows.is_empty() {
@@ -95,30 +108,41 @@ pub(crate) async fn run(
             received_at: r.time("received_at")?,
         });
     }
+    // A delete returns its rows in no particular order; events are applied
+    // in the order they were accepted.
+    items.sort_unstable_by_key(|i| i.seq);
     req.faults
         .check_processing(items.iter().map(|i| i.event.idempotency_key.as_str()))?;
 
-    // Second fence: an event processed by an earlier attempt whose inbox
-    // delete was lost is skipped here.
     let n = items.len();
-    let fresh: HashSet<Uuid> = tx
-        .insert(d.insert(
-            "processed_jobs",
-            &[
-                (
-                    "event_id",
-                    Col::Uuid(items.iter().map(|i| i.id.0).collect()),
-                ),
-                ("tenant_id", Col::Uuid(vec![tenant.0; n])),
-                ("processed_at", Col::Time(vec![req.now; n])),
-            ],
-            "ON CONFLICT DO NOTHING RETURNING event_id",
-        ))
-        .await?
+    let fresh: Option<HashSet<Uuid>> = match consume {
+        Consume::InTransaction => None,
+        // The rows stay until the caller deletes them after this commit:
+        // one processed by an earlier attempt whose delete was lost is
+        // skipped here.
+        Consume::Afterwards => Some(
+            tx.insert(d.insert(
+                "processed_jobs",
+                &[
+                    (
+                        "event_id",
+                        Col::Uuid(items.iter().map(|i| i.id.0).collect()),
+                    ),
+                    ("tenant_id", Col::Uuid(vec![tenant.0; n])),
+                    ("processed_at", Col::Time(vec![req.now; n])),
+                ],
+                "ON CONFLICT DO NOTHING RETURNING event_id",
+            ))
+            .await?
+            .iter()
+            .map(|r| r.uuid("event_id"))
+            .collect::<Result<_>>()?,
+        ),
+    };
+    let todo: Vec<&Item> = items
         .iter()
-        .map(|r| r.uuid("event_id"))
-        .collect::<Result<_>>()?;
-    let todo: Vec<&Item> = items.iter().filter(|i| fresh.contains(&i.id.0)).collect();
+        .filter(|i| fresh.as_ref().is_none_or(|f| f.contains(&i.id.0)))
+        .collect();
     let mut outcome = ProcessOutcome {
         consumed: n,
         // Read in `seq` order.
@@ -295,20 +319,8 @@ pub(crate) async fn run(
             outcome.deliveries = written.deliveries;
         }
     }
-    let seqs: Vec<i64> = items.iter().map(|i| i.seq).collect();
-    match consume {
-        Consume::InTransaction => {
-            tx.execute(
-                Q::new(format!(
-                    "DELETE FROM inbox WHERE tenant_id = $1 AND {}",
-                    d.in_list("seq", 2, ListKind::Int)
-                ))
-                .bind(tenant.0)
-                .bind(seqs),
-            )
-            .await?;
-        }
-        Consume::Afterwards => outcome.to_consume = seqs,
+    if consume == Consume::Afterwards {
+        outcome.to_consume = items.iter().map(|i| i.seq).collect();
     }
     tx.commit().await?;
     layout.created(&keys);

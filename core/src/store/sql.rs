@@ -84,6 +84,17 @@ impl Dialect {
         }
     }
 
+    /// `col` is one of the values `sub` (a one-column select) returns.
+    /// PostgreSQL gets the values first (`ARRAY(…)`, an init plan) and
+    /// probes the key index with them; as `IN (…)` it plans a hash join
+    /// over a sequential scan of the whole table.
+    pub fn in_subquery(self, col: &str, sub: &str) -> String {
+        match self {
+            Dialect::Postgres => format!("{col} = ANY(ARRAY({sub}))"),
+            Dialect::Sqlite => format!("{col} IN ({sub})"),
+        }
+    }
+
     /// A notification on `channel`, sent when the transaction commits
     /// (PostgreSQL's `NOTIFY`); SQLite is one process, it has no one to
     /// tell.
