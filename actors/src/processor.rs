@@ -3,10 +3,10 @@
 //! Each transaction renews the tenant's lease (fencing), takes the inbox
 //! rows through the second idempotency fence (see
 //! `fastack_core::store::processing`), resolves identities and appends to
-//! `tracked_events`. Woken by the ingest writer
-//! (fast path) and by a periodic tick (recovery path, rows accepted by other
-//! nodes, lease renewal). A crash loses nothing: the inbox is durable and
-//! the supervisor restarts the processor.
+//! `tracked_events`. Woken by the ingest writer (fast path) and by a
+//! periodic tick (recovery path, rows accepted by other nodes, lease
+//! renewal). A crash loses nothing: the inbox is durable and the supervisor
+//! restarts the processor.
 //!
 //! Poison events: when the database refuses a batch because of its values,
 //! the processor goes one row at a time to find the row at fault, counts a

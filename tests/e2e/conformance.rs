@@ -198,8 +198,8 @@ fn request(tenant: TenantId, node: NodeId, publish: bool) -> ProcessRequest {
     }
 }
 
-/// Takes the lease and processes the tenant's whole inbox.
-async fn process_all(store: &Store, tenant: TenantId, publish: bool) -> ProcessOutcome {
+/// Takes the tenant's processing lease for a new node.
+async fn take_lease(store: &Store, tenant: TenantId) -> NodeId {
     let node = NodeId::new();
     assert!(
         store
@@ -207,6 +207,12 @@ async fn process_all(store: &Store, tenant: TenantId, publish: bool) -> ProcessO
             .await
             .unwrap()
     );
+    node
+}
+
+/// Takes the lease and processes the tenant's whole inbox.
+async fn process_all(store: &Store, tenant: TenantId, publish: bool) -> ProcessOutcome {
+    let node = take_lease(store, tenant).await;
     let out = store
         .process_batch(&request(tenant, node, publish))
         .await
@@ -615,13 +621,7 @@ async fn processed_rows_left_in_the_inbox_are_skipped(store: &Store) {
     let t = tenant(store, "t").await;
     let at = now();
     accept(store, &[row(t.id, &track("k", "u", at))]).await;
-    let node = NodeId::new();
-    assert!(
-        store
-            .try_lease(t.id, node, Utc::now(), Duration::seconds(30))
-            .await
-            .unwrap()
-    );
+    let node = take_lease(store, t.id).await;
     let first = store
         .process_batch(&request(t.id, node, false))
         .await
@@ -651,13 +651,7 @@ async fn concurrent_rounds_store_each_event_once(store: &Store) {
         .map(|i| row(t.id, &track(&format!("k{i}"), &format!("u{}", i % 7), at)))
         .collect();
     accept(store, &rows).await;
-    let node = NodeId::new();
-    assert!(
-        store
-            .try_lease(t.id, node, Utc::now(), Duration::seconds(30))
-            .await
-            .unwrap()
-    );
+    let node = take_lease(store, t.id).await;
     let round = |store: Store| async move {
         let mut appended = Vec::new();
         loop {
