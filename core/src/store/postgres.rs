@@ -258,6 +258,7 @@ impl Engine for PgStore {
             emit,
             req,
             processing::Consume::InTransaction,
+            None,
         )
         .await
     }

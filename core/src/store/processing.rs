@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::{
     Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, annotations, decode_payload,
     outbox,
-    sql::{Col, Dialect, ListKind, Q, Tx},
+    sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
     tracked_body,
 };
 use crate::{
@@ -56,51 +56,28 @@ pub(crate) enum Consume {
 }
 
 /// One inbox row, decoded.
-struct Item {
+#[derive(Debug)]
+pub(crate) struct Item {
     seq: i64,
     id: EventId,
     event: NewEvent,
     received_at: DateTime<Utc>,
 }
 
-/// Runs the processing transaction `tx` (opened by the backend, its lease
-/// already renewed) and commits it.
-pub(crate) async fn run(
-    layout: &dyn Layout,
-    mut tx: Tx<'_>,
-    emit: Emit,
-    req: &ProcessRequest,
-    consume: Consume,
-) -> Result<ProcessOutcome> {
-    let d = tx.dialect();
-    let tenant = req.tenant_id;
-    let next = "FROM inbox WHERE tenant_id = $1 AND seq > $3 ORDER BY seq LIMIT $2";
-    let read = match consume {
-        // Reading the rows deletes them. A row is returned by one committed
-        // delete only (a concurrent one waits for its row locks, then finds
-        // it gone), so the delete is the second fence: no `processed_jobs`
-        // row is written.
-        Consume::InTransaction => format!(
-            "DELETE FROM inbox WHERE tenant_id = $1 AND {} \
-             RETURNING seq, event_id, payload, received_at",
-            d.in_subquery("seq", &format!("SELECT seq {next}"))
-        ),
-        Consume::Afterwards => format!("SELECT seq, event_id, payload, received_at {next}"),
-    };
-    let rows = tx
-        .fetch(
-            Q::new(read)
-                .bind(tenant.0)
-                .bind(i64::from(req.limit))
-                .bind(req.after_seq.unwrap_or(i64::MIN)),
-        )
-        .await?;
-    if rows.is_empty() {
-        tx.commit().await?;
-        return Ok(ProcessOutcome::default());
-    }
+/// The inbox rows a round takes: after `after_seq`, in `seq` order, at
+/// most `limit`. Where the fence is `processed_jobs`, a backend may read
+/// them outside the transaction (and ahead of it: see [`read`]).
+const NEXT_ROWS: &str = "FROM inbox WHERE tenant_id = $1 AND seq > $3 ORDER BY seq LIMIT $2";
+
+fn next_rows(q: Q, tenant: TenantId, after_seq: Option<i64>, limit: u32) -> Q {
+    q.bind(tenant.0)
+        .bind(i64::from(limit))
+        .bind(after_seq.unwrap_or(i64::MIN))
+}
+
+fn decode(rows: &[Row]) -> Result<Vec<Item>> {
     let mut items = Vec::with_capacity(rows.len());
-    for r in &rows {
+    for r in rows {
         items.push(Item {
             seq: r.int("seq")?,
             id: EventId(r.uuid("event_id")?),
@@ -111,6 +88,69 @@ pub(crate) async fn run(
     // A delete returns its rows in no particular order; events are applied
     // in the order they were accepted.
     items.sort_unstable_by_key(|i| i.seq);
+    Ok(items)
+}
+
+/// Reads and decodes a round's rows on `db`'s readers, outside any
+/// transaction: for [`Consume::Afterwards`], whose `processed_jobs` fence
+/// skips a row some other round has taken meanwhile, so the embedded store
+/// can read the next round while the current one writes.
+pub(crate) async fn read(
+    db: &Db,
+    tenant: TenantId,
+    after_seq: Option<i64>,
+    limit: u32,
+) -> Result<Vec<Item>> {
+    let q = Q::new(format!(
+        "SELECT seq, event_id, payload, received_at {NEXT_ROWS}"
+    ));
+    decode(&db.read(next_rows(q, tenant, after_seq, limit)).await?)
+}
+
+/// The last `seq` of a round's rows.
+pub(crate) fn last_seq(items: &[Item]) -> Option<i64> {
+    items.last().map(|i| i.seq)
+}
+
+/// Runs the processing transaction `tx` (opened by the backend, its lease
+/// already renewed) and commits it. `read` holds the round's rows if the
+/// backend read them already ([`read`]; only with
+/// [`Consume::Afterwards`]); otherwise the transaction reads them.
+pub(crate) async fn run(
+    layout: &dyn Layout,
+    mut tx: Tx<'_>,
+    emit: Emit,
+    req: &ProcessRequest,
+    consume: Consume,
+    read: Option<Vec<Item>>,
+) -> Result<ProcessOutcome> {
+    let d = tx.dialect();
+    let tenant = req.tenant_id;
+    let items = match read {
+        Some(items) => items,
+        None => {
+            let sql = match consume {
+                // Reading the rows deletes them. A row is returned by one
+                // committed delete only (a concurrent one waits for its row
+                // locks, then finds it gone), so the delete is the second
+                // fence: no `processed_jobs` row is written.
+                Consume::InTransaction => format!(
+                    "DELETE FROM inbox WHERE tenant_id = $1 AND {} \
+                     RETURNING seq, event_id, payload, received_at",
+                    d.in_subquery("seq", &format!("SELECT seq {NEXT_ROWS}"))
+                ),
+                Consume::Afterwards => {
+                    format!("SELECT seq, event_id, payload, received_at {NEXT_ROWS}")
+                }
+            };
+            let q = next_rows(Q::new(sql), tenant, req.after_seq, req.limit);
+            decode(&tx.fetch(q).await?)?
+        }
+    };
+    if items.is_empty() {
+        tx.commit().await?;
+        return Ok(ProcessOutcome::default());
+    }
     req.faults
         .check_processing(items.iter().map(|i| i.event.idempotency_key.as_str()))?;
 

@@ -27,7 +27,7 @@
 //! retention drops whole tables exactly as on PostgreSQL.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -74,14 +74,34 @@ pub struct SqliteStore {
     inbox_relaxed: Arc<AtomicBool>,
     reader: SqlitePool,
     partitions: Mutex<HashSet<PartitionKey>>,
+    /// The next round's rows, being read while a round writes (see
+    /// [`Engine::process_batch`]), per tenant.
+    ahead: Mutex<HashMap<TenantId, ReadAhead>>,
     /// Checkpoints both files off the writers' path (see
     /// [`spawn_checkpointer`]); stopped with the store.
     checkpointer: tokio::task::JoinHandle<()>,
 }
 
+/// A round's rows read ahead: which round, since when, and the read.
+#[derive(Debug)]
+struct ReadAhead {
+    after_seq: i64,
+    limit: u32,
+    started: std::time::Instant,
+    rows: tokio::task::JoinHandle<Result<Vec<processing::Item>>>,
+}
+
+/// A read-ahead older than this is read again: rows it holds may have been
+/// taken by a round of another node since (harmless, the fence skips
+/// them), and a fresh read also finds rows committed since.
+const READ_AHEAD_FOR: StdDuration = StdDuration::from_secs(1);
+
 impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.checkpointer.abort();
+        for (_, ahead) in self.ahead.lock().drain() {
+            ahead.rows.abort();
+        }
     }
 }
 
@@ -232,6 +252,7 @@ impl SqliteStore {
             inbox_relaxed,
             reader,
             partitions: Mutex::new(HashSet::new()),
+            ahead: Mutex::new(HashMap::new()),
             checkpointer: spawn_checkpointer(options, inbox_file),
         })
     }
@@ -473,12 +494,51 @@ impl Engine for SqliteStore {
         if held.rows_affected() != 1 {
             return Err(Error::LeaseLost);
         }
+        // The rows are read on the readers, outside the transaction (the
+        // `processed_jobs` fence makes that safe), and a full round starts
+        // reading the next one before it writes: the single writer then
+        // never waits for a read and its decoding.
+        let ahead = self.ahead.lock().remove(&req.tenant_id).filter(|a| {
+            let fresh = a.started.elapsed() < READ_AHEAD_FOR
+                && Some(a.after_seq) == req.after_seq
+                && a.limit == req.limit;
+            if !fresh {
+                a.rows.abort();
+            }
+            fresh
+        });
+        // A read ahead that did not finish (its task panicked) is read again.
+        let read_ahead = match ahead {
+            Some(a) => a.rows.await.ok(),
+            None => None,
+        };
+        let items = match read_ahead {
+            Some(read) => read?,
+            None => processing::read(&self.db(), req.tenant_id, req.after_seq, req.limit).await?,
+        };
+        if items.len() == req.limit as usize
+            && let Some(last) = processing::last_seq(&items)
+        {
+            let (db, tenant, limit) = (self.db(), req.tenant_id, req.limit);
+            let rows =
+                tokio::spawn(async move { processing::read(&db, tenant, Some(last), limit).await });
+            let next = ReadAhead {
+                after_seq: last,
+                limit,
+                started: std::time::Instant::now(),
+                rows,
+            };
+            if let Some(old) = self.ahead.lock().insert(tenant, next) {
+                old.rows.abort();
+            }
+        }
         processing::run(
             self,
             Tx::Lite(tx),
             emit,
             req,
             processing::Consume::Afterwards,
+            Some(items),
         )
         .await
     }
