@@ -79,6 +79,7 @@ conformance!(
     inbox_keeps_send_order,
     processed_rows_left_in_the_inbox_are_skipped,
     concurrent_rounds_store_each_event_once,
+    chained_rounds_take_every_row_once,
     relaxed_commits_do_not_leak,
     leases,
     processing_and_identity,
@@ -674,6 +675,44 @@ async fn concurrent_rounds_store_each_event_once(store: &Store) {
     let ids: HashSet<EventId> = a.into_iter().chain(b).collect();
     assert_eq!(ids.len(), 300);
     assert_eq!(store.count_events(t.id, around(at)).await.unwrap(), 300);
+    assert!(store.inbox_empty().await.unwrap());
+}
+
+/// Rounds chained by `after_seq`, as the processor's drain runs them (the
+/// embedded store reads each full round's successor while it writes): the
+/// tenant's inbox drained three times, with new rows accepted after each
+/// drain. Every event is taken once, in accept order, and a drain that ends
+/// (a round with no rows) has left none behind.
+async fn chained_rounds_take_every_row_once(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    let node = take_lease(store, t.id).await;
+    let (mut sent, mut appended, mut after) = (Vec::new(), Vec::new(), None);
+    for drain in 0..3 {
+        // A multiple of the round size: each drain's last full round reads
+        // ahead into an empty inbox.
+        let rows: Vec<IngestRow> = (0..80)
+            .map(|i| {
+                let key = format!("k{drain}-{i}");
+                row(t.id, &track(&key, &format!("u{}", i % 7), at))
+            })
+            .collect();
+        accept(store, &rows).await;
+        sent.extend(rows.iter().map(|r| r.event_id));
+        loop {
+            let mut req = request(t.id, node, false);
+            req.limit = 40;
+            req.after_seq = after;
+            let out = store.process_batch(&req).await.expect("process");
+            store.consume_inbox(t.id, &out.to_consume).await.unwrap();
+            if out.consumed == 0 {
+                break;
+            }
+            appended.extend(out.appended.iter().map(|(id, _)| *id));
+            after = out.last_seq.or(after);
+        }
+        assert_eq!(appended, sent, "drain {drain}");
+    }
     assert!(store.inbox_empty().await.unwrap());
 }
 

@@ -507,13 +507,15 @@ impl Engine for SqliteStore {
             }
             fresh
         });
-        // A read ahead that did not finish (its task panicked) is read again.
+        // A read ahead that found nothing is read again (rows may have come
+        // since), as is one that did not finish (its task panicked): a
+        // round that reports no rows has looked now.
         let read_ahead = match ahead {
-            Some(a) => a.rows.await.ok(),
+            Some(a) => a.rows.await.ok().transpose()?,
             None => None,
         };
-        let items = match read_ahead {
-            Some(read) => read?,
+        let items = match read_ahead.filter(|items| !items.is_empty()) {
+            Some(items) => items,
             None => processing::read(&self.db(), req.tenant_id, req.after_seq, req.limit).await?,
         };
         if items.len() == req.limit as usize
