@@ -467,37 +467,11 @@ impl Engine for SqliteStore {
     }
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
-        let mut conn = self.writer.acquire().await?;
-        // Whether the tenant's endpoints take `core.event.tracked` now. On
-        // the one writer connection nothing can change the endpoints
-        // between this read and the transaction below.
-        let fanout: bool =
-            sqlx::query_scalar(AssertSqlSafe(format!("SELECT {TRACKED_SUBSCRIBED}")))
-                .bind(req.tenant_id.0)
-                .fetch_one(&mut *conn)
-                .await?;
-        let emit = req.emit_tracked(fanout);
-        // The commit syncs even without outbox rows: the inbox rows it
-        // processed are deleted right after, in the other file, and that
-        // delete must never outlive a processing commit lost to power loss.
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let held = sqlx::query(
-            "UPDATE tenant_leases SET expires_at = $3 \
-             WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
-        )
-        .bind(req.tenant_id.0)
-        .bind(req.node_id.0)
-        .bind(us(req.now + req.lease_ttl))
-        .bind(us(req.now))
-        .execute(&mut *tx)
-        .await?;
-        if held.rows_affected() != 1 {
-            return Err(Error::LeaseLost);
-        }
         // The rows are read on the readers, outside the transaction (the
         // `processed_jobs` fence makes that safe), and a full round starts
         // reading the next one before it writes: the single writer then
-        // never waits for a read and its decoding.
+        // never waits for a read and its decoding, nor holds the
+        // connection while one runs.
         let ahead = self.ahead.lock().remove(&req.tenant_id).filter(|a| {
             let fresh = a.started.elapsed() < READ_AHEAD_FOR
                 && Some(a.after_seq) == req.after_seq
@@ -533,6 +507,33 @@ impl Engine for SqliteStore {
             if let Some(old) = self.ahead.lock().insert(tenant, next) {
                 old.rows.abort();
             }
+        }
+        let mut conn = self.writer.acquire().await?;
+        // Whether the tenant's endpoints take `core.event.tracked` now. On
+        // the one writer connection nothing can change the endpoints
+        // between this read and the transaction below.
+        let fanout: bool =
+            sqlx::query_scalar(AssertSqlSafe(format!("SELECT {TRACKED_SUBSCRIBED}")))
+                .bind(req.tenant_id.0)
+                .fetch_one(&mut *conn)
+                .await?;
+        let emit = req.emit_tracked(fanout);
+        // The commit syncs even without outbox rows: the inbox rows it
+        // processed are deleted right after, in the other file, and that
+        // delete must never outlive a processing commit lost to power loss.
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let held = sqlx::query(
+            "UPDATE tenant_leases SET expires_at = $3 \
+             WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
+        )
+        .bind(req.tenant_id.0)
+        .bind(req.node_id.0)
+        .bind(us(req.now + req.lease_ttl))
+        .bind(us(req.now))
+        .execute(&mut *tx)
+        .await?;
+        if held.rows_affected() != 1 {
+            return Err(Error::LeaseLost);
         }
         processing::run(
             self,
