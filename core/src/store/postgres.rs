@@ -258,7 +258,6 @@ impl Engine for PgStore {
             emit,
             req,
             processing::Consume::InTransaction,
-            None,
         )
         .await
     }

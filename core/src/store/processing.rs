@@ -43,16 +43,16 @@ pub(crate) trait Layout: Send + Sync {
     fn created(&self, keys: &[PartitionKey]);
 }
 
-/// Where the consumed inbox rows are deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a round takes its inbox rows, and where they are deleted.
+#[derive(Debug)]
 pub(crate) enum Consume {
     /// In the processing transaction, by the statement that reads them (the
     /// inbox is in the same database): the delete is the second fence.
     InTransaction,
     /// After it commits, by the caller ([`ProcessOutcome::to_consume`]): the
-    /// inbox lives in a file with a writer of its own, and `processed_jobs`
-    /// is the second fence.
-    Afterwards,
+    /// inbox lives in a file with a writer of its own, `processed_jobs` is
+    /// the second fence, and the rows were read beforehand ([`read`]).
+    Afterwards(Vec<Item>),
 }
 
 /// One inbox row, decoded.
@@ -113,39 +113,31 @@ pub(crate) fn last_seq(items: &[Item]) -> Option<i64> {
 }
 
 /// Runs the processing transaction `tx` (opened by the backend, its lease
-/// already renewed) and commits it. `read` holds the round's rows if the
-/// backend read them already ([`read`]; only with
-/// [`Consume::Afterwards`]); otherwise the transaction reads them.
+/// already renewed) and commits it.
 pub(crate) async fn run(
     layout: &dyn Layout,
     mut tx: Tx<'_>,
     emit: Emit,
     req: &ProcessRequest,
     consume: Consume,
-    read: Option<Vec<Item>>,
 ) -> Result<ProcessOutcome> {
     let d = tx.dialect();
     let tenant = req.tenant_id;
-    let items = match read {
-        Some(items) => items,
-        None => {
-            let sql = match consume {
-                // Reading the rows deletes them. A row is returned by one
-                // committed delete only (a concurrent one waits for its row
-                // locks, then finds it gone), so the delete is the second
-                // fence: no `processed_jobs` row is written.
-                Consume::InTransaction => format!(
-                    "DELETE FROM inbox WHERE tenant_id = $1 AND {} \
-                     RETURNING seq, event_id, payload, received_at",
-                    d.in_subquery("seq", &format!("SELECT seq {NEXT_ROWS}"))
-                ),
-                Consume::Afterwards => {
-                    format!("SELECT seq, event_id, payload, received_at {NEXT_ROWS}")
-                }
-            };
+    let (items, in_transaction) = match consume {
+        // Reading the rows deletes them. A row is returned by one committed
+        // delete only (a concurrent one waits for its row locks, then finds
+        // it gone), so the delete is the second fence: no `processed_jobs`
+        // row is written.
+        Consume::InTransaction => {
+            let sql = format!(
+                "DELETE FROM inbox WHERE tenant_id = $1 AND {} \
+                 RETURNING seq, event_id, payload, received_at",
+                d.in_subquery("seq", &format!("SELECT seq {NEXT_ROWS}"))
+            );
             let q = next_rows(Q::new(sql), tenant, req.after_seq, req.limit);
-            decode(&tx.fetch(q).await?)?
+            (decode(&tx.fetch(q).await?)?, true)
         }
+        Consume::Afterwards(items) => (items, false),
     };
     if items.is_empty() {
         tx.commit().await?;
@@ -155,12 +147,12 @@ pub(crate) async fn run(
         .check_processing(items.iter().map(|i| i.event.idempotency_key.as_str()))?;
 
     let n = items.len();
-    let fresh: Option<HashSet<Uuid>> = match consume {
-        Consume::InTransaction => None,
-        // The rows stay until the caller deletes them after this commit:
-        // one processed by an earlier attempt whose delete was lost is
-        // skipped here.
-        Consume::Afterwards => Some(
+    // Where the rows stay until the caller deletes them after this commit,
+    // one processed by an earlier attempt whose delete was lost is skipped.
+    let fresh: Option<HashSet<Uuid>> = if in_transaction {
+        None
+    } else {
+        Some(
             tx.insert(d.insert(
                 "processed_jobs",
                 &[
@@ -177,7 +169,7 @@ pub(crate) async fn run(
             .iter()
             .map(|r| r.uuid("event_id"))
             .collect::<Result<_>>()?,
-        ),
+        )
     };
     let todo: Vec<&Item> = items
         .iter()
@@ -359,7 +351,7 @@ pub(crate) async fn run(
             outcome.deliveries = written.deliveries;
         }
     }
-    if consume == Consume::Afterwards {
+    if !in_transaction {
         outcome.to_consume = items.iter().map(|i| i.seq).collect();
     }
     tx.commit().await?;

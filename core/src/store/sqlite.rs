@@ -472,20 +472,23 @@ impl Engine for SqliteStore {
         // reading the next one before it writes: the single writer then
         // never waits for a read and its decoding, nor holds the
         // connection while one runs.
-        let ahead = self.ahead.lock().remove(&req.tenant_id).filter(|a| {
-            let fresh = a.started.elapsed() < READ_AHEAD_FOR
-                && Some(a.after_seq) == req.after_seq
-                && a.limit == req.limit;
-            if !fresh {
-                a.rows.abort();
-            }
-            fresh
-        });
-        // A read ahead that found nothing is read again (rows may have come
-        // since), as is one that did not finish (its task panicked): a
-        // round that reports no rows has looked now.
+        // A read ahead of other rows, or too old, is dropped; one that found
+        // nothing is read again (rows may have come since), as is one that
+        // did not finish (its task panicked): a round that reports no rows
+        // has looked now.
+        let ahead = self.ahead.lock().remove(&req.tenant_id);
         let read_ahead = match ahead {
-            Some(a) => a.rows.await.ok().transpose()?,
+            Some(a)
+                if a.started.elapsed() < READ_AHEAD_FOR
+                    && Some(a.after_seq) == req.after_seq
+                    && a.limit == req.limit =>
+            {
+                a.rows.await.ok().transpose()?
+            }
+            Some(a) => {
+                a.rows.abort();
+                None
+            }
             None => None,
         };
         let items = match read_ahead.filter(|items| !items.is_empty()) {
@@ -540,8 +543,7 @@ impl Engine for SqliteStore {
             Tx::Lite(tx),
             emit,
             req,
-            processing::Consume::Afterwards,
-            Some(items),
+            processing::Consume::Afterwards(items),
         )
         .await
     }
