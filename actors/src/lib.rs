@@ -20,7 +20,6 @@
 //! shared state without a message round trip and submits rows to the group
 //! commit.
 
-pub mod backoff;
 pub mod context;
 pub mod endpoint_worker;
 pub mod error;

@@ -14,7 +14,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::{backoff::Backoff, context::Ctx, root::ChildSpec, signal::Wakes, sinks::Sink};
+use crate::{context::Ctx, root::ChildSpec, signal::Wakes, sinks::Sink};
+use fastack_core::backoff::Backoff;
 
 /// How long a claimed row stays with this relay before others may take it.
 const CLAIM: ChronoDuration = ChronoDuration::seconds(30);

@@ -12,7 +12,6 @@ use tracing::{error, warn};
 
 use crate::{
     SHUTDOWN_WAIT,
-    backoff::Backoff,
     context::Ctx,
     ingest_writer::{IngestWriterActor, IngestWriterArgs},
     job_runner::{JobRunnerActor, JobRunnerArgs},
@@ -24,6 +23,7 @@ use crate::{
     tenant_registry::{TenantRegistryActor, TenantRegistryArgs},
     webhook_dispatcher::{WebhookDispatcherActor, WebhookDispatcherArgs},
 };
+use fastack_core::backoff::Backoff;
 
 type Start = Box<
     dyn Fn(Arc<Ctx>, ActorCell) -> BoxFuture<'static, Result<Option<ActorCell>, ActorProcessingErr>>

@@ -12,10 +12,10 @@ use tracing::{info, warn};
 
 use crate::{
     SHUTDOWN_WAIT,
-    backoff::Backoff,
     context::{Ctx, TenantShared},
     tenant_supervisor::{TenantSupervisorActor, TenantSupervisorArgs},
 };
+use fastack_core::backoff::Backoff;
 
 pub struct TenantRegistryActor;
 

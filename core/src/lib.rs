@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod amqp;
 pub mod auth;
+pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod console;

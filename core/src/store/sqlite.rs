@@ -60,7 +60,10 @@ use super::{
     PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
     archive_row,
 };
-use crate::error::{Error, Result};
+use crate::{
+    backoff::Backoff,
+    error::{Error, Result},
+};
 
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -323,30 +326,42 @@ const AUTOCHECKPOINT_BACKSTOP: u32 = 100_000;
 /// fsyncs included: 13 % of the server's CPU while processing drained a
 /// backlog, and a stall for whichever 202 or delivery was in that commit.
 /// PASSIVE: it never waits for a reader or a writer; what it cannot copy
-/// now it copies next time. Stops at the first failure (logged), leaving
-/// the writers' own checkpoints as the backstop.
+/// now it copies next time. A failure (logged) does not stop it: it
+/// reconnects after a capped backoff (100 ms doubling, at most 10 s), and
+/// the writers' own checkpoints past the backstop cover the gap.
 fn spawn_checkpointer(options: SqliteConnectOptions, inbox: String) -> tokio::task::JoinHandle<()> {
     use sqlx::Connection;
     tokio::spawn(async move {
-        let run = async {
-            let mut conn = SqliteConnection::connect_with(&options).await?;
-            attach_inbox(&mut conn, &inbox).await?;
-            let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                for schema in ["main", INBOX_SCHEMA] {
-                    sqlx::query(AssertSqlSafe(format!(
-                        "PRAGMA {schema}.wal_checkpoint(PASSIVE)"
-                    )))
-                    .execute(&mut conn)
-                    .await?;
+        let mut backoff = Backoff::new(StdDuration::from_millis(100), StdDuration::from_secs(10));
+        loop {
+            let run = async {
+                let mut conn = SqliteConnection::connect_with(&options).await?;
+                attach_inbox(&mut conn, &inbox).await?;
+                backoff.started();
+                let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    for schema in ["main", INBOX_SCHEMA] {
+                        sqlx::query(AssertSqlSafe(format!(
+                            "PRAGMA {schema}.wal_checkpoint(PASSIVE)"
+                        )))
+                        .execute(&mut conn)
+                        .await?;
+                    }
                 }
+            };
+            let stopped: sqlx::Result<()> = run.await;
+            if let Err(error) = stopped {
+                let wait = backoff.next_delay();
+                tracing::warn!(
+                    %error,
+                    failures = backoff.attempts(),
+                    retry_in_ms = wait.as_millis() as u64,
+                    "wal checkpointer failed; reconnecting"
+                );
+                tokio::time::sleep(wait).await;
             }
-        };
-        let stopped: sqlx::Result<()> = run.await;
-        if let Err(error) = stopped {
-            tracing::warn!(%error, "wal checkpointer stopped; commits checkpoint by themselves");
         }
     })
 }

@@ -1,5 +1,6 @@
-//! Capped exponential backoff with jitter, for supervisors restarting
-//! children. A child that stayed up long enough earns a reset.
+//! Capped exponential backoff with jitter, for whatever restarts after a
+//! failure (supervised actors, the embedded checkpointer). What stayed up
+//! long enough earns a reset.
 
 use std::time::{Duration, Instant};
 
