@@ -12,7 +12,7 @@ use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::Engine,
+    shared::{Engine, drop_counted},
     sql::Tx,
 };
 use chrono::{DateTime, FixedOffset, Utc};
@@ -453,35 +453,30 @@ impl Engine for PgStore {
             .bind(&table)
             .fetch_one(&mut *tx)
             .await?;
-        if exists.is_none() {
-            tx.commit().await?;
+        let rows = match exists {
+            Some(_) => {
+                // Parent first, then the partition: the order inserts lock
+                // them in. The month's parent stays (empty and cheap): a
+                // late row of this month is refused there instead of
+                // reaching DEFAULT.
+                sqlx::query(AssertSqlSafe(format!(
+                    "LOCK TABLE {parent}, {table} IN ACCESS EXCLUSIVE MODE"
+                )))
+                .execute(&mut *tx)
+                .await?;
+                Some(
+                    sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                        .fetch_one(&mut *tx)
+                        .await?,
+                )
+            }
+            None => None,
+        };
+        let outcome = drop_counted(Tx::Pg(tx), &table, rows, expected_rows).await?;
+        if rows.is_none() || outcome == DropOutcome::Dropped {
             self.partitions.lock().remove(&key);
-            return Ok(if expected_rows == 0 {
-                DropOutcome::Dropped
-            } else {
-                DropOutcome::RowsChanged { rows: 0 }
-            });
         }
-        // Parent first, then the partition: the order inserts lock them in.
-        sqlx::query(AssertSqlSafe(format!(
-            "LOCK TABLE {parent}, {table} IN ACCESS EXCLUSIVE MODE"
-        )))
-        .execute(&mut *tx)
-        .await?;
-        let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-            .fetch_one(&mut *tx)
-            .await?;
-        if rows != expected_rows {
-            return Ok(DropOutcome::RowsChanged { rows });
-        }
-        // The month's parent stays (empty and cheap): a late row of this month
-        // is refused there instead of reaching DEFAULT.
-        sqlx::query(AssertSqlSafe(format!("DROP TABLE {table}")))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        self.partitions.lock().remove(&key);
-        Ok(DropOutcome::Dropped)
+        Ok(outcome)
     }
 
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {

@@ -1318,6 +1318,30 @@ pub(crate) async fn insert_delivery_rows(
 }
 
 /// A unique violation is a conflict with a readable message.
+/// The end of a partition drop, once `tx` holds what keeps rows out of
+/// `table` (`rows`: its row count then, `None` when it is gone already):
+/// it is dropped only if it still has the `expected` rows its archive
+/// holds. Whether the table is gone afterwards: [`DropOutcome::Dropped`],
+/// or `rows` was `None`.
+pub(crate) async fn drop_counted(
+    mut tx: Tx<'_>,
+    table: &str,
+    rows: Option<i64>,
+    expected: i64,
+) -> Result<DropOutcome> {
+    let outcome = match rows {
+        None if expected == 0 => DropOutcome::Dropped,
+        None => DropOutcome::RowsChanged { rows: 0 },
+        Some(rows) if rows != expected => DropOutcome::RowsChanged { rows },
+        Some(_) => {
+            tx.execute(Q::new(format!("DROP TABLE {table}"))).await?;
+            DropOutcome::Dropped
+        }
+    };
+    tx.commit().await?;
+    Ok(outcome)
+}
+
 pub(crate) fn unique_as_conflict(err: Error, what: &str) -> Error {
     match &err {
         Error::Database(sqlx::Error::Database(db)) if db.is_unique_violation() => {

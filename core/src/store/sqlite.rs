@@ -40,7 +40,7 @@ use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::Engine,
+    shared::{Engine, drop_counted},
     sql::Tx,
 };
 use chrono::{DateTime, FixedOffset, TimeZone, Utc};
@@ -774,23 +774,12 @@ impl Engine for SqliteStore {
         let table = key.table_name();
         // The single writer connection: nothing inserts while this runs.
         let mut tx = self.writer.begin().await?;
-        let Some(rows) = count_partition(&mut tx, &table).await? else {
+        let rows = count_partition(&mut tx, &table).await?;
+        let outcome = drop_counted(Tx::Lite(tx), &table, rows, expected_rows).await?;
+        if rows.is_none() || outcome == DropOutcome::Dropped {
             self.partitions.lock().remove(&key);
-            return Ok(if expected_rows == 0 {
-                DropOutcome::Dropped
-            } else {
-                DropOutcome::RowsChanged { rows: 0 }
-            });
-        };
-        if rows != expected_rows {
-            return Ok(DropOutcome::RowsChanged { rows });
         }
-        sqlx::query(AssertSqlSafe(format!("DROP TABLE {table}")))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        self.partitions.lock().remove(&key);
-        Ok(DropOutcome::Dropped)
+        Ok(outcome)
     }
 
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {
