@@ -6,13 +6,13 @@
 //! partition that must stay empty; each month is itself `PARTITION BY LIST
 //! (retention_class)` so that retention drops whole tables.
 
-use std::{collections::HashSet, time::Duration as StdDuration};
+use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::{Engine, drop_counted},
+    shared::{Engine, KnownPartitions, drop_counted},
     sql::Tx,
 };
 use chrono::{DateTime, FixedOffset, Utc};
@@ -27,8 +27,8 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    ArchiveCursor, ArchiveRow, DropOutcome, EventQuery, Fence, IngestRow, KeepFn, PartitionInfo,
-    PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange, archive_row,
+    ArchiveCursor, ArchiveRow, DropOutcome, EventQuery, Fence, IngestRow, KeepFn, PartitionKey,
+    ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange, archive_row,
 };
 use crate::error::{Error, Result};
 
@@ -41,7 +41,7 @@ pub struct PgStore {
     /// Connections of the group commit, kept outside the pool.
     commit_conns: CommitConns,
     /// Partitions known to exist; a miss costs one idempotent DDL round.
-    partitions: Mutex<HashSet<PartitionKey>>,
+    partitions: KnownPartitions,
 }
 
 impl PgStore {
@@ -86,7 +86,7 @@ impl PgStore {
                 options: options.application_name("fastack-ingest"),
                 idle: Mutex::new(Vec::new()),
             },
-            partitions: Mutex::new(HashSet::new()),
+            partitions: KnownPartitions::default(),
         })
     }
 
@@ -170,7 +170,7 @@ impl Layout for PgStore {
     }
 
     fn forget(&self) {
-        self.partitions.lock().clear();
+        self.partitions.forget();
     }
 
     fn created(&self, _keys: &[PartitionKey]) {}
@@ -263,13 +263,7 @@ impl Engine for PgStore {
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
-        let missing: Vec<PartitionKey> = {
-            let known = self.partitions.lock();
-            keys.iter()
-                .filter(|k| !known.contains(k))
-                .copied()
-                .collect()
-        };
+        let missing = self.partitions.missing(keys);
         if missing.is_empty() {
             return Ok(());
         }
@@ -299,7 +293,7 @@ impl Engine for PgStore {
             .await?;
         }
         tx.commit().await?;
-        self.partitions.lock().extend(missing);
+        self.partitions.add(missing);
         Ok(())
     }
 
@@ -346,7 +340,7 @@ impl Engine for PgStore {
         .await?)
     }
 
-    async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>> {
+    async fn partition_keys(&self) -> Result<Vec<PartitionKey>> {
         let names: Vec<String> = sqlx::query_scalar(
             "SELECT c.relname::text FROM pg_inherits i \
              JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
@@ -354,29 +348,12 @@ impl Engine for PgStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut out = Vec::new();
-        for name in names {
-            let Some(key) = PartitionKey::parse_table(&name) else {
-                continue;
-            };
-            let rows = if with_rows {
-                match self.partition_rows(key).await? {
-                    Some(rows) => rows,
-                    None => continue,
-                }
-            } else {
-                -1
-            };
-            out.push(PartitionInfo {
-                key,
-                table: name,
-                from: key.month.start(),
-                to: key.month.end(),
-                retention_class: key.retention_class,
-                rows,
-            });
-        }
-        Ok(out)
+        let mut keys: Vec<PartitionKey> = names
+            .iter()
+            .filter_map(|name| PartitionKey::parse_table(name))
+            .collect();
+        keys.sort();
+        Ok(keys)
     }
 
     async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>> {
@@ -472,11 +449,7 @@ impl Engine for PgStore {
             }
             None => None,
         };
-        let outcome = drop_counted(Tx::Pg(tx), &table, rows, expected_rows).await?;
-        if rows.is_none() || outcome == DropOutcome::Dropped {
-            self.partitions.lock().remove(&key);
-        }
-        Ok(outcome)
+        drop_counted(Tx::Pg(tx), key, rows, expected_rows, &self.partitions).await
     }
 
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {

@@ -53,7 +53,8 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()>;
     async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>>;
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64>;
-    async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>>;
+    /// The partitions that exist, sorted.
+    async fn partition_keys(&self) -> Result<Vec<PartitionKey>>;
     async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>>;
     async fn read_partition(
         &self,
@@ -713,7 +714,27 @@ impl Storage for SqlStore {
     // --- partitions and retention -----------------------------------------
 
     async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>> {
-        self.engine.list_partitions(with_rows).await
+        let mut out = Vec::new();
+        for key in self.engine.partition_keys().await? {
+            let rows = if with_rows {
+                match self.engine.partition_rows(key).await? {
+                    Some(rows) => rows,
+                    // Dropped since it was listed.
+                    None => continue,
+                }
+            } else {
+                -1
+            };
+            out.push(PartitionInfo {
+                key,
+                table: key.table_name(),
+                from: key.month.start(),
+                to: key.month.end(),
+                retention_class: key.retention_class,
+                rows,
+            });
+        }
+        Ok(out)
     }
 
     async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>> {
@@ -1318,27 +1339,67 @@ pub(crate) async fn insert_delivery_rows(
 }
 
 /// A unique violation is a conflict with a readable message.
+/// The partitions a backend knows exist: a cache in front of its catalog
+/// (creating one that exists is harmless, so a stale "missing" costs a
+/// statement, never a wrong answer).
+#[derive(Debug, Default)]
+pub(crate) struct KnownPartitions(parking_lot::Mutex<std::collections::HashSet<PartitionKey>>);
+
+impl KnownPartitions {
+    /// Those of `keys` not known to exist, in their order.
+    pub(crate) fn missing(&self, keys: &[PartitionKey]) -> Vec<PartitionKey> {
+        let known = self.0.lock();
+        keys.iter()
+            .filter(|k| !known.contains(k))
+            .copied()
+            .collect()
+    }
+
+    pub(crate) fn add(&self, keys: impl IntoIterator<Item = PartitionKey>) {
+        self.0.lock().extend(keys);
+    }
+
+    /// Every known partition, sorted.
+    pub(crate) fn sorted(&self) -> Vec<PartitionKey> {
+        let mut keys: Vec<PartitionKey> = self.0.lock().iter().copied().collect();
+        keys.sort();
+        keys
+    }
+
+    pub(crate) fn forget(&self) {
+        self.0.lock().clear();
+    }
+
+    fn remove(&self, key: &PartitionKey) {
+        self.0.lock().remove(key);
+    }
+}
+
 /// The end of a partition drop, once `tx` holds what keeps rows out of
-/// `table` (`rows`: its row count then, `None` when it is gone already):
-/// it is dropped only if it still has the `expected` rows its archive
-/// holds. Whether the table is gone afterwards: [`DropOutcome::Dropped`],
-/// or `rows` was `None`.
+/// `key`'s table (`rows`: its row count then, `None` when it is gone
+/// already): it is dropped only if it still has the `expected` rows its
+/// archive holds, and `known` forgets it once it is gone.
 pub(crate) async fn drop_counted(
     mut tx: Tx<'_>,
-    table: &str,
+    key: PartitionKey,
     rows: Option<i64>,
     expected: i64,
+    known: &KnownPartitions,
 ) -> Result<DropOutcome> {
     let outcome = match rows {
         None if expected == 0 => DropOutcome::Dropped,
         None => DropOutcome::RowsChanged { rows: 0 },
         Some(rows) if rows != expected => DropOutcome::RowsChanged { rows },
         Some(_) => {
-            tx.execute(Q::new(format!("DROP TABLE {table}"))).await?;
+            tx.execute(Q::new(format!("DROP TABLE {}", key.table_name())))
+                .await?;
             DropOutcome::Dropped
         }
     };
     tx.commit().await?;
+    if rows.is_none() || outcome == DropOutcome::Dropped {
+        known.remove(&key);
+    }
     Ok(outcome)
 }
 

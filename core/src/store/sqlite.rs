@@ -40,7 +40,7 @@ use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::{Engine, drop_counted},
+    shared::{Engine, KnownPartitions, drop_counted},
     sql::Tx,
 };
 use chrono::{DateTime, FixedOffset, TimeZone, Utc};
@@ -57,8 +57,7 @@ use uuid::Uuid;
 
 use super::{
     ArchiveCursor, ArchiveRow, DropOutcome, EventQuery, Fence, IngestRow, KeepFn, Month,
-    PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
-    archive_row,
+    PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange, archive_row,
 };
 use crate::{
     backoff::Backoff,
@@ -76,7 +75,7 @@ pub struct SqliteStore {
     /// Whether the inbox writer was left not syncing.
     inbox_relaxed: Arc<AtomicBool>,
     reader: SqlitePool,
-    partitions: Mutex<HashSet<PartitionKey>>,
+    partitions: KnownPartitions,
     /// The next round's rows, being read while a round writes (see
     /// [`Engine::process_batch`]), per tenant.
     ahead: Mutex<HashMap<TenantId, ReadAhead>>,
@@ -254,7 +253,7 @@ impl SqliteStore {
             inbox,
             inbox_relaxed,
             reader,
-            partitions: Mutex::new(HashSet::new()),
+            partitions: KnownPartitions::default(),
             ahead: Mutex::new(HashMap::new()),
             checkpointer: spawn_checkpointer(options, inbox_file),
         })
@@ -275,23 +274,20 @@ impl SqliteStore {
         )
         .fetch_all(&self.writer)
         .await?;
-        let mut known = self.partitions.lock();
-        for name in names {
-            if let Some(key) = parse_table_name(&name) {
-                known.insert(key);
-            }
-        }
+        self.partitions
+            .add(names.iter().filter_map(|name| parse_table_name(name)));
         Ok(())
     }
 
     /// Partition tables overlapping a range.
     fn tables_for(&self, range: &TimeRange) -> Vec<String> {
         let months: HashSet<Month> = range.months().into_iter().collect();
-        let known = self.partitions.lock();
-        let mut keys: Vec<&PartitionKey> =
-            known.iter().filter(|k| months.contains(&k.month)).collect();
-        keys.sort();
-        keys.into_iter().map(PartitionKey::table_name).collect()
+        self.partitions
+            .sorted()
+            .into_iter()
+            .filter(|k| months.contains(&k.month))
+            .map(|k| k.table_name())
+            .collect()
     }
 }
 
@@ -434,10 +430,8 @@ impl Layout for SqliteStore {
                 "a SQLite layout in another backend's transaction".to_owned(),
             ));
         };
-        for key in keys {
-            if !self.partitions.lock().contains(key) {
-                create_partition(tx, key).await?;
-            }
+        for key in self.partitions.missing(keys) {
+            create_partition(tx, &key).await?;
         }
         Ok(())
     }
@@ -447,11 +441,11 @@ impl Layout for SqliteStore {
     }
 
     fn forget(&self) {
-        self.partitions.lock().clear();
+        self.partitions.forget();
     }
 
     fn created(&self, keys: &[PartitionKey]) {
-        self.partitions.lock().extend(keys.iter().copied());
+        self.partitions.add(keys.iter().copied());
     }
 }
 
@@ -581,13 +575,7 @@ impl Engine for SqliteStore {
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
-        let missing: Vec<PartitionKey> = {
-            let known = self.partitions.lock();
-            keys.iter()
-                .filter(|k| !known.contains(k))
-                .copied()
-                .collect()
-        };
+        let missing = self.partitions.missing(keys);
         if missing.is_empty() {
             return Ok(());
         }
@@ -596,7 +584,7 @@ impl Engine for SqliteStore {
             create_partition(&mut tx, key).await?;
         }
         tx.commit().await?;
-        self.partitions.lock().extend(missing);
+        self.partitions.add(missing);
         Ok(())
     }
 
@@ -678,30 +666,8 @@ impl Engine for SqliteStore {
         Ok(total)
     }
 
-    async fn list_partitions(&self, with_rows: bool) -> Result<Vec<PartitionInfo>> {
-        let mut keys: Vec<PartitionKey> = self.partitions.lock().iter().copied().collect();
-        keys.sort();
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let table = key.table_name();
-            let rows = if with_rows {
-                match self.partition_rows(key).await? {
-                    Some(rows) => rows,
-                    None => continue,
-                }
-            } else {
-                -1
-            };
-            out.push(PartitionInfo {
-                key,
-                table,
-                from: key.month.start(),
-                to: key.month.end(),
-                retention_class: key.retention_class,
-                rows,
-            });
-        }
-        Ok(out)
+    async fn partition_keys(&self) -> Result<Vec<PartitionKey>> {
+        Ok(self.partitions.sorted())
     }
 
     async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>> {
@@ -775,11 +741,7 @@ impl Engine for SqliteStore {
         // The single writer connection: nothing inserts while this runs.
         let mut tx = self.writer.begin().await?;
         let rows = count_partition(&mut tx, &table).await?;
-        let outcome = drop_counted(Tx::Lite(tx), &table, rows, expected_rows).await?;
-        if rows.is_none() || outcome == DropOutcome::Dropped {
-            self.partitions.lock().remove(&key);
-        }
-        Ok(outcome)
+        drop_counted(Tx::Lite(tx), key, rows, expected_rows, &self.partitions).await
     }
 
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {
