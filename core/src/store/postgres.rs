@@ -12,23 +12,22 @@ use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::{Engine, KnownPartitions, drop_counted},
+    shared::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sql::Tx,
 };
-use chrono::{DateTime, FixedOffset, Utc};
-use fastack_entities::{ContactId, EventId, StoredEvent, TenantId};
+use chrono::{DateTime, Utc};
+use fastack_entities::{StoredEvent, TenantId};
 use parking_lot::Mutex;
 use sea_orm::SqlxPostgresConnector;
-use serde_json::{Map, Value};
 use sqlx::{
     AssertSqlSafe, Connection, PgPool, Row,
-    postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow},
+    postgres::{PgConnectOptions, PgConnection, PgPoolOptions},
 };
 use uuid::Uuid;
 
 use super::{
-    ArchiveCursor, ArchiveRow, DropOutcome, EventQuery, Fence, IngestRow, KeepFn, PartitionKey,
-    ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange, archive_row,
+    DropOutcome, EventQuery, Fence, IngestRow, KeepFn, PartitionKey, ProcessOutcome,
+    ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
 };
 use crate::error::{Error, Result};
 
@@ -129,30 +128,6 @@ impl CommitConns {
             _ => {}
         }
     }
-}
-
-fn event_from_row(row: &PgRow) -> Result<StoredEvent> {
-    let kind: String = row.try_get("kind")?;
-    let occurred: DateTime<Utc> = row.try_get("occurred_at")?;
-    let offset: i32 = row.try_get("occurred_offset_s")?;
-    let offset =
-        FixedOffset::east_opt(offset).ok_or_else(|| Error::Corrupt(format!("offset {offset}")))?;
-    let properties: Value = row.try_get("properties")?;
-    Ok(StoredEvent {
-        id: EventId(row.try_get("id")?),
-        kind: kind.parse().map_err(Error::Corrupt)?,
-        event: row.try_get("event")?,
-        contact_id: ContactId(row.try_get("contact_id")?),
-        user_id: row.try_get("user_id")?,
-        anonymous_id: row.try_get("anonymous_id")?,
-        properties: match properties {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        },
-        occurred_at: occurred.with_timezone(&offset),
-        received_at: row.try_get("received_at")?,
-        plan: super::plan_of(row.try_get("annotations")?)?,
-    })
 }
 
 /// One `tracked_events` (rows route to their month and class); the
@@ -306,16 +281,14 @@ impl Engine for PgStore {
             Some((at, id)) => (Some(at), Some(id.0)),
             None => (None, None),
         };
-        let rows = sqlx::query(
-            "SELECT id, kind, event, contact_id, user_id, anonymous_id, properties, occurred_at, \
-                    occurred_offset_s, received_at, annotations \
-             FROM tracked_events \
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS} FROM tracked_events \
              WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3 \
                AND ($4::uuid[] IS NULL OR contact_id = ANY($4)) \
                AND ($5::text IS NULL OR event = $5) \
                AND ($6::timestamptz IS NULL OR (occurred_at, id) > ($6, $7::uuid)) \
-             ORDER BY occurred_at, id LIMIT $8",
-        )
+             ORDER BY occurred_at, id LIMIT $8"
+        )))
         .bind(q.tenant_id.0)
         .bind(q.range.from)
         .bind(q.range.to)
@@ -326,7 +299,9 @@ impl Engine for PgStore {
         .bind(q.limit as i64)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(event_from_row).collect()
+        rows.into_iter()
+            .map(|r| event_from(&super::sql::Row::Pg(r)))
+            .collect()
     }
 
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
@@ -369,54 +344,6 @@ impl Engine for PgStore {
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(None),
             Err(e) => Err(e.into()),
         }
-    }
-
-    async fn read_partition(
-        &self,
-        key: PartitionKey,
-        after: Option<ArchiveCursor>,
-        limit: u32,
-    ) -> Result<Vec<(ArchiveCursor, ArchiveRow)>> {
-        let (t, o, i) = match after {
-            Some((t, o, i)) => (Some(t.0), Some(o), Some(i.0)),
-            None => (None, None, None),
-        };
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT tenant_id, id, kind, event, contact_id, user_id, anonymous_id, properties, occurred_at, \
-                    occurred_offset_s, received_at, idempotency_key, retention_class \
-             FROM {} WHERE $1::uuid IS NULL OR (tenant_id, occurred_at, id) > ($1, $2::timestamptz, $3::uuid) \
-             ORDER BY tenant_id, occurred_at, id LIMIT $4",
-            key.table_name()
-        )))
-        .bind(t)
-        .bind(o)
-        .bind(i)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let tenant = TenantId(r.try_get("tenant_id")?);
-                let id = EventId(r.try_get("id")?);
-                let occurred: DateTime<Utc> = r.try_get("occurred_at")?;
-                let row = archive_row(
-                    tenant,
-                    id,
-                    r.try_get("kind")?,
-                    r.try_get("event")?,
-                    ContactId(r.try_get("contact_id")?),
-                    r.try_get("user_id")?,
-                    r.try_get("anonymous_id")?,
-                    r.try_get("properties")?,
-                    occurred,
-                    r.try_get("occurred_offset_s")?,
-                    r.try_get("received_at")?,
-                    r.try_get("idempotency_key")?,
-                    r.try_get("retention_class")?,
-                )?;
-                Ok(((tenant, occurred, id), row))
-            })
-            .collect()
     }
 
     async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome> {

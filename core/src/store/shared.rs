@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, FixedOffset, Utc};
 use fastack_entities::{
     ApiKey, ApiKeyId, Attempt, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
     EndpointId, EventId, IdentityKind, Job, JobId, JobKind, JobStatus, NodeId, Plan, PlanVersion,
@@ -33,7 +33,7 @@ use super::{
     Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo,
     PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey,
     TimeRange, Topic, ingest, job_event, outbox,
-    sql::{Db, Dialect, ListKind, Q, Tx},
+    sql::{Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::error::{Error, Result};
 
@@ -56,12 +56,6 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// The partitions that exist, sorted.
     async fn partition_keys(&self) -> Result<Vec<PartitionKey>>;
     async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>>;
-    async fn read_partition(
-        &self,
-        key: PartitionKey,
-        after: Option<ArchiveCursor>,
-        limit: u32,
-    ) -> Result<Vec<(ArchiveCursor, ArchiveRow)>>;
     async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome>;
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64>;
     async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64>;
@@ -747,7 +741,24 @@ impl Storage for SqlStore {
         after: Option<ArchiveCursor>,
         limit: u32,
     ) -> Result<Vec<(ArchiveCursor, ArchiveRow)>> {
-        self.engine.read_partition(key, after, limit).await
+        let q = match after {
+            None => Q::new(format!(
+                "SELECT {ARCHIVE_COLUMNS} FROM {} ORDER BY tenant_id, occurred_at, id LIMIT $1",
+                key.table_name()
+            ))
+            .bind(i64::from(limit)),
+            Some((tenant, occurred, id)) => Q::new(format!(
+                "SELECT {ARCHIVE_COLUMNS} FROM {} \
+                 WHERE (tenant_id, occurred_at, id) > ($1, $2, $3) \
+                 ORDER BY tenant_id, occurred_at, id LIMIT $4",
+                key.table_name()
+            ))
+            .bind(tenant.0)
+            .bind(occurred)
+            .bind(id.0)
+            .bind(i64::from(limit)),
+        };
+        self.db.read(q).await?.iter().map(archive_from).collect()
     }
 
     async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome> {
@@ -1339,6 +1350,65 @@ pub(crate) async fn insert_delivery_rows(
 }
 
 /// A unique violation is a conflict with a readable message.
+/// The columns [`event_from`] reads.
+pub(crate) const EVENT_COLUMNS: &str = "id, kind, event, contact_id, user_id, anonymous_id, \
+     properties, occurred_at, occurred_offset_s, received_at, annotations";
+
+/// A `tracked_events` row read with [`EVENT_COLUMNS`].
+pub(crate) fn event_from(r: &Row) -> Result<StoredEvent> {
+    Ok(StoredEvent {
+        id: EventId(r.uuid("id")?),
+        kind: r.text("kind")?.parse().map_err(Error::Corrupt)?,
+        event: r.opt_text("event")?,
+        contact_id: ContactId(r.uuid("contact_id")?),
+        user_id: r.opt_text("user_id")?,
+        anonymous_id: r.opt_text("anonymous_id")?,
+        properties: object(r.json("properties")?),
+        occurred_at: r
+            .time("occurred_at")?
+            .with_timezone(&offset(r.int("occurred_offset_s")?)?),
+        received_at: r.time("received_at")?,
+        plan: super::plan_of(r.opt_json("annotations")?)?,
+    })
+}
+
+/// The columns [`archive_from`] reads.
+const ARCHIVE_COLUMNS: &str = "tenant_id, id, kind, event, contact_id, user_id, anonymous_id, \
+     properties, occurred_at, occurred_offset_s, received_at, idempotency_key, retention_class";
+
+/// A partition's row read with [`ARCHIVE_COLUMNS`], and its cursor.
+fn archive_from(r: &Row) -> Result<(ArchiveCursor, ArchiveRow)> {
+    let tenant = TenantId(r.uuid("tenant_id")?);
+    let id = EventId(r.uuid("id")?);
+    let occurred = r.time("occurred_at")?;
+    let row = super::archive_row(
+        tenant,
+        id,
+        r.text("kind")?,
+        r.opt_text("event")?,
+        ContactId(r.uuid("contact_id")?),
+        r.opt_text("user_id")?,
+        r.opt_text("anonymous_id")?,
+        r.json("properties")?,
+        occurred,
+        i32::try_from(r.int("occurred_offset_s")?)
+            .map_err(|_| Error::Corrupt("offset out of range".to_owned()))?,
+        r.time("received_at")?,
+        r.text("idempotency_key")?,
+        i16::try_from(r.int("retention_class")?)
+            .map_err(|_| Error::Corrupt("retention class out of range".to_owned()))?,
+    )?;
+    Ok(((tenant, occurred, id), row))
+}
+
+/// An event's UTC offset, stored in seconds.
+fn offset(seconds: i64) -> Result<FixedOffset> {
+    i32::try_from(seconds)
+        .ok()
+        .and_then(FixedOffset::east_opt)
+        .ok_or_else(|| Error::Corrupt(format!("offset {seconds}")))
+}
+
 /// The partitions a backend knows exist: a cache in front of its catalog
 /// (creating one that exists is harmless, so a stale "missing" costs a
 /// statement, never a wrong answer).

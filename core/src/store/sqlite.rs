@@ -40,24 +40,22 @@ use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::{Engine, KnownPartitions, drop_counted},
+    shared::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sql::Tx,
 };
-use chrono::{DateTime, FixedOffset, TimeZone, Utc};
-use fastack_entities::{ContactId, EventId, StoredEvent, TenantId};
+use chrono::{DateTime, Utc};
+use fastack_entities::{StoredEvent, TenantId};
 use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
 use sqlx::{
-    AssertSqlSafe, Row, SqliteConnection, SqlitePool,
-    sqlite::{
-        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-    },
+    AssertSqlSafe, SqliteConnection, SqlitePool,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 use uuid::Uuid;
 
 use super::{
-    ArchiveCursor, ArchiveRow, DropOutcome, EventQuery, Fence, IngestRow, KeepFn, Month,
-    PartitionKey, ProcessOutcome, ProcessRequest, TRACKED_SUBSCRIBED, TimeRange, archive_row,
+    DropOutcome, EventQuery, Fence, IngestRow, KeepFn, Month, PartitionKey, ProcessOutcome,
+    ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
 };
 use crate::{
     backoff::Backoff,
@@ -111,12 +109,6 @@ fn us(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
-fn from_us(v: i64) -> Result<DateTime<Utc>> {
-    Utc.timestamp_micros(v)
-        .single()
-        .ok_or_else(|| Error::Corrupt(format!("timestamp {v}")))
-}
-
 /// `$start, $start+1, …`: for the few statements that reuse a parameter.
 fn numbered(start: usize, n: usize) -> String {
     (start..start + n)
@@ -124,36 +116,6 @@ fn numbered(start: usize, n: usize) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-
-fn event_from_row(row: &SqliteRow) -> Result<StoredEvent> {
-    let kind: String = row.try_get("kind")?;
-    let occurred = from_us(row.try_get("occurred_at")?)?;
-    let offset: i64 = row.try_get("occurred_offset_s")?;
-    let offset = FixedOffset::east_opt(offset as i32)
-        .ok_or_else(|| Error::Corrupt(format!("offset {offset}")))?;
-    let properties: String = row.try_get("properties")?;
-    let annotations: Option<String> = row.try_get("annotations")?;
-    let annotations = annotations
-        .map(|a| serde_json::from_str(&a))
-        .transpose()
-        .map_err(|e| Error::Corrupt(format!("annotations: {e}")))?;
-    Ok(StoredEvent {
-        id: EventId(row.try_get("id")?),
-        kind: kind.parse().map_err(Error::Corrupt)?,
-        event: row.try_get("event")?,
-        contact_id: ContactId(row.try_get("contact_id")?),
-        user_id: row.try_get("user_id")?,
-        anonymous_id: row.try_get("anonymous_id")?,
-        properties: serde_json::from_str(&properties)
-            .map_err(|e| Error::Corrupt(format!("properties: {e}")))?,
-        occurred_at: occurred.with_timezone(&offset),
-        received_at: from_us(row.try_get("received_at")?)?,
-        plan: super::plan_of(annotations)?,
-    })
-}
-
-const EVENT_COLUMNS: &str = "id, kind, event, contact_id, user_id, anonymous_id, properties, \
-                             occurred_at, occurred_offset_s, received_at, annotations";
 
 async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Result<()> {
     let table = key.table_name();
@@ -647,7 +609,9 @@ impl Engine for SqliteStore {
             }
         }
         let rows = query.fetch_all(&self.reader).await?;
-        rows.iter().map(event_from_row).collect()
+        rows.into_iter()
+            .map(|r| event_from(&super::sql::Row::Lite(r)))
+            .collect()
     }
 
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
@@ -677,63 +641,6 @@ impl Engine for SqliteStore {
         let rows = count_partition(&mut tx, &key.table_name()).await?;
         tx.commit().await?;
         Ok(rows)
-    }
-
-    async fn read_partition(
-        &self,
-        key: PartitionKey,
-        after: Option<ArchiveCursor>,
-        limit: u32,
-    ) -> Result<Vec<(ArchiveCursor, ArchiveRow)>> {
-        let cols = "tenant_id, id, kind, event, contact_id, user_id, anonymous_id, properties, occurred_at, \
-                    occurred_offset_s, received_at, idempotency_key, retention_class";
-        let table = key.table_name();
-        let rows =
-            match after {
-                None => {
-                    sqlx::query(AssertSqlSafe(format!(
-                        "SELECT {cols} FROM {table} ORDER BY tenant_id, occurred_at, id LIMIT $1"
-                    )))
-                    .bind(limit as i64)
-                    .fetch_all(&self.reader)
-                    .await?
-                }
-                Some((t, o, i)) => sqlx::query(AssertSqlSafe(format!(
-                    "SELECT {cols} FROM {table} WHERE (tenant_id, occurred_at, id) > ($1, $2, $3) \
-                     ORDER BY tenant_id, occurred_at, id LIMIT $4"
-                )))
-                .bind(t.0)
-                .bind(us(o))
-                .bind(i.0)
-                .bind(limit as i64)
-                .fetch_all(&self.reader)
-                .await?,
-            };
-        rows.iter()
-            .map(|r| {
-                let tenant = TenantId(r.try_get("tenant_id")?);
-                let id = EventId(r.try_get("id")?);
-                let occurred = from_us(r.try_get("occurred_at")?)?;
-                let props: String = r.try_get("properties")?;
-                let row = archive_row(
-                    tenant,
-                    id,
-                    r.try_get("kind")?,
-                    r.try_get("event")?,
-                    ContactId(r.try_get("contact_id")?),
-                    r.try_get("user_id")?,
-                    r.try_get("anonymous_id")?,
-                    serde_json::from_str(&props)
-                        .map_err(|e| Error::Corrupt(format!("properties: {e}")))?,
-                    occurred,
-                    r.try_get::<i64, _>("occurred_offset_s")? as i32,
-                    from_us(r.try_get("received_at")?)?,
-                    r.try_get("idempotency_key")?,
-                    r.try_get::<i64, _>("retention_class")? as i16,
-                )?;
-                Ok(((tenant, occurred, id), row))
-            })
-            .collect()
     }
 
     async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome> {
