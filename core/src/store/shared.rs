@@ -1349,7 +1349,6 @@ pub(crate) async fn insert_delivery_rows(
     Ok(())
 }
 
-/// A unique violation is a conflict with a readable message.
 /// The columns [`event_from`] reads.
 pub(crate) const EVENT_COLUMNS: &str = "id, kind, event, contact_id, user_id, anonymous_id, \
      properties, occurred_at, occurred_offset_s, received_at, annotations";
@@ -1473,6 +1472,7 @@ pub(crate) async fn drop_counted(
     Ok(outcome)
 }
 
+/// A unique violation is a conflict with a readable message.
 pub(crate) fn unique_as_conflict(err: Error, what: &str) -> Error {
     match &err {
         Error::Database(sqlx::Error::Database(db)) if db.is_unique_violation() => {
