@@ -319,7 +319,7 @@ impl Engine for PgStore {
         let names: Vec<String> = sqlx::query_scalar(
             "SELECT c.relname::text FROM pg_inherits i \
              JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
-             WHERE p.relname::text LIKE 'tracked\\_events\\_y%' ORDER BY 1",
+             WHERE p.relname::text LIKE 'tracked\\_events\\_y%'",
         )
         .fetch_all(&self.pool)
         .await?;

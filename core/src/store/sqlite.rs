@@ -236,8 +236,11 @@ impl SqliteStore {
         )
         .fetch_all(&self.writer)
         .await?;
-        self.partitions
-            .add(names.iter().filter_map(|name| parse_table_name(name)));
+        self.partitions.add(
+            names
+                .iter()
+                .filter_map(|name| PartitionKey::parse_table(name)),
+        );
         Ok(())
     }
 
@@ -309,17 +312,16 @@ fn spawn_checkpointer(options: SqliteConnectOptions, inbox: String) -> tokio::ta
                     }
                 }
             };
-            let stopped: sqlx::Result<()> = run.await;
-            if let Err(error) = stopped {
-                let wait = backoff.next_delay();
-                tracing::warn!(
-                    %error,
-                    failures = backoff.attempts(),
-                    retry_in_ms = wait.as_millis() as u64,
-                    "wal checkpointer failed; reconnecting"
-                );
-                tokio::time::sleep(wait).await;
-            }
+            // The loop only ends by failing.
+            let Err(error): sqlx::Result<std::convert::Infallible> = run.await;
+            let wait = backoff.next_delay();
+            tracing::warn!(
+                %error,
+                failures = backoff.attempts(),
+                retry_in_ms = wait.as_millis() as u64,
+                "wal checkpointer failed; reconnecting"
+            );
+            tokio::time::sleep(wait).await;
         }
     })
 }
@@ -376,10 +378,6 @@ async fn count_partition(conn: &mut SqliteConnection, table: &str) -> Result<Opt
         .fetch_one(&mut *conn)
         .await?;
     Ok(Some(rows))
-}
-
-fn parse_table_name(name: &str) -> Option<PartitionKey> {
-    PartitionKey::parse_table(name)
 }
 
 /// A table per month and class; SQLite's DDL is transactional, so a new
@@ -683,7 +681,7 @@ mod tests {
     fn placeholders() {
         assert_eq!(numbered(3, 2), "$3, $4");
         assert_eq!(
-            parse_table_name("tracked_events_y2026m11_r13"),
+            PartitionKey::parse_table("tracked_events_y2026m11_r13"),
             Some(PartitionKey {
                 month: Month {
                     year: 2026,
@@ -693,7 +691,7 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_table_name("tracked_events_y2026m11_r13_contact"),
+            PartitionKey::parse_table("tracked_events_y2026m11_r13_contact"),
             None
         );
     }
