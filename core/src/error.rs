@@ -11,6 +11,10 @@ pub enum Error {
     /// answered (never the statement's values), else with what failed.
     #[error("database error: {}", describe_sqlx(.0))]
     Database(#[from] sqlx::Error),
+    /// The embedded group commit's own connection (see
+    /// `store::sqlite_inbox`); SQLite's messages carry no row values.
+    #[error("database error: {0}")]
+    Embedded(#[from] rusqlite::Error),
     #[error("migration failed")]
     Migration(#[source] sea_orm::DbErr),
     /// What sea-orm said when it was not the database answering (a value
@@ -143,6 +147,14 @@ impl Error {
                 }
             }
             Error::Database(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => true,
+            Error::Embedded(rusqlite::Error::SqliteFailure(e, _)) => {
+                matches!(e.extended_code & 0xff, 19 | 18 | 20 | 25)
+            }
+            Error::Embedded(
+                rusqlite::Error::ToSqlConversionFailure(_)
+                | rusqlite::Error::FromSqlConversionFailure(..)
+                | rusqlite::Error::IntegralValueOutOfRange(..),
+            ) => true,
             Error::Corrupt(_) | Error::Injected(_) => true,
             _ => false,
         }
@@ -160,6 +172,7 @@ impl ServiceError for Error {
             Error::Signature(_) => 401,
             Error::Orm(_) => 500,
             Error::Database(_)
+            | Error::Embedded(_)
             | Error::Migration(_)
             | Error::Redis(_)
             | Error::Io { .. }

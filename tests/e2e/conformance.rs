@@ -363,6 +363,36 @@ async fn ingest_fences(store: &Store) {
         }]
     );
 
+    // A group meeting a key taken with other content: the keep function
+    // sees the owner's fence and drops the whole group; the fresh key it
+    // recorded on the way is released, nothing is queued.
+    let fresh = row(t.id, &track("k-fresh", "u", at));
+    let clash = row(t.id, &track("k-a", "someone else", at));
+    let fences = store
+        .commit_ingest(&[fresh.clone(), clash], &|f: &[Fence]| {
+            let clashes = f.iter().any(|f| matches!(f, Fence::Taken { .. }));
+            vec![!clashes; f.len()]
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        fences,
+        vec![
+            Fence::Fresh,
+            Fence::Taken {
+                event_id: a.event_id,
+                fingerprint: a.fingerprint
+            }
+        ]
+    );
+    assert_eq!(
+        store
+            .taken_keys(t.id, std::slice::from_ref(&fresh.idempotency_key))
+            .await
+            .unwrap(),
+        vec![]
+    );
+
     // Inbox: a, b, kept, retry for t; c for other.
     let (depth, oldest) = store.inbox_stats().await.unwrap();
     assert_eq!(depth, 5);

@@ -31,15 +31,92 @@ pub(crate) fn taken_query(d: Dialect, tenant: Uuid, keys: Vec<String>) -> Q {
 
 /// A row of [`taken_query`]: the key, the event it answered, its content.
 pub(crate) fn taken_from(r: &Row) -> Result<TakenKey> {
+    taken(
+        r.text("idempotency_key")?,
+        r.uuid("event_id")?,
+        &r.bytes("fingerprint")?,
+    )
+}
+
+/// A taken key from its stored columns.
+pub(crate) fn taken(key: String, event_id: Uuid, fingerprint: &[u8]) -> Result<TakenKey> {
     Ok(TakenKey {
-        key: r.text("idempotency_key")?,
-        event_id: EventId(r.uuid("event_id")?),
-        fingerprint: r
-            .bytes("fingerprint")?
-            .as_slice()
+        key,
+        event_id: EventId(event_id),
+        fingerprint: fingerprint
             .try_into()
             .map_err(|_| Error::Corrupt("fingerprint length".to_owned()))?,
     })
+}
+
+/// `rows` in the order their keys are recorded: concurrent group commits
+/// lock keys in the same order and cannot deadlock.
+pub(crate) fn lock_order(rows: &[IngestRow]) -> Vec<&IngestRow> {
+    let mut sorted: Vec<&IngestRow> = rows.iter().collect();
+    sorted
+        .sort_by(|a, b| (a.tenant_id, &a.idempotency_key).cmp(&(b.tenant_id, &b.idempotency_key)));
+    sorted
+}
+
+/// The keys of rows whose event did not record its key (someone else
+/// owns it), per tenant.
+pub(crate) fn taken_keys(
+    rows: &[IngestRow],
+    inserted: &HashSet<Uuid>,
+) -> BTreeMap<Uuid, Vec<String>> {
+    let mut taken: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| !inserted.contains(&r.event_id.0)) {
+        taken
+            .entry(r.tenant_id.0)
+            .or_default()
+            .push(r.idempotency_key.clone());
+    }
+    taken
+}
+
+/// Each row's fence (input order), from which events recorded their key
+/// and who owns the others.
+pub(crate) fn fences(
+    rows: &[IngestRow],
+    inserted: &HashSet<Uuid>,
+    owners: &HashMap<(Uuid, String), Fence>,
+) -> Result<Vec<Fence>> {
+    rows.iter()
+        .map(|r| {
+            if inserted.contains(&r.event_id.0) {
+                Ok(Fence::Fresh)
+            } else {
+                owners
+                    .get(&(r.tenant_id.0, r.idempotency_key.clone()))
+                    .cloned()
+                    .ok_or_else(|| {
+                        Error::Corrupt("idempotency key vanished during commit".to_owned())
+                    })
+            }
+        })
+        .collect()
+}
+
+/// What the caller's decision means: the rows to queue, and the keys
+/// recorded by rows it dropped (to release, per tenant).
+pub(crate) fn split<'a>(
+    rows: &'a [IngestRow],
+    fences: &[Fence],
+    kept: &[bool],
+) -> (Vec<&'a IngestRow>, BTreeMap<Uuid, Vec<String>>) {
+    let mut dropped: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
+    let mut queued: Vec<&IngestRow> = Vec::with_capacity(rows.len());
+    for ((r, f), k) in rows.iter().zip(fences).zip(kept) {
+        match (f, k) {
+            (Fence::Fresh, true) => queued.push(r),
+            (Fence::Fresh, false) => dropped
+                .entry(r.tenant_id.0)
+                .or_default()
+                .push(r.idempotency_key.clone()),
+            _ => {}
+        }
+    }
+    (queued, dropped)
 }
 
 /// Commits `rows` in `tx` and returns the fence of each (input order).
@@ -49,14 +126,7 @@ pub(crate) async fn commit(
     keep: KeepFn<'_>,
 ) -> Result<Vec<Fence>> {
     let d = tx.dialect();
-    // A stable order: concurrent group commits lock keys in the same order
-    // and cannot deadlock.
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by(|&a, &b| {
-        (rows[a].tenant_id, &rows[a].idempotency_key)
-            .cmp(&(rows[b].tenant_id, &rows[b].idempotency_key))
-    });
-    let sorted: Vec<&IngestRow> = order.iter().map(|&i| &rows[i]).collect();
+    let sorted = lock_order(rows);
     let inserted: HashSet<Uuid> = tx
         .insert(d.insert(
             "idempotency_keys",
@@ -94,55 +164,17 @@ pub(crate) async fn commit(
         .collect::<Result<_>>()?;
 
     // Keys already taken: by which event, with which content.
-    let mut taken: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| !inserted.contains(&r.event_id.0)) {
-        taken
-            .entry(r.tenant_id.0)
-            .or_default()
-            .push(r.idempotency_key.clone());
-    }
     let mut owners: HashMap<(Uuid, String), Fence> = HashMap::new();
-    for (tenant, keys) in taken {
+    for (tenant, keys) in taken_keys(rows, &inserted) {
         for row in tx.fetch(taken_query(d, tenant, keys)).await? {
             let t = taken_from(&row)?;
-            owners.insert(
-                (tenant, t.key),
-                Fence::Taken {
-                    event_id: t.event_id,
-                    fingerprint: t.fingerprint,
-                },
-            );
+            let fence = t.fence();
+            owners.insert((tenant, t.key), fence);
         }
     }
-    let fences: Vec<Fence> = rows
-        .iter()
-        .map(|r| {
-            if inserted.contains(&r.event_id.0) {
-                Ok(Fence::Fresh)
-            } else {
-                owners
-                    .get(&(r.tenant_id.0, r.idempotency_key.clone()))
-                    .cloned()
-                    .ok_or_else(|| {
-                        Error::Corrupt("idempotency key vanished during commit".to_owned())
-                    })
-            }
-        })
-        .collect::<Result<_>>()?;
-
+    let fences = fences(rows, &inserted, &owners)?;
     let kept = keep(&fences);
-    let mut dropped: BTreeMap<Uuid, Vec<String>> = BTreeMap::new();
-    let mut queued: Vec<&IngestRow> = Vec::with_capacity(rows.len());
-    for ((r, f), k) in rows.iter().zip(&fences).zip(&kept) {
-        match (f, k) {
-            (Fence::Fresh, true) => queued.push(r),
-            (Fence::Fresh, false) => dropped
-                .entry(r.tenant_id.0)
-                .or_default()
-                .push(r.idempotency_key.clone()),
-            _ => {}
-        }
-    }
+    let (queued, dropped) = split(rows, &fences, &kept);
     for (tenant, keys) in dropped {
         tx.execute(
             Q::new(format!(

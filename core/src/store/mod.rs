@@ -26,6 +26,7 @@ mod processing;
 pub mod shared;
 pub(crate) mod sql;
 pub mod sqlite;
+mod sqlite_inbox;
 
 pub use sql::Db;
 
@@ -835,6 +836,16 @@ pub struct TakenKey {
     pub key: String,
     pub event_id: EventId,
     pub fingerprint: [u8; 32],
+}
+
+impl TakenKey {
+    /// What the fence says to a row meeting this key.
+    pub fn fence(&self) -> Fence {
+        Fence::Taken {
+            event_id: self.event_id,
+            fingerprint: self.fingerprint,
+        }
+    }
 }
 
 pub fn archive_row(

@@ -5,12 +5,13 @@
 //!
 //! - the **inbox file** (`fastack-inbox.db` beside `fastack.db`) holds
 //!   `idempotency_keys` and `inbox`: what the front door writes. Its writer
-//!   runs the group commits, and deletes inbox rows once their processing
-//!   has committed ([`Engine::consume_inbox`]);
+//!   (a thread of its own, [`super::sqlite_inbox`]) runs the group commits,
+//!   and deletes inbox rows once their processing has committed
+//!   ([`Engine::consume_inbox`]);
 //! - the **main file** holds everything else: processing, the outbox, jobs,
 //!   webhooks. Its writer runs every other transaction.
 //!
-//! Every connection attaches the inbox file (schema `inbox_db`), so a
+//! Every sqlx connection attaches the inbox file (schema `inbox_db`), so a
 //! statement names `inbox` or `idempotency_keys` as on PostgreSQL. A
 //! processing transaction reads inbox rows but never writes the inbox file
 //! (a write after a read could meet a newer group commit and fail); the few
@@ -42,6 +43,7 @@ use super::{
     processing::{self, Layout},
     shared::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sql::Tx,
+    sqlite_inbox::InboxWriter,
 };
 use chrono::{DateTime, Utc};
 use fastack_entities::{StoredEvent, TenantId};
@@ -68,10 +70,9 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// Whether the writer was left not syncing (see `open`).
     relaxed: Arc<AtomicBool>,
-    /// The inbox file's writer (one connection): group commits, consumes.
-    inbox: SqlitePool,
-    /// Whether the inbox writer was left not syncing.
-    inbox_relaxed: Arc<AtomicBool>,
+    /// The inbox file's writer (a thread with its own connection): group
+    /// commits, consumes, pruning.
+    inbox: InboxWriter,
     reader: SqlitePool,
     partitions: KnownPartitions,
     /// The next round's rows, being read while a round writes (see
@@ -150,6 +151,9 @@ async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Re
     Ok(())
 }
 
+/// How long a connection waits for another's write lock.
+const BUSY_TIMEOUT: StdDuration = StdDuration::from_secs(10);
+
 /// Schema name of the attached inbox file.
 const INBOX_SCHEMA: &str = "inbox_db";
 
@@ -182,7 +186,7 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(StdDuration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
         let inbox = inbox.to_string_lossy().into_owned();
         let inbox_file = inbox.clone();
@@ -204,16 +208,17 @@ impl SqliteStore {
         let writer = resets_sync(pool(1), "main", relaxed.clone())
             .connect_with(options.clone())
             .await?;
-        let inbox_relaxed = Arc::new(AtomicBool::new(false));
-        let inbox = resets_sync(pool(1), INBOX_SCHEMA, inbox_relaxed.clone())
-            .connect_with(options.clone())
-            .await?;
+        let inbox = InboxWriter::open(
+            PathBuf::from(&inbox_file),
+            BUSY_TIMEOUT,
+            AUTOCHECKPOINT_BACKSTOP,
+        )
+        .await?;
         let reader = pool(4).connect_with(options.clone()).await?;
         Ok(SqliteStore {
             writer,
             relaxed,
             inbox,
-            inbox_relaxed,
             reader,
             partitions: KnownPartitions::default(),
             ahead: Mutex::new(HashMap::new()),
@@ -424,7 +429,7 @@ impl Engine for SqliteStore {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        super::ingest::commit(Tx::Lite(self.inbox.begin().await?), rows, keep).await
+        self.inbox.commit(rows, keep).await
     }
 
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
@@ -518,20 +523,7 @@ impl Engine for SqliteStore {
     }
 
     async fn consume_inbox(&self, tenant: TenantId, seqs: &[i64]) -> Result<()> {
-        let mut conn = self.inbox.acquire().await?;
-        // No fsync: a delete lost to power loss only makes the rows come
-        // back, to be skipped by the second fence; the next group commit's
-        // sync makes it durable anyway.
-        relax(&mut conn, &self.inbox_relaxed, INBOX_SCHEMA).await?;
-        sqlx::query(
-            "DELETE FROM inbox WHERE tenant_id = $1 \
-             AND seq IN (SELECT value FROM json_each($2))",
-        )
-        .bind(tenant.0)
-        .bind(serde_json::to_string(seqs).map_err(|e| Error::Corrupt(e.to_string()))?)
-        .execute(&mut *conn)
-        .await?;
-        Ok(())
+        self.inbox.consume(tenant.0, seqs.to_vec()).await
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
@@ -650,18 +642,20 @@ impl Engine for SqliteStore {
     }
 
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {
-        let mut total = 0;
-        for t in tenants {
-            let done = sqlx::query(
-                "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND occurred_at < $2",
-            )
-            .bind(t.0)
-            .bind(us(before))
-            .execute(&self.inbox)
-            .await?;
-            total += done.rows_affected();
-        }
-        Ok(total)
+        let tenants = tenants.to_vec();
+        let before = us(before);
+        self.inbox
+            .run(move |conn| {
+                let mut prune = conn.prepare_cached(
+                    "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND occurred_at < ?2",
+                )?;
+                let mut total = 0;
+                for t in &tenants {
+                    total += prune.execute(rusqlite::params![t.0.as_bytes(), before])? as u64;
+                }
+                Ok(total)
+            })
+            .await
     }
 
     async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64> {

@@ -1,0 +1,256 @@
+//! The embedded inbox file's writer: a thread of its own that owns one
+//! SQLite connection to `fastack-inbox.db` and its prepared statements, and
+//! runs every write to that file (group commits, the deletes after
+//! processing, idempotency pruning) one after another.
+//!
+//! Why not a sqlx pool like the other connections: a group commit there is
+//! five hand-offs between the tokio task and sqlx's connection thread (pool
+//! acquire, `BEGIN`, the key insert, the inbox insert, `COMMIT`), each a
+//! wake-up on a busy two-core box, and a group commit took 1.45 ms of which
+//! the disk's sync was a fraction (benches/README.md, "The embedded group
+//! commit on a thread of its own"). Here a group commit is one hand-off
+//! each way, its statements are prepared once (constant text, one row per
+//! execution) and nothing else queues for the connection's pool.
+//!
+//! Durability is the same as before: WAL with `synchronous = FULL` for every
+//! group commit; only the deletes after processing skip the sync (a delete
+//! lost to power loss makes the row come back, to be skipped by the
+//! processor's second fence).
+//!
+//! The fence decisions (which rows are fresh, which keys to release, which
+//! rows to queue) are [`super::ingest`]'s, shared with the sqlx path.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::mpsc,
+    time::Duration,
+};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::{Fence, IngestRow, KeepFn, ingest};
+use crate::error::{Error, Result};
+
+/// A unit of work for the writer thread.
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Handle to the inbox file's writer thread; the thread ends when the last
+/// handle is dropped (after the work already sent to it).
+#[derive(Debug, Clone)]
+pub(crate) struct InboxWriter {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Which rows a group keeps once the fence is known, asked of the caller
+/// only when some key was taken (the transaction waits for the answer).
+type Decide = oneshot::Sender<(Vec<Fence>, oneshot::Sender<Vec<bool>>)>;
+
+impl InboxWriter {
+    /// Opens the inbox file on a new thread, with the durability of the
+    /// sqlx connections (`journal_mode = WAL`, `synchronous = FULL`), the
+    /// same busy timeout and checkpoint backstop. Returns once it is open.
+    pub(crate) async fn open(
+        path: PathBuf,
+        busy_timeout: Duration,
+        autocheckpoint: u32,
+    ) -> Result<Self> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (ready, opened) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("fastack-inbox".to_owned())
+            .spawn(move || {
+                let conn = match connect(&path, busy_timeout, autocheckpoint) {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        ready.send(Err(e)).ok();
+                        return;
+                    }
+                };
+                ready.send(Ok(())).ok();
+                let mut conn = conn;
+                while let Ok(job) = queue.recv() {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|e| Error::io("inbox writer thread", e))?;
+        opened.await.map_err(|_| Error::ShuttingDown)??;
+        Ok(InboxWriter { jobs })
+    }
+
+    /// Runs `f` on the writer's connection and returns what it returns.
+    pub(crate) async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |conn| {
+                reply.send(f(conn)).ok();
+            }))
+            .map_err(|_| Error::ShuttingDown)?;
+        answer.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// The group commit: records the keys, settles the fence, queues the
+    /// kept rows, one synced transaction. `keep` is asked on this task
+    /// before the transaction (for the common case where every key is new)
+    /// and again, inside it, only if some key was taken.
+    pub(crate) async fn commit(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>> {
+        let kept_if_fresh = keep(&vec![Fence::Fresh; rows.len()]);
+        let (decide, decision) = oneshot::channel();
+        let rows = rows.to_vec();
+        let done = self.run(move |conn| commit(conn, &rows, kept_if_fresh, decide));
+        tokio::pin!(done);
+        tokio::select! {
+            biased;
+            result = &mut done => result,
+            Ok((fences, kept)) = decision => {
+                kept.send(keep(&fences)).ok();
+                done.await
+            }
+        }
+    }
+
+    /// Deletes processed inbox rows, without waiting for the disk.
+    pub(crate) async fn consume(&self, tenant: Uuid, seqs: Vec<i64>) -> Result<()> {
+        self.run(move |conn| {
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            let deleted = delete_seqs(conn, tenant, &seqs);
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            deleted
+        })
+        .await
+    }
+}
+
+fn connect(path: &PathBuf, busy_timeout: Duration, autocheckpoint: u32) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "wal_autocheckpoint", autocheckpoint)?;
+    Ok(conn)
+}
+
+fn delete_seqs(conn: &mut Connection, tenant: Uuid, seqs: &[i64]) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut delete =
+            tx.prepare_cached("DELETE FROM inbox WHERE tenant_id = ?1 AND seq = ?2")?;
+        for seq in seqs {
+            delete.execute(params![tenant.as_bytes(), seq])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn us(t: chrono::DateTime<chrono::Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// [`InboxWriter::commit`] on the writer thread.
+fn commit(
+    conn: &mut Connection,
+    rows: &[IngestRow],
+    kept_if_fresh: Vec<bool>,
+    decide: Decide,
+) -> Result<Vec<Fence>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
+    {
+        let mut record = tx.prepare_cached(
+            "INSERT INTO idempotency_keys \
+             (tenant_id, idempotency_key, event_id, fingerprint, occurred_at, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+        )?;
+        for r in ingest::lock_order(rows) {
+            let changed = record.execute(params![
+                r.tenant_id.0.as_bytes(),
+                r.idempotency_key,
+                r.event_id.0.as_bytes(),
+                r.fingerprint,
+                us(r.occurred_at),
+                us(r.received_at),
+            ])?;
+            if changed == 1 {
+                inserted.insert(r.event_id.0);
+            }
+        }
+    }
+    let (fences, kept) = if inserted.len() == rows.len() {
+        (vec![Fence::Fresh; rows.len()], kept_if_fresh)
+    } else {
+        let fences = ingest::fences(rows, &inserted, &owners(&tx, rows, &inserted)?)?;
+        let (answer, kept) = oneshot::channel();
+        decide
+            .send((fences.clone(), answer))
+            .map_err(|_| Error::ShuttingDown)?;
+        let kept = kept.blocking_recv().map_err(|_| Error::ShuttingDown)?;
+        (fences, kept)
+    };
+    let (queued, dropped) = ingest::split(rows, &fences, &kept);
+    {
+        let mut release = tx.prepare_cached(
+            "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND idempotency_key = ?2",
+        )?;
+        for (tenant, keys) in dropped {
+            for key in keys {
+                release.execute(params![tenant.as_bytes(), key])?;
+            }
+        }
+        let mut queue = tx.prepare_cached(
+            "INSERT INTO inbox (tenant_id, event_id, payload, received_at) \
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for r in queued {
+            queue.execute(params![
+                r.tenant_id.0.as_bytes(),
+                r.event_id.0.as_bytes(),
+                r.payload,
+                us(r.received_at),
+            ])?;
+        }
+    }
+    tx.commit()?;
+    Ok(fences)
+}
+
+/// Who owns the keys this group did not record: by which event, with
+/// which content.
+fn owners(
+    tx: &rusqlite::Transaction<'_>,
+    rows: &[IngestRow],
+    inserted: &HashSet<Uuid>,
+) -> Result<HashMap<(Uuid, String), Fence>> {
+    let mut owners = HashMap::new();
+    let mut owner = tx.prepare_cached(
+        "SELECT event_id, fingerprint FROM idempotency_keys \
+         WHERE tenant_id = ?1 AND idempotency_key = ?2",
+    )?;
+    for (tenant, keys) in ingest::taken_keys(rows, inserted) {
+        for key in keys {
+            let found = owner
+                .query_row(params![tenant.as_bytes(), key], |row| {
+                    Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, Vec<u8>>(1)?))
+                })
+                .optional()?;
+            if let Some((event_id, fingerprint)) = found {
+                let event_id = Uuid::from_slice(&event_id)
+                    .map_err(|e| Error::Corrupt(format!("event id: {e}")))?;
+                let taken = ingest::taken(key, event_id, &fingerprint)?;
+                owners.insert((tenant, taken.key.clone()), taken.fence());
+            }
+        }
+    }
+    Ok(owners)
+}
