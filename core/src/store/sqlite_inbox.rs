@@ -22,7 +22,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::mpsc,
     time::Duration,
 };
@@ -39,7 +39,7 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// Handle to the inbox file's writer thread; the thread ends when the last
 /// handle is dropped (after the work already sent to it).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct InboxWriter {
     jobs: mpsc::Sender<Job>,
 }
@@ -62,7 +62,7 @@ impl InboxWriter {
         std::thread::Builder::new()
             .name("fastack-inbox".to_owned())
             .spawn(move || {
-                let conn = match connect(&path, busy_timeout, autocheckpoint) {
+                let mut conn = match connect(&path, busy_timeout, autocheckpoint) {
                     Ok(conn) => conn,
                     Err(e) => {
                         ready.send(Err(e)).ok();
@@ -70,9 +70,15 @@ impl InboxWriter {
                     }
                 };
                 ready.send(Ok(())).ok();
-                let mut conn = conn;
                 while let Ok(job) = queue.recv() {
-                    job(&mut conn);
+                    // A job that panics loses its own answer (its caller
+                    // sees the writer as unavailable and retries); its
+                    // transaction rolls back as it unwinds, and the thread
+                    // stays for the next group.
+                    let run = std::panic::AssertUnwindSafe(|| job(&mut conn));
+                    if std::panic::catch_unwind(run).is_err() {
+                        tracing::error!("inbox writer job panicked; its transaction rolled back");
+                    }
                 }
             })
             .map_err(|e| Error::io("inbox writer thread", e))?;
@@ -127,7 +133,7 @@ impl InboxWriter {
     }
 }
 
-fn connect(path: &PathBuf, busy_timeout: Duration, autocheckpoint: u32) -> Result<Connection> {
+fn connect(path: &Path, busy_timeout: Duration, autocheckpoint: u32) -> Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
