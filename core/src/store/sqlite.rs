@@ -106,7 +106,7 @@ impl Drop for SqliteStore {
     }
 }
 
-fn us(t: DateTime<Utc>) -> i64 {
+pub(super) fn us(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 

@@ -31,7 +31,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{Fence, IngestRow, KeepFn, ingest};
+use super::{Fence, IngestRow, KeepFn, ingest, sqlite::us};
 use crate::error::{Error, Result};
 
 /// A unit of work for the writer thread.
@@ -121,13 +121,12 @@ impl InboxWriter {
         }
     }
 
-    /// Deletes processed inbox rows, without waiting for the disk.
+    /// Deletes processed inbox rows, without waiting for the disk (the
+    /// next group commit's sync makes the delete durable with it).
     pub(crate) async fn consume(&self, tenant: Uuid, seqs: Vec<i64>) -> Result<()> {
         self.run(move |conn| {
             conn.pragma_update(None, "synchronous", "NORMAL")?;
-            let deleted = delete_seqs(conn, tenant, &seqs);
-            conn.pragma_update(None, "synchronous", "FULL")?;
-            deleted
+            delete_seqs(conn, tenant, &seqs)
         })
         .await
     }
@@ -160,10 +159,6 @@ fn delete_seqs(conn: &mut Connection, tenant: Uuid, seqs: &[i64]) -> Result<()> 
     Ok(())
 }
 
-fn us(t: chrono::DateTime<chrono::Utc>) -> i64 {
-    t.timestamp_micros()
-}
-
 /// [`InboxWriter::commit`] on the writer thread.
 fn commit(
     conn: &mut Connection,
@@ -171,6 +166,9 @@ fn commit(
     kept_if_fresh: Vec<bool>,
     decide: Decide,
 ) -> Result<Vec<Fence>> {
+    // Set on every group: a delete after processing relaxes it, and no
+    // earlier job may leave a 202's commit unsynced.
+    conn.pragma_update(None, "synchronous", "FULL")?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
     {
