@@ -638,7 +638,7 @@ impl Db {
                 // before this one, and set back when the writer is next
                 // handed out (`sqlite.rs`).
                 let mut conn = writer.acquire().await?;
-                super::sqlite::relax(&mut conn, relaxed, "main").await?;
+                super::sqlite::relax(&mut conn, relaxed).await?;
                 Tx::Lite(Transaction::begin(conn, None).await?)
             }
         })

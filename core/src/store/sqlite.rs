@@ -205,7 +205,7 @@ impl SqliteStore {
         // attempt records; the inbox delete after processing) leaves its
         // writer not syncing; it is set back before anyone else gets it.
         let relaxed = Arc::new(AtomicBool::new(false));
-        let writer = resets_sync(pool(1), "main", relaxed.clone())
+        let writer = resets_sync(pool(1), relaxed.clone())
             .connect_with(options.clone())
             .await?;
         let inbox = InboxWriter::open(
@@ -331,35 +331,25 @@ fn spawn_checkpointer(options: SqliteConnectOptions, inbox: String) -> tokio::ta
     })
 }
 
-/// Lets commits on `conn` to `schema`'s file skip the fsync until its
-/// pool (made with [`resets_sync`]) hands the connection out again. The
-/// level cannot change inside a transaction: call it before one.
-pub(crate) async fn relax(
-    conn: &mut SqliteConnection,
-    relaxed: &AtomicBool,
-    schema: &str,
-) -> sqlx::Result<()> {
+/// Lets commits on the writer skip the fsync until its pool (made with
+/// [`resets_sync`]) hands the connection out again. The level cannot
+/// change inside a transaction: call it before one.
+pub(crate) async fn relax(conn: &mut SqliteConnection, relaxed: &AtomicBool) -> sqlx::Result<()> {
     relaxed.store(true, Ordering::Release);
-    sqlx::query(AssertSqlSafe(format!(
-        "PRAGMA {schema}.synchronous = NORMAL"
-    )))
-    .execute(conn)
-    .await?;
+    sqlx::query("PRAGMA main.synchronous = NORMAL")
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
-/// A writer pool that sets `schema` back to `synchronous = FULL` before
-/// handing out a connection [`relax`] was called on.
-fn resets_sync(
-    options: SqlitePoolOptions,
-    schema: &'static str,
-    relaxed: Arc<AtomicBool>,
-) -> SqlitePoolOptions {
+/// A writer pool that sets `synchronous = FULL` back before handing out a
+/// connection [`relax`] was called on.
+fn resets_sync(options: SqlitePoolOptions, relaxed: Arc<AtomicBool>) -> SqlitePoolOptions {
     options.before_acquire(move |conn, _| {
         let relaxed = relaxed.clone();
         Box::pin(async move {
             if relaxed.swap(false, Ordering::AcqRel) {
-                sqlx::query(AssertSqlSafe(format!("PRAGMA {schema}.synchronous = FULL")))
+                sqlx::query("PRAGMA main.synchronous = FULL")
                     .execute(&mut *conn)
                     .await?;
             }
@@ -642,20 +632,7 @@ impl Engine for SqliteStore {
     }
 
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {
-        let tenants = tenants.to_vec();
-        let before = us(before);
-        self.inbox
-            .run(move |conn| {
-                let mut prune = conn.prepare_cached(
-                    "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND occurred_at < ?2",
-                )?;
-                let mut total = 0;
-                for t in &tenants {
-                    total += prune.execute(rusqlite::params![t.0.as_bytes(), before])? as u64;
-                }
-                Ok(total)
-            })
-            .await
+        self.inbox.prune(tenants.to_vec(), us(before)).await
     }
 
     async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64> {

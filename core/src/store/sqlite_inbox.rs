@@ -27,6 +27,7 @@ use std::{
     time::Duration,
 };
 
+use fastack_entities::TenantId;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -35,7 +36,38 @@ use super::{Fence, IngestRow, KeepFn, ingest, sqlite::us};
 use crate::error::{Error, Result};
 
 /// A unit of work for the writer thread.
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+type Job = Box<dyn FnOnce(&mut Conn) + Send>;
+
+/// The thread's connection, and whether a delete after processing left it
+/// not syncing (set back before anything that must be synced, as the sqlx
+/// writer's pool does).
+struct Conn {
+    conn: Connection,
+    relaxed: bool,
+}
+
+impl Conn {
+    /// The connection with `synchronous = FULL`: a 202's commit.
+    fn synced(&mut self) -> Result<&mut Connection> {
+        if self.relaxed {
+            self.conn.pragma_update(None, "synchronous", "FULL")?;
+            self.relaxed = false;
+        }
+        Ok(&mut self.conn)
+    }
+
+    /// The connection with `synchronous = NORMAL`: a write a crash can only
+    /// undo harmlessly.
+    fn relaxed(&mut self) -> Result<&mut Connection> {
+        if !self.relaxed {
+            // Counted as relaxed first: should the statement fail halfway,
+            // the next synced write sets the level again.
+            self.relaxed = true;
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        Ok(&mut self.conn)
+    }
+}
 
 /// Handle to the inbox file's writer thread; the thread ends when the last
 /// handle is dropped (after the work already sent to it).
@@ -63,7 +95,10 @@ impl InboxWriter {
             .name("fastack-inbox".to_owned())
             .spawn(move || {
                 let mut conn = match connect(&path, busy_timeout, autocheckpoint) {
-                    Ok(conn) => conn,
+                    Ok(conn) => Conn {
+                        conn,
+                        relaxed: false,
+                    },
                     Err(e) => {
                         ready.send(Err(e)).ok();
                         return;
@@ -87,10 +122,10 @@ impl InboxWriter {
     }
 
     /// Runs `f` on the writer's connection and returns what it returns.
-    pub(crate) async fn run<T, F>(&self, f: F) -> Result<T>
+    async fn run<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        F: FnOnce(&mut Conn) -> Result<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         self.jobs
@@ -109,7 +144,7 @@ impl InboxWriter {
         let kept_if_fresh = keep(&vec![Fence::Fresh; rows.len()]);
         let (decide, decision) = oneshot::channel();
         let rows = rows.to_vec();
-        let done = self.run(move |conn| commit(conn, &rows, kept_if_fresh, decide));
+        let done = self.run(move |conn| commit(conn.synced()?, &rows, kept_if_fresh, decide));
         tokio::pin!(done);
         tokio::select! {
             biased;
@@ -124,9 +159,23 @@ impl InboxWriter {
     /// Deletes processed inbox rows, without waiting for the disk (the
     /// next group commit's sync makes the delete durable with it).
     pub(crate) async fn consume(&self, tenant: Uuid, seqs: Vec<i64>) -> Result<()> {
+        self.run(move |conn| delete_seqs(conn.relaxed()?, tenant, &seqs))
+            .await
+    }
+
+    /// Forgets the tenants' idempotency keys of events that occurred
+    /// before `before` (microseconds); returns how many.
+    pub(crate) async fn prune(&self, tenants: Vec<TenantId>, before: i64) -> Result<u64> {
         self.run(move |conn| {
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
-            delete_seqs(conn, tenant, &seqs)
+            let conn = conn.synced()?;
+            let mut prune = conn.prepare_cached(
+                "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND occurred_at < ?2",
+            )?;
+            let mut total = 0;
+            for t in &tenants {
+                total += prune.execute(params![t.0.as_bytes(), before])? as u64;
+            }
+            Ok(total)
         })
         .await
     }
@@ -166,9 +215,6 @@ fn commit(
     kept_if_fresh: Vec<bool>,
     decide: Decide,
 ) -> Result<Vec<Fence>> {
-    // Set on every group: a delete after processing relaxes it, and no
-    // earlier job may leave a 202's commit unsynced.
-    conn.pragma_update(None, "synchronous", "FULL")?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
     {
