@@ -1,8 +1,14 @@
-//! The embedded store's group commit alone: a group of 16 fresh `track`
-//! rows (the size a closed loop of 32 connections makes) recorded and
-//! queued through `Storage::commit_ingest`, synced to disk, on a store in a
-//! temporary directory. With the disk's sync in every iteration this is
-//! the latency a 202 waits for, not a CPU figure.
+//! The embedded store's two writers, each alone, on a store in a temporary
+//! directory:
+//!
+//! - the group commit: 16 fresh `track` rows (the size a closed loop of 32
+//!   connections makes) recorded and queued through
+//!   `Storage::commit_ingest`, synced to disk. With the disk's sync in every
+//!   iteration this is the latency a 202 waits for, not a CPU figure;
+//! - a processing round: 2,000 queued `track` rows of 500 users taken
+//!   through `Storage::process_batch` (identity, `tracked_events`, synced
+//!   commit) and deleted from the inbox (`consume_inbox`): the time per
+//!   round divided by 2,000 is what the processor spends per event.
 
 use std::{hint::black_box, sync::atomic::AtomicU64, sync::atomic::Ordering};
 
@@ -10,11 +16,12 @@ use chrono::Utc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fastack_benches::typical_track;
 use fastack_core::{
+    admin,
     config::Config,
-    store::{Fence, IngestRow},
+    store::{Fence, IngestRow, ProcessRequest, Storage},
     validate::{ValidationContext, event_from_json, fingerprint},
 };
-use fastack_entities::{EventId, EventKind, TenantId};
+use fastack_entities::{EventId, EventKind, NewEvent, NodeId, Plan, TenantId};
 
 const GROUP: usize = 16;
 
@@ -73,5 +80,104 @@ fn group_commit(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, group_commit);
+/// Rows of one processing round.
+const ROUND: usize = 2_000;
+
+fn process_round(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = Config {
+        data_dir: dir.path().to_path_buf(),
+        ..Config::default()
+    };
+    let store = rt
+        .block_on(fastack_core::store::open(&config))
+        .expect("embedded store");
+    let tenant = rt
+        .block_on(admin::create_tenant(
+            store.as_ref(),
+            "bench",
+            Plan::Enterprise,
+            None,
+        ))
+        .expect("tenant")
+        .id;
+    let node = NodeId::new();
+    let ctx = ValidationContext {
+        now: Utc::now(),
+        retention_months: 13,
+    };
+    let body = serde_json::to_vec(&typical_track()).expect("json");
+    let mut errors = Vec::new();
+    let ev: NewEvent = event_from_json(&body, Some(EventKind::Track), None, &ctx, &mut errors)
+        .expect("parsed")
+        .expect("valid event");
+    let next = AtomicU64::new(0);
+    // A round's rows queued (not timed): 500 users, as a shop's traffic
+    // repeats its customers.
+    let queue = || {
+        let rows: Vec<IngestRow> = (0..ROUND)
+            .map(|_| {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let mut ev = ev.clone();
+                ev.user_id = Some(format!("user-{}", n % 500));
+                ev.idempotency_key = format!("key-{n}");
+                IngestRow {
+                    tenant_id: tenant,
+                    idempotency_key: ev.idempotency_key.clone(),
+                    event_id: EventId::new(),
+                    fingerprint: fingerprint(&ev),
+                    occurred_at: ev.occurred_at.with_timezone(&Utc),
+                    received_at: Utc::now(),
+                    payload: serde_json::to_string(&ev).expect("json"),
+                }
+            })
+            .collect();
+        rt.block_on(store.commit_ingest(&rows, &keep_all))
+            .expect("queued");
+    };
+    let round = async |store: &dyn Storage| {
+        let now = Utc::now();
+        assert!(
+            store
+                .try_lease(tenant, node, now, chrono::Duration::seconds(60))
+                .await
+                .expect("lease")
+        );
+        let req = ProcessRequest {
+            tenant_id: tenant,
+            node_id: node,
+            retention_class: 13,
+            limit: ROUND as u32,
+            now,
+            lease_ttl: chrono::Duration::seconds(60),
+            tracked: Default::default(),
+            tracked_if_subscribed: Default::default(),
+            after_seq: None,
+            faults: Default::default(),
+        };
+        let out = store.process_batch(&req).await.expect("processed");
+        assert_eq!(out.appended.len(), ROUND);
+        store
+            .consume_inbox(tenant, &out.to_consume)
+            .await
+            .expect("consumed");
+    };
+    let mut group = c.benchmark_group("embedded_process_round");
+    group.sample_size(20);
+    group.bench_function("2000_track", |b| {
+        b.iter_batched(
+            queue,
+            |()| rt.block_on(round(store.as_ref())),
+            criterion::BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, group_commit, process_round);
 criterion_main!(benches);

@@ -205,7 +205,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "FASTACK_PROCESS_BATCH",
-        "500",
+        "8000",
         "inbox rows a processor handles per transaction",
     ),
     (

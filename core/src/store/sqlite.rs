@@ -151,6 +151,13 @@ async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Re
     Ok(())
 }
 
+/// The main writer's page cache, in KiB (SQLite's negative form).
+const WRITER_CACHE: &str = "-65536";
+
+/// Rows a sqlx connection's worker may run ahead of the task reading
+/// them: a whole processing round's.
+const ROW_CHANNEL: usize = 16_384;
+
 /// How long a connection waits for another's write lock.
 const BUSY_TIMEOUT: StdDuration = StdDuration::from_secs(10);
 
@@ -187,7 +194,17 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // A multi-row statement inside a transaction keeps a journal
+            // of its own (to undo just itself); in memory, not in a
+            // temporary file it writes page by page.
+            .pragma("temp_store", "MEMORY")
+            // sqlx hands rows from its worker thread to the task through a
+            // bounded channel; at its default (50) a large result (a
+            // round's inbox rows, its identity lookups, an insert's
+            // `RETURNING`) stops the worker every 50 rows until the task
+            // catches up: two thread switches per 50 rows.
+            .row_buffer_size(ROW_CHANNEL);
         let inbox = inbox.to_string_lossy().into_owned();
         let inbox_file = inbox.clone();
         let pool = |max: u32| {
@@ -205,8 +222,11 @@ impl SqliteStore {
         // attempt records; the inbox delete after processing) leaves its
         // writer not syncing; it is set back before anyone else gets it.
         let relaxed = Arc::new(AtomicBool::new(false));
+        // The writer's transactions are large (a processing round writes
+        // a few thousand pages): a page cache that holds them all, so none
+        // spills into the WAL before its commit and none is read back.
         let writer = resets_sync(pool(1), relaxed.clone())
-            .connect_with(options.clone())
+            .connect_with(options.clone().pragma("cache_size", WRITER_CACHE))
             .await?;
         let inbox = InboxWriter::open(
             PathBuf::from(&inbox_file),

@@ -192,6 +192,8 @@ fn connect(path: &Path, busy_timeout: Duration, autocheckpoint: u32) -> Result<C
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "wal_autocheckpoint", autocheckpoint)?;
+    // Statement journals of multi-row deletes stay in memory.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 
