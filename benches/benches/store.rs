@@ -18,7 +18,7 @@ use fastack_benches::typical_track;
 use fastack_core::{
     admin,
     config::Config,
-    store::{Fence, IngestRow, ProcessRequest, Storage},
+    store::{Fence, IngestRow, ProcessRequest, Storage, Store},
     validate::{ValidationContext, event_from_json, fingerprint},
 };
 use fastack_entities::{EventId, EventKind, NewEvent, NodeId, Plan, TenantId};
@@ -29,7 +29,9 @@ fn keep_all(f: &[Fence]) -> Vec<bool> {
     vec![true; f.len()]
 }
 
-fn group_commit(c: &mut Criterion) {
+/// A runtime and an embedded store in a temporary directory (kept while
+/// the benchmark runs).
+fn embedded() -> (tokio::runtime::Runtime, tempfile::TempDir, Store) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -43,15 +45,25 @@ fn group_commit(c: &mut Criterion) {
     let store = rt
         .block_on(fastack_core::store::open(&config))
         .expect("embedded store");
+    (rt, dir, store)
+}
+
+/// The load tool's typical `track`, validated as the front door does.
+fn typical_event() -> NewEvent {
     let ctx = ValidationContext {
         now: Utc::now(),
         retention_months: 13,
     };
     let body = serde_json::to_vec(&typical_track()).expect("json");
     let mut errors = Vec::new();
-    let ev = event_from_json(&body, Some(EventKind::Track), None, &ctx, &mut errors)
+    event_from_json(&body, Some(EventKind::Track), None, &ctx, &mut errors)
         .expect("parsed")
-        .expect("valid event");
+        .expect("valid event")
+}
+
+fn group_commit(c: &mut Criterion) {
+    let (rt, _dir, store) = embedded();
+    let ev = typical_event();
     let payload = serde_json::to_string(&ev).expect("json");
     let tenant = TenantId::new();
     let next = AtomicU64::new(0);
@@ -84,19 +96,7 @@ fn group_commit(c: &mut Criterion) {
 const ROUND: usize = 2_000;
 
 fn process_round(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = Config {
-        data_dir: dir.path().to_path_buf(),
-        ..Config::default()
-    };
-    let store = rt
-        .block_on(fastack_core::store::open(&config))
-        .expect("embedded store");
+    let (rt, _dir, store) = embedded();
     let tenant = rt
         .block_on(admin::create_tenant(
             store.as_ref(),
@@ -107,15 +107,7 @@ fn process_round(c: &mut Criterion) {
         .expect("tenant")
         .id;
     let node = NodeId::new();
-    let ctx = ValidationContext {
-        now: Utc::now(),
-        retention_months: 13,
-    };
-    let body = serde_json::to_vec(&typical_track()).expect("json");
-    let mut errors = Vec::new();
-    let ev: NewEvent = event_from_json(&body, Some(EventKind::Track), None, &ctx, &mut errors)
-        .expect("parsed")
-        .expect("valid event");
+    let ev = typical_event();
     let next = AtomicU64::new(0);
     // A round's rows queued (not timed): 500 users, as a shop's traffic
     // repeats its customers.
