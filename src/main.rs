@@ -857,6 +857,9 @@ fn hex_encode(bytes: &[u8]) -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // SAFETY: first thing, on the only thread: no SQLite connection exists.
+    #[allow(unsafe_code)]
+    let _ = unsafe { store::sqlite_alloc::install() };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

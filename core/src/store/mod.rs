@@ -26,6 +26,8 @@ mod processing;
 pub mod shared;
 pub(crate) mod sql;
 pub mod sqlite;
+#[allow(unsafe_code)]
+pub mod sqlite_alloc;
 mod sqlite_inbox;
 
 pub use sql::Db;

@@ -184,13 +184,26 @@ impl Col {
 
 /// Values SQLite binds to one statement at most (its limit is 32,766).
 const MAX_PARAMS: usize = 30_000;
+/// Rows of one SQLite bulk insert at most.
+const MAX_BULK_ROWS: usize = 512;
+
+/// How many rows the next SQLite bulk insert takes of `left`: `cap`
+/// (a power of two) while that many are left, then the largest power of
+/// two that fits. A table's inserts then have at most ten texts, each
+/// parsed and compiled once and then reused from the connection's
+/// statement cache; with a text for every row count SQLite compiled most
+/// processing rounds' inserts anew (14 % of the writer thread's time under
+/// `track` load, benches/README.md).
+fn bulk_rows(left: usize, cap: usize) -> usize {
+    if left >= cap { cap } else { 1 << left.ilog2() }
+}
 
 impl Dialect {
     /// `INSERT INTO table (columns) … suffix` for every row: one statement
     /// of arrays on PostgreSQL (`UNNEST`: the text never changes with the
-    /// row count, so it is prepared once), `VALUES` tuples on SQLite (as
-    /// many statements as its parameter limit needs). `suffix` is an
-    /// `ON CONFLICT` or `RETURNING` clause.
+    /// row count, so it is prepared once), `VALUES` tuples on SQLite in
+    /// statements of a power of two rows each ([`bulk_rows`], so that their
+    /// texts repeat). `suffix` is an `ON CONFLICT` or `RETURNING` clause.
     pub fn insert(self, table: &str, columns: &[(&str, Col)], suffix: &str) -> Vec<Q> {
         let rows = columns.first().map_or(0, |(_, c)| c.len());
         if rows == 0 {
@@ -225,11 +238,12 @@ impl Dialect {
                 vec![q]
             }
             Dialect::Sqlite => {
-                let per = (MAX_PARAMS / columns.len().max(1)).max(1);
+                let per = (MAX_PARAMS / columns.len().max(1)).clamp(1, MAX_BULK_ROWS);
+                let cap = 1 << per.ilog2();
                 let mut out = Vec::new();
                 let mut start = 0;
                 while start < rows {
-                    let n = per.min(rows - start);
+                    let n = bulk_rows(rows - start, cap);
                     let mut tuples = String::with_capacity(n * columns.len() * 4);
                     for r in 0..n {
                         tuples.push_str(if r == 0 { "(" } else { ", (" });
@@ -515,9 +529,32 @@ mod tests {
             "INSERT INTO t (a, b) VALUES (?, ?), (?, ?)"
         );
         assert_eq!(lite[0].args.len(), 4);
-        // Many rows: split under SQLite's parameter limit.
-        let many = [("a", Col::Int((0..40_000).collect()))];
-        assert_eq!(Dialect::Sqlite.insert("t", &many, "").len(), 2);
+        // Many rows: statements of a power of two rows, at most 512 and
+        // under SQLite's parameter limit, every row once and in order.
+        let many = [("a", Col::Int((0..1_300).collect()))];
+        let split = Dialect::Sqlite.insert("t", &many, "");
+        let sizes: Vec<usize> = split.iter().map(|q| q.args.len()).collect();
+        assert_eq!(sizes, [512, 512, 256, 16, 4]);
+        let values: Vec<i64> = split
+            .iter()
+            .flat_map(|q| &q.args)
+            .map(|a| match a {
+                Arg::Int(Some(v)) => *v,
+                other => panic!("unexpected argument {other:?}"),
+            })
+            .collect();
+        assert_eq!(values, (0..1_300).collect::<Vec<i64>>());
+        let wide: Vec<(&str, Col)> = (0..100)
+            .map(|_| ("a", Col::Int((0..1_000).collect())))
+            .collect();
+        let sizes: Vec<usize> = Dialect::Sqlite
+            .insert("t", &wide, "")
+            .iter()
+            .map(|q| q.args.len() / 100)
+            .collect();
+        assert_eq!(sizes, [256, 256, 256, 128, 64, 32, 8]);
+        assert_eq!(bulk_rows(1, 512), 1);
+        assert_eq!(bulk_rows(511, 512), 256);
         assert!(
             Dialect::Sqlite
                 .insert("t", &[("a", Col::Int(vec![]))], "")

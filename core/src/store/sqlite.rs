@@ -154,6 +154,12 @@ async fn create_partition(conn: &mut SqliteConnection, key: &PartitionKey) -> Re
 /// The main writer's page cache, in KiB (SQLite's negative form).
 const WRITER_CACHE: &str = "-65536";
 
+/// Prepared statements the main writer keeps (sqlx's default is 100): its
+/// own statements, and up to ten bulk-insert sizes for each table it
+/// inserts into ([`super::sql::Dialect::insert`]), so that none is
+/// compiled again after eviction.
+const WRITER_STATEMENTS: usize = 400;
+
 /// Rows a sqlx connection's worker may run ahead of the task reading
 /// them: a whole processing round's.
 const ROW_CHANNEL: usize = 16_384;
@@ -226,7 +232,12 @@ impl SqliteStore {
         // a few thousand pages): a page cache that holds them all, so none
         // spills into the WAL before its commit and none is read back.
         let writer = resets_sync(pool(1), relaxed.clone())
-            .connect_with(options.clone().pragma("cache_size", WRITER_CACHE))
+            .connect_with(
+                options
+                    .clone()
+                    .pragma("cache_size", WRITER_CACHE)
+                    .statement_cache_capacity(WRITER_STATEMENTS),
+            )
             .await?;
         let inbox = InboxWriter::open(
             PathBuf::from(&inbox_file),
