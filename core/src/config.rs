@@ -225,7 +225,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "FASTACK_INGEST_CONCURRENCY",
-        "(PostgreSQL cores/2 in 2..4, SQLite 1)",
+        "(PostgreSQL cores/2 in 2..4, SQLite 2)",
         "most group commits in flight at once",
     ),
     (
