@@ -107,7 +107,7 @@ unsafe extern "C" fn x_size(p: *mut c_void) -> c_int {
 }
 
 unsafe extern "C" fn x_roundup(n: c_int) -> c_int {
-    (n + (ALIGN as c_int - 1)) & !(ALIGN as c_int - 1)
+    n.saturating_add(ALIGN as c_int - 1) & !(ALIGN as c_int - 1)
 }
 
 unsafe extern "C" fn x_init(_: *mut c_void) -> c_int {
