@@ -15,7 +15,8 @@ e.g.   benches/scripts/cpu-split.py --perf -- --backend postgres --profile track
 """
 import os, subprocess, sys, time
 
-BIN = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "fastack")
+# FASTACK_BIN: another build to measure (e.g. a copy of the build before a change).
+BIN = os.environ.get("FASTACK_BIN") or os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "fastack")
 args = sys.argv[1:]
 use_perf = "--perf" in args
 flamegraph = args[args.index("--flamegraph") + 1] if "--flamegraph" in args else None
