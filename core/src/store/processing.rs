@@ -1,7 +1,7 @@
 //! The processing transaction, written once for both backends: take a
 //! tenant's inbox rows through the second idempotency fence (deleting them,
-//! where the inbox shares the transaction; `processed_jobs`, where it does
-//! not), resolve identities (snapshot → [`identity::resolve`] → apply),
+//! where the inbox shares the transaction; looking their `tracked_events`
+//! rows up, where it does not), resolve identities (snapshot → [`identity::resolve`] → apply),
 //! append to `tracked_events`, write `core.event.tracked` for its sinks
 //! (webhook deliveries, outbox rows). A backend opens the transaction
 //! (lease renewal, commit durability) and says where a month's rows go
@@ -50,8 +50,9 @@ pub(crate) enum Consume {
     /// inbox is in the same database): the delete is the second fence.
     InTransaction,
     /// After it commits, by the caller ([`ProcessOutcome::to_consume`]): the
-    /// inbox lives in a file with a writer of its own, `processed_jobs` is
-    /// the second fence, and the rows were read beforehand ([`read`]).
+    /// inbox lives in a file with a writer of its own, an event's
+    /// `tracked_events` row is the second fence (an event already stored is
+    /// skipped), and the rows were read beforehand ([`read`]).
     Afterwards(Vec<Item>),
 }
 
@@ -65,7 +66,7 @@ pub(crate) struct Item {
 }
 
 /// The inbox rows a round takes: after `after_seq`, in `seq` order, at
-/// most `limit`. Where the fence is `processed_jobs`, a backend may read
+/// most `limit`. Where the fence is the stored event, a backend may read
 /// them outside the transaction (and ahead of it: see [`read`]).
 const NEXT_ROWS: &str = "FROM inbox WHERE tenant_id = $1 AND seq > $3 ORDER BY seq LIMIT $2";
 
@@ -92,7 +93,7 @@ fn decode(rows: &[Row]) -> Result<Vec<Item>> {
 }
 
 /// Reads and decodes a round's rows on `db`'s readers, outside any
-/// transaction: for [`Consume::Afterwards`], whose `processed_jobs` fence
+/// transaction: for [`Consume::Afterwards`], whose fence (the stored event)
 /// skips a row some other round has taken meanwhile, so the embedded store
 /// can read the next round while the current one writes.
 pub(crate) async fn read(
@@ -126,8 +127,8 @@ pub(crate) async fn run(
     let (items, in_transaction) = match consume {
         // Reading the rows deletes them. A row is returned by one committed
         // delete only (a concurrent one waits for its row locks, then finds
-        // it gone), so the delete is the second fence: no `processed_jobs`
-        // row is written.
+        // it gone), so the delete is the second fence: nothing more is
+        // written for it.
         Consume::InTransaction => {
             let sql = format!(
                 "DELETE FROM inbox WHERE tenant_id = $1 AND {} \
@@ -147,34 +148,35 @@ pub(crate) async fn run(
         .check_processing(items.iter().map(|i| i.event.idempotency_key.as_str()))?;
 
     let n = items.len();
-    // Where the rows stay until the caller deletes them after this commit,
-    // one processed by an earlier attempt whose delete was lost is skipped.
-    let fresh: Option<HashSet<Uuid>> = if in_transaction {
-        None
-    } else {
-        Some(
-            tx.insert(d.insert(
-                "processed_jobs",
-                &[
-                    (
-                        "event_id",
-                        Col::Uuid(items.iter().map(|i| i.id.0).collect()),
-                    ),
-                    ("tenant_id", Col::Uuid(vec![tenant.0; n])),
-                    ("processed_at", Col::Time(vec![req.now; n])),
-                ],
-                "ON CONFLICT DO NOTHING RETURNING event_id",
-            ))
-            .await?
-            .iter()
-            .map(|r| r.uuid("event_id"))
-            .collect::<Result<_>>()?,
-        )
+    let key_of = |i: &Item| PartitionKey {
+        month: Month::of(i.event.occurred_at.with_timezone(&Utc)),
+        retention_class: req.retention_class,
     };
-    let todo: Vec<&Item> = items
-        .iter()
-        .filter(|i| fresh.as_ref().is_none_or(|f| f.contains(&i.id.0)))
-        .collect();
+    let mut keys: Vec<PartitionKey> = items.iter().map(key_of).collect();
+    keys.sort();
+    keys.dedup();
+    layout.prepare(&mut tx, &keys).await?;
+    // Where the rows stay until the caller deletes them after this commit,
+    // one processed by an earlier round whose delete was lost (or taken by
+    // the round before, read ahead) already has its `tracked_events` row:
+    // that row's key is the second fence, looked up here in the one
+    // writer's transaction, so no other round can append it meanwhile.
+    let mut stored: HashSet<Uuid> = HashSet::new();
+    if !in_transaction {
+        let mut by_table: BTreeMap<String, Vec<(DateTime<Utc>, Uuid)>> = BTreeMap::new();
+        for i in &items {
+            by_table
+                .entry(layout.table(&key_of(i)))
+                .or_default()
+                .push((i.event.occurred_at.with_timezone(&Utc), i.id.0));
+        }
+        for (table, pairs) in &by_table {
+            for r in tx.fetch(d.stored_events(table, tenant.0, pairs)).await? {
+                stored.insert(r.uuid("id")?);
+            }
+        }
+    }
+    let todo: Vec<&Item> = items.iter().filter(|i| !stored.contains(&i.id.0)).collect();
     let mut outcome = ProcessOutcome {
         consumed: n,
         // Read in `seq` order.
@@ -184,17 +186,7 @@ pub(crate) async fn run(
         ..Default::default()
     };
 
-    let mut keys = Vec::new();
     if !todo.is_empty() {
-        let key_of = |i: &Item| PartitionKey {
-            month: Month::of(i.event.occurred_at.with_timezone(&Utc)),
-            retention_class: req.retention_class,
-        };
-        keys = todo.iter().map(|i| key_of(i)).collect();
-        keys.sort();
-        keys.dedup();
-        layout.prepare(&mut tx, &keys).await?;
-
         let events: Vec<&NewEvent> = todo.iter().map(|i| &i.event).collect();
         let snapshot = snapshot(&mut tx, tenant, &events).await?;
         let plan = identity::resolve(&events, &snapshot);

@@ -84,6 +84,49 @@ impl Dialect {
         }
     }
 
+    /// The ids of the rows of `table` (a `tracked_events` table) that
+    /// tenant `tenant` has among `pairs` of (`occurred_at`, `id`): one
+    /// primary-key lookup per pair. On SQLite the list drives the join
+    /// (`CROSS JOIN` fixes the order; as a row-value `IN` or a plain join
+    /// it searched the key on its first two columns only, or put the table
+    /// outside).
+    pub fn stored_events(self, table: &str, tenant: Uuid, pairs: &[(DateTime<Utc>, Uuid)]) -> Q {
+        match self {
+            Dialect::Postgres => {
+                let mut q = Q::new(format!(
+                    "SELECT t.id FROM UNNEST($2::timestamptz[], $3::uuid[]) AS j(at, id) \
+                     JOIN {table} t ON t.tenant_id = $1 AND t.occurred_at = j.at AND t.id = j.id"
+                ))
+                .bind(tenant);
+                q.args
+                    .push(Arg::Times(pairs.iter().map(|(at, _)| *at).collect()));
+                q.args
+                    .push(Arg::Uuids(pairs.iter().map(|(_, id)| *id).collect()));
+                q
+            }
+            Dialect::Sqlite => Q::new(format!(
+                "SELECT t.id FROM json_each($2) AS j CROSS JOIN {table} AS t \
+                 ON t.tenant_id = $1 AND t.occurred_at = (j.value ->> 0) \
+                 AND t.id = unhex(j.value ->> 1)"
+            ))
+            .bind(tenant)
+            .bind(
+                Value::from(
+                    pairs
+                        .iter()
+                        .map(|(at, id)| {
+                            Value::from(vec![
+                                Value::from(at.timestamp_micros()),
+                                Value::from(id.simple().to_string()),
+                            ])
+                        })
+                        .collect::<Vec<_>>(),
+                )
+                .to_string(),
+            ),
+        }
+    }
+
     /// `col` is one of the values `sub` (a one-column select) returns.
     /// PostgreSQL gets the values first (`ARRAY(…)`, an init plan) and
     /// probes the key index with them; as `IN (…)` it plans a hash join

@@ -18,8 +18,8 @@
 //! rare transactions of the main writer that do write it (quarantine and its
 //! retry, a failed attempt's count) write it first, which SQLite's busy
 //! handler waits for. Each file commits atomically, the two together do not:
-//! the processor's second fence (`processed_jobs`) makes a row processed but
-//! not yet deleted harmless, and a crash between a quarantine's two files
+//! the processor's second fence (an event whose `tracked_events` row exists
+//! is skipped) makes a row processed but not yet deleted harmless, and a crash between a quarantine's two files
 //! leaves the row in both, processed once.
 //!
 //! Timestamps are integer microseconds since the epoch, uuids 16-byte blobs.
@@ -463,7 +463,7 @@ impl Engine for SqliteStore {
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
         // The rows are read on the readers, outside the transaction (the
-        // `processed_jobs` fence makes that safe), and a full round starts
+        // stored-event fence makes that safe), and a full round starts
         // reading the next one before it writes: the single writer then
         // never waits for a read and its decoding, nor holds the
         // connection while one runs.
