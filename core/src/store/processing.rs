@@ -1,8 +1,8 @@
 //! The processing transaction, written once for both backends: take a
 //! tenant's inbox rows through the second idempotency fence (deleting them,
 //! where the inbox shares the transaction; looking their `tracked_events`
-//! rows up, where it does not), resolve identities (snapshot → [`identity::resolve`] → apply),
-//! append to `tracked_events`, write `core.event.tracked` for its sinks
+//! rows up, where it does not), resolve identities (snapshot →
+//! [`identity::resolve`] → apply), append to `tracked_events`, write `core.event.tracked` for its sinks
 //! (webhook deliveries, outbox rows). A backend opens the transaction
 //! (lease renewal, commit durability) and says where a month's rows go
 //! ([`Layout`]); everything else is here.
