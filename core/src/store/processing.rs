@@ -2,8 +2,8 @@
 //! tenant's inbox rows through the second idempotency fence (deleting them,
 //! where the inbox shares the transaction; looking their `tracked_events`
 //! rows up, where it does not), resolve identities (snapshot →
-//! [`identity::resolve`] → apply), append to `tracked_events`, write `core.event.tracked` for its sinks
-//! (webhook deliveries, outbox rows). A backend opens the transaction
+//! [`identity::resolve`] → apply), append to `tracked_events`, write
+//! `core.event.tracked` for its sinks (webhook deliveries, outbox rows). A backend opens the transaction
 //! (lease renewal, commit durability) and says where a month's rows go
 //! ([`Layout`]); everything else is here.
 
@@ -148,13 +148,9 @@ pub(crate) async fn run(
         .check_processing(items.iter().map(|i| i.event.idempotency_key.as_str()))?;
 
     let n = items.len();
-    let key_of = |i: &Item| PartitionKey {
-        month: Month::of(i.event.occurred_at.with_timezone(&Utc)),
-        retention_class: req.retention_class,
-    };
-    let mut keys: Vec<PartitionKey> = items.iter().map(key_of).collect();
-    keys.sort();
-    keys.dedup();
+    let all: Vec<&Item> = items.iter().collect();
+    let partitions = by_partition(&all, req.retention_class);
+    let keys: Vec<PartitionKey> = partitions.keys().copied().collect();
     layout.prepare(&mut tx, &keys).await?;
     // Where the rows stay until the caller deletes them after this commit,
     // one processed by an earlier round whose delete was lost (or taken by
@@ -163,15 +159,13 @@ pub(crate) async fn run(
     // writer's transaction, so no other round can append it meanwhile.
     let mut stored: HashSet<Uuid> = HashSet::new();
     if !in_transaction {
-        let mut by_table: BTreeMap<String, Vec<(DateTime<Utc>, Uuid)>> = BTreeMap::new();
-        for i in &items {
-            by_table
-                .entry(layout.table(&key_of(i)))
-                .or_default()
-                .push((i.event.occurred_at.with_timezone(&Utc), i.id.0));
-        }
-        for (table, pairs) in &by_table {
-            for r in tx.fetch(d.stored_events(table, tenant.0, pairs)).await? {
+        for (key, idx) in &partitions {
+            let pairs: Vec<(DateTime<Utc>, Uuid)> = idx
+                .iter()
+                .map(|i| (all[*i].event.occurred_at.with_timezone(&Utc), all[*i].id.0))
+                .collect();
+            let q = d.stored_events(&layout.table(key), tenant.0, &pairs);
+            for r in tx.fetch(q).await? {
                 stored.insert(r.uuid("id")?);
             }
         }
@@ -193,14 +187,8 @@ pub(crate) async fn run(
         apply_plan(&mut tx, tenant, &plan, req.now).await?;
 
         // Rows by table (one on PostgreSQL, a table per month on SQLite).
-        let mut by_table: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, item) in todo.iter().enumerate() {
-            by_table
-                .entry(layout.table(&key_of(item)))
-                .or_default()
-                .push(i);
-        }
-        for (table, idx) in &by_table {
+        for (key, idx) in &by_partition(&todo, req.retention_class) {
+            let table = &layout.table(key);
             let pick = |i: &usize| (todo[*i], plan.contact_of[*i]);
             let rows: Vec<(&Item, ContactId)> = idx.iter().map(pick).collect();
             let k = rows.len();
@@ -349,6 +337,19 @@ pub(crate) async fn run(
     tx.commit().await?;
     layout.created(&keys);
     Ok(outcome)
+}
+
+/// Positions of `items` by the partition their rows go to.
+fn by_partition(items: &[&Item], retention_class: i16) -> BTreeMap<PartitionKey, Vec<usize>> {
+    let mut out: BTreeMap<PartitionKey, Vec<usize>> = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let key = PartitionKey {
+            month: Month::of(item.event.occurred_at.with_timezone(&Utc)),
+            retention_class,
+        };
+        out.entry(key).or_default().push(i);
+    }
+    out
 }
 
 fn json_text(map: &Map<String, Value>) -> String {

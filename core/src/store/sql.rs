@@ -110,20 +110,19 @@ impl Dialect {
                  AND t.id = unhex(j.value ->> 1)"
             ))
             .bind(tenant)
-            .bind(
-                Value::from(
-                    pairs
-                        .iter()
-                        .map(|(at, id)| {
-                            Value::from(vec![
-                                Value::from(at.timestamp_micros()),
-                                Value::from(id.simple().to_string()),
-                            ])
-                        })
-                        .collect::<Vec<_>>(),
-                )
-                .to_string(),
-            ),
+            .bind({
+                // `[[micros, "hex"], …]`, written directly: a round's list
+                // holds up to thousands of pairs.
+                use std::fmt::Write as _;
+                let mut list = String::with_capacity(2 + pairs.len() * 56);
+                list.push('[');
+                for (n, (at, id)) in pairs.iter().enumerate() {
+                    let sep = if n == 0 { "" } else { "," };
+                    let _ = write!(list, "{sep}[{},\"{}\"]", at.timestamp_micros(), id.simple());
+                }
+                list.push(']');
+                list
+            }),
         }
     }
 
