@@ -78,7 +78,7 @@ pub struct SqliteStore {
     /// The next round's rows, being read while a round writes (see
     /// [`Engine::process_batch`]), per tenant.
     ahead: Mutex<HashMap<TenantId, ReadAhead>>,
-    /// Checkpoints both files off the writers' path (see
+    /// Checkpoints both files off the commits' path (see
     /// [`spawn_checkpointer`]); stopped with the store.
     checkpointer: tokio::task::JoinHandle<()>,
 }
@@ -205,6 +205,7 @@ impl SqliteStore {
             // of its own (to undo just itself); in memory, not in a
             // temporary file it writes page by page.
             .pragma("temp_store", "MEMORY")
+            .pragma("journal_size_limit", WAL_SIZE_LIMIT.to_string())
             // sqlx hands rows from its worker thread to the task through a
             // bounded channel; at its default (50) a large result (a
             // round's inbox rows, its identity lookups, an insert's
@@ -246,6 +247,7 @@ impl SqliteStore {
         )
         .await?;
         let reader = pool(4).connect_with(options.clone()).await?;
+        let checkpointer = spawn_checkpointer(options, inbox_file, inbox.clone());
         Ok(SqliteStore {
             writer,
             relaxed,
@@ -253,7 +255,7 @@ impl SqliteStore {
             reader,
             partitions: KnownPartitions::default(),
             ahead: Mutex::new(HashMap::new()),
-            checkpointer: spawn_checkpointer(options, inbox_file),
+            checkpointer,
         })
     }
 
@@ -313,51 +315,86 @@ async fn attach_inbox(conn: &mut SqliteConnection, file: &str) -> sqlx::Result<(
 
 /// How often the checkpointer copies committed WAL pages into the files.
 const CHECKPOINT_EVERY: StdDuration = StdDuration::from_millis(200);
+/// A WAL that grew past this many bytes (a burst, a backlog) is cut back
+/// to it when it next starts over.
+pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// A commit runs a checkpoint itself only past this many WAL pages (about
 /// 400 MiB): the backstop should the checkpointer stop or fall behind.
 const AUTOCHECKPOINT_BACKSTOP: u32 = 100_000;
 
-/// Copies committed pages from both files' WALs into the files on a
-/// connection of its own, so that no commit waits for a checkpoint. With
-/// SQLite's default the commit that takes a WAL past 1,000 pages runs one,
-/// fsyncs included: 13 % of the server's CPU while processing drained a
-/// backlog, and a stall for whichever 202 or delivery was in that commit.
-/// PASSIVE: it never waits for a reader or a writer; what it cannot copy
-/// now it copies next time. A failure (logged) does not stop it: it
+/// Copies committed pages from both files' WALs into the files every
+/// [`CHECKPOINT_EVERY`], so that no commit has to. With SQLite's default
+/// the commit that takes a WAL past 1,000 pages runs one, fsyncs included:
+/// 13 % of the server's CPU while processing drained a backlog, and a stall
+/// for whichever 202 or delivery was in that commit.
+///
+/// In two steps for the inbox file. The bulk of the copy runs on a
+/// connection of its own, beside the writers. That alone never lets a WAL
+/// start over under a steady load: SQLite writes a WAL from its beginning
+/// again only when a write begins with every frame copied, and group
+/// commits land while it copies (the inbox WAL grew to 412 MB in 15 s of
+/// `track`). So the inbox's writer thread then copies the frames committed
+/// meanwhile, between two of its jobs ([`InboxWriter::checkpoint`]):
+/// nothing lands during that, and the next group commit starts over at the
+/// head of the WAL, rewriting blocks already written instead of allocating
+/// new ones at every sync. The main file keeps the first step only: its
+/// writer pauses between processing rounds, which lets its WAL start over
+/// (19–35 MB under the same load), and finishing on the writer's
+/// connection slowed processing under a batch load by a tenth (a round's
+/// thousands of pages to copy while processing waits). A WAL that grew
+/// meanwhile (a backlog keeps the main writer busy) is cut back to
+/// [`WAL_SIZE_LIMIT`] when it next starts over.
+///
+/// PASSIVE: a reader in the middle of a read keeps the pages it may still
+/// need, copied next time. A failure (logged) does not stop the task: it
 /// reconnects after a capped backoff (100 ms doubling, at most 10 s), and
 /// the writers' own checkpoints past the backstop cover the gap.
-fn spawn_checkpointer(options: SqliteConnectOptions, inbox: String) -> tokio::task::JoinHandle<()> {
+fn spawn_checkpointer(
+    options: SqliteConnectOptions,
+    inbox_file: String,
+    inbox: InboxWriter,
+) -> tokio::task::JoinHandle<()> {
     use sqlx::Connection;
     tokio::spawn(async move {
         let mut backoff = Backoff::new(StdDuration::from_millis(100), StdDuration::from_secs(10));
+        let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut own: Option<SqliteConnection> = None;
         loop {
-            let run = async {
-                let mut conn = SqliteConnection::connect_with(&options).await?;
-                attach_inbox(&mut conn, &inbox).await?;
-                backoff.started();
-                let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tick.tick().await;
-                    for schema in ["main", INBOX_SCHEMA] {
-                        sqlx::query(AssertSqlSafe(format!(
-                            "PRAGMA {schema}.wal_checkpoint(PASSIVE)"
-                        )))
-                        .execute(&mut conn)
-                        .await?;
+            tick.tick().await;
+            let round = async {
+                let conn = match &mut own {
+                    Some(conn) => conn,
+                    None => {
+                        let mut conn = SqliteConnection::connect_with(&options).await?;
+                        attach_inbox(&mut conn, &inbox_file).await?;
+                        own.insert(conn)
                     }
+                };
+                for schema in ["main", INBOX_SCHEMA] {
+                    sqlx::query(AssertSqlSafe(format!(
+                        "PRAGMA {schema}.wal_checkpoint(PASSIVE)"
+                    )))
+                    .execute(&mut *conn)
+                    .await?;
                 }
+                inbox.checkpoint().await?;
+                Ok::<(), Error>(())
             };
-            // The loop only ends by failing.
-            let Err(error): sqlx::Result<std::convert::Infallible> = run.await;
-            let wait = backoff.next_delay();
-            tracing::warn!(
-                %error,
-                failures = backoff.attempts(),
-                retry_in_ms = wait.as_millis() as u64,
-                "wal checkpointer failed; reconnecting"
-            );
-            tokio::time::sleep(wait).await;
+            match round.await {
+                Ok(()) => backoff.started(),
+                Err(error) => {
+                    own = None;
+                    let wait = backoff.next_delay();
+                    tracing::warn!(
+                        %error,
+                        failures = backoff.attempts(),
+                        retry_in_ms = wait.as_millis() as u64,
+                        "wal checkpointer failed; reconnecting"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+            }
         }
     })
 }

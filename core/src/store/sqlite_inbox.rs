@@ -17,6 +17,10 @@
 //! lost to power loss makes the row come back, to be skipped by the
 //! processor's second fence).
 //!
+//! The thread also finishes each checkpoint of the file (see
+//! [`InboxWriter::checkpoint`]): between two of its jobs no commit can land,
+//! so the next one starts the WAL over at its head.
+//!
 //! The fence decisions (which rows are fresh, which keys to release, which
 //! rows to queue) are [`super::ingest`]'s, shared with the sqlx path.
 
@@ -71,7 +75,7 @@ impl Conn {
 
 /// Handle to the inbox file's writer thread; the thread ends when the last
 /// handle is dropped (after the work already sent to it).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct InboxWriter {
     jobs: mpsc::Sender<Job>,
 }
@@ -163,6 +167,24 @@ impl InboxWriter {
             .await
     }
 
+    /// Copies what is left of the WAL into the file, between two jobs
+    /// (PASSIVE: a reader in the middle of a read keeps the pages it may
+    /// still need). SQLite writes a WAL from its beginning again only when
+    /// a write begins with every frame copied; a checkpoint beside a busy
+    /// writer never sees that (commits land while it copies) and the WAL
+    /// grew for as long as a load lasted. Run right after the bulk of the
+    /// copy was done beside the writer, this copies the few frames
+    /// committed meanwhile, and the next commit starts over at the head of
+    /// the WAL.
+    pub(crate) async fn checkpoint(&self) -> Result<()> {
+        self.run(|conn| {
+            conn.conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Forgets the tenants' idempotency keys of events that occurred
     /// before `before` (microseconds); returns how many.
     pub(crate) async fn prune(&self, tenants: Vec<TenantId>, before: i64) -> Result<u64> {
@@ -194,6 +216,7 @@ fn connect(path: &Path, busy_timeout: Duration, autocheckpoint: u32) -> Result<C
     conn.pragma_update(None, "wal_autocheckpoint", autocheckpoint)?;
     // Statement journals of multi-row deletes stay in memory.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "journal_size_limit", super::sqlite::WAL_SIZE_LIMIT)?;
     Ok(conn)
 }
 
