@@ -3,9 +3,9 @@
 //! where the inbox shares the transaction; looking their `tracked_events`
 //! rows up, where it does not), resolve identities (snapshot →
 //! [`identity::resolve`] → apply), append to `tracked_events`, write
-//! `core.event.tracked` for its sinks (webhook deliveries, outbox rows). A backend opens the transaction
-//! (lease renewal, commit durability) and says where a month's rows go
-//! ([`Layout`]); everything else is here.
+//! `core.event.tracked` for its sinks (webhook deliveries, outbox rows). A
+//! backend opens the transaction (lease renewal, commit durability) and
+//! says where a month's rows go ([`Layout`]); everything else is here.
 
 use std::collections::{BTreeMap, HashSet};
 
