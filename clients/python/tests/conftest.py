@@ -176,6 +176,14 @@ def api_key(server: Server) -> str:
 WINDOW_FROM = "2000-01-01T00:00:00Z"
 
 
+def recent(hours: float = 1) -> str:
+    """A fixed-width timestamp `hours` before now, in whole seconds: inside
+    `window()` and the server's retention whatever the date (a literal date
+    drifts out of both as the calendar moves on)."""
+    at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)
+    return at.strftime("%Y-%m-%dT%H:%M:%S+00:00")
+
+
 def window() -> tuple[str, str]:
     """A read window covering every event a test sends (occurred_at ≈ now)."""
     to = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -15,7 +15,12 @@ from fastack import ApiError, Client, EventTooLarge, FastackError, QueueFull, Tr
 from fastack._fast import dumps as _encode
 from fastack._tracker import MAX_EVENT_BYTES
 
-from .conftest import Server, free_port, python_env, wait_for, window
+from .conftest import Server, free_port, python_env, recent, wait_for, window
+
+# Timestamps the tests send where the value itself matters (an exact size,
+# the same content twice): fixed for the run, relative to today.
+AN_HOUR_AGO = recent(1)
+A_DAY_AGO = recent(24)
 
 
 class Errors:
@@ -227,7 +232,7 @@ def test_items_the_server_can_never_take_go_to_on_error(server: Server, api_key:
     errors = Errors()
     tracker = Tracker(api_key, base_url=server.base_url, flush_interval=60, on_error=errors)
     with Client(api_key, base_url=server.base_url) as client:
-        client.track("Taken", user_id="u", occurred_at="2026-01-01T00:00:00Z", idempotency_key="taken")
+        client.track("Taken", user_id="u", occurred_at=A_DAY_AGO, idempotency_key="taken")
 
     # Exactly at the limit: accepted; one byte over: reported, never sent.
     pad = "x" * (MAX_EVENT_BYTES - 200)
@@ -236,7 +241,7 @@ def test_items_the_server_can_never_take_go_to_on_error(server: Server, api_key:
         "event": "Mixed",
         "user_id": "u",
         "properties": {"seq": 1, "pad": pad},
-        "occurred_at": "2026-12-01T00:00:00+00:00",
+        "occurred_at": AN_HOUR_AGO,
         "idempotency_key": "edge-1",
     }
     base["properties"]["pad"] = pad + "x" * (MAX_EVENT_BYTES - len(_encode(base).encode()))
@@ -253,7 +258,7 @@ def test_items_the_server_can_never_take_go_to_on_error(server: Server, api_key:
     # Refused by the server inside a batch (422 / 409 naming the item): only
     # those items are reported; the rest of the batch is sent again.
     tracker.track("Mixed", user_id="u", properties={"seq": 98}, occurred_at="not a time")
-    tracker.track("Other", user_id="u", occurred_at="2026-01-01T00:00:00Z", idempotency_key="taken")
+    tracker.track("Other", user_id="u", occurred_at=A_DAY_AGO, idempotency_key="taken")
     tracker.track("Mixed", user_id="u", properties={"seq": 2})
     tracker.track("Mixed", user_id="u", properties={"seq": 97, "big": 123456789012345678901234567890})
     tracker.track("Mixed", user_id="u", properties={"seq": 3})
@@ -357,7 +362,7 @@ def test_batches_fill_requests_up_to_exactly_4_mib(server: Server, api_key: str)
             "event": "Big",
             "user_id": "u",
             "properties": {"seq": seq, "pad": ""},
-            "occurred_at": "2026-12-01T00:00:00+00:00",
+            "occurred_at": AN_HOUR_AGO,
             "idempotency_key": f"big-{seq:04d}",
         }
         item["properties"]["pad"] = "x" * (size - len(_encode(item).encode()))
@@ -374,7 +379,7 @@ def test_batches_fill_requests_up_to_exactly_4_mib(server: Server, api_key: str)
             "Big",
             user_id="u",
             properties=props_for(seq, size),
-            occurred_at="2026-12-01T00:00:00+00:00",
+            occurred_at=AN_HOUR_AGO,
             idempotency_key=f"big-{seq:04d}",
         )
     assert tracker.close() is True
