@@ -860,6 +860,9 @@ fn main() -> ExitCode {
     // SAFETY: first thing, on the only thread: no SQLite connection exists.
     #[allow(unsafe_code)]
     let _ = unsafe { store::sqlite_alloc::install() };
+    // SAFETY: as above; still before any SQLite connection.
+    #[allow(unsafe_code)]
+    let _ = unsafe { store::sqlite_pcache::install() };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -29,6 +29,8 @@ pub mod sqlite;
 #[allow(unsafe_code)]
 pub mod sqlite_alloc;
 mod sqlite_inbox;
+#[allow(unsafe_code)]
+pub mod sqlite_pcache;
 
 pub use sql::Db;
 
