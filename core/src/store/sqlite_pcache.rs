@@ -108,9 +108,26 @@ unsafe impl Sync for Inner {}
 
 static INNER: OnceLock<Inner> = OnceLock::new();
 
+/// `pcache1`'s methods. Set before SQLite can call any method below; a
+/// table of `None`s stands in should that ever not hold, so no method
+/// panics across the FFI boundary.
 fn inner() -> &'static ffi::sqlite3_pcache_methods2 {
-    // Set before SQLite can call any method below.
-    &INNER.get().expect("page cache installed").0
+    static NONE: Inner = Inner(ffi::sqlite3_pcache_methods2 {
+        iVersion: 0,
+        pArg: ptr::null_mut(),
+        xInit: None,
+        xShutdown: None,
+        xCreate: None,
+        xCachesize: None,
+        xPagecount: None,
+        xFetch: None,
+        xUnpin: None,
+        xRekey: None,
+        xTruncate: None,
+        xDestroy: None,
+        xShrink: None,
+    });
+    &INNER.get().unwrap_or(&NONE).0
 }
 
 /// # Safety (for every method below)
