@@ -9,7 +9,7 @@
 //! (1 GiB / page size + 1, never a real page) as a temporary key; from then
 //! on `pcache1` believes a page that high may be cached, and each commit's
 //! truncate walks every hash bucket and cached page. Under `track` load
-//! that was 2.3 % of the server's samples (benches/README.md, "SQLite's
+//! that was 3–4 % of the server's samples (benches/README.md, "SQLite's
 //! page cache walked on every commit"), on the inbox writer and on the main
 //! writer, whose random-key inserts split pages taken from the free list.
 //!
@@ -24,13 +24,11 @@
 //! keeps `pcache1` unwrapped.
 
 use std::{
+    cell::Cell,
     ffi::{c_int, c_uint, c_void},
     mem::MaybeUninit,
     ptr,
-    sync::{
-        OnceLock,
-        atomic::{AtomicBool, AtomicU32, Ordering},
-    },
+    sync::OnceLock,
 };
 
 use rusqlite::ffi;
@@ -39,54 +37,54 @@ use rusqlite::ffi;
 const PENDING_BYTE: u32 = 0x4000_0000;
 
 /// Which keys of one cache can hold a page. Plain logic, kept apart from
-/// the FFI so it is tested on its own.
+/// the FFI so it is tested on its own. Plain cells, not atomics: `holds`
+/// runs on every page fetch, and SQLite uses a cache from one connection
+/// at a time.
 #[derive(Debug)]
 struct Bound {
     /// No page other than the locking page's has a key above this.
-    max: AtomicU32,
+    max: Cell<u32>,
     /// The locking page's key, the temporary key of a page swap.
     lock_key: u32,
     /// A page may be cached under `lock_key`.
-    lock_key_used: AtomicBool,
+    lock_key_used: Cell<bool>,
 }
 
 impl Bound {
     fn new(page_size: u32) -> Self {
         Bound {
-            max: AtomicU32::new(0),
+            max: Cell::new(0),
             lock_key: PENDING_BYTE / page_size.max(1) + 1,
-            lock_key_used: AtomicBool::new(false),
+            lock_key_used: Cell::new(false),
         }
     }
 
     /// A page is now cached under `key` (fetched or moved there).
     fn holds(&self, key: u32) {
         if key == self.lock_key {
-            self.lock_key_used.store(true, Ordering::Relaxed);
-        } else {
-            self.max.fetch_max(key, Ordering::Relaxed);
+            self.lock_key_used.set(true);
+        } else if key > self.max.get() {
+            self.max.set(key);
         }
     }
 
     /// The page under `key` moved away from it.
     fn left(&self, key: u32) {
         if key == self.lock_key {
-            self.lock_key_used.store(false, Ordering::Relaxed);
+            self.lock_key_used.set(false);
         }
     }
 
     /// Whether a page with a key of `limit` or more can be cached.
     fn any_from(&self, limit: u32) -> bool {
-        self.max.load(Ordering::Relaxed) >= limit
-            || (self.lock_key_used.load(Ordering::Relaxed) && self.lock_key >= limit)
+        self.max.get() >= limit || (self.lock_key_used.get() && self.lock_key >= limit)
     }
 
     /// Every page with a key of `limit` or more was dropped.
     fn truncated(&self, limit: u32) {
-        self.max
-            .fetch_min(limit.saturating_sub(1), Ordering::Relaxed);
+        self.max.set(self.max.get().min(limit.saturating_sub(1)));
         if self.lock_key >= limit {
-            self.lock_key_used.store(false, Ordering::Relaxed);
+            self.lock_key_used.set(false);
         }
     }
 }
