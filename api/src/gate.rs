@@ -52,38 +52,11 @@ fn bearer(req: &Request) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// The IETF draft headers. The policy describes the burst: `q` is what an
-/// idle client may send at once, `w` the seconds the plan's rate takes to
-/// refill it, so the remaining count `r` never exceeds `q`.
-fn headers(decision: &Decision) -> (HeaderValue, HeaderValue) {
-    let policy = decision
-        .policies
-        .iter()
-        .map(|p| {
-            let rate = p.quota.rate_per_sec.max(1);
-            format!(
-                "\"{}\";q={};w={}",
-                p.name,
-                p.quota.burst,
-                p.quota.burst.div_ceil(rate).max(1)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let state = decision
-        .policies
-        .iter()
-        .map(|p| format!("\"{}\";r={};t={}", p.name, p.remaining, p.reset_secs))
-        .collect::<Vec<_>>()
-        .join(", ");
-    (
-        HeaderValue::from_str(&policy).expect("ascii header"),
-        HeaderValue::from_str(&state).expect("ascii header"),
-    )
-}
-
 fn attach(resp: &mut Response, decision: &Decision) {
-    let (policy, state) = headers(decision);
+    let (policy, state) = decision.header_values();
+    // Taken as they are (no copy); the values are ASCII by construction.
+    let policy = HeaderValue::try_from(policy).expect("ascii header");
+    let state = HeaderValue::try_from(state).expect("ascii header");
     resp.headers_mut().insert("ratelimit-policy", policy);
     resp.headers_mut().insert("ratelimit", state);
 }
@@ -276,13 +249,14 @@ pub async fn observe<E: Endpoint>(next: E, req: Request) -> poem::Result<Respons
     let method = method_label(req.method());
     let metrics = req.data::<SharedState>().map(|s| s.metrics.clone());
     let allow = req.data::<SharedState>().map(|s| s.allow.clone());
-    let path = req.uri().path().to_owned();
+    // A clone of the URI shares its bytes: no copy of the path per request.
+    let uri = req.uri().clone();
     let mut resp = match next.call(req).await {
         Ok(r) => r.into_response(),
         Err(e) => to_problem(e),
     };
     if resp.status() == StatusCode::METHOD_NOT_ALLOWED
-        && let Some(methods) = allow.as_ref().and_then(|a| a.methods(&path))
+        && let Some(methods) = allow.as_ref().and_then(|a| a.methods(uri.path()))
     {
         // RFC 9110: a 405 says which methods the resource takes.
         if let Ok(v) = HeaderValue::from_str(methods) {

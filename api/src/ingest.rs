@@ -250,14 +250,16 @@ pub async fn accept(
 
     // Same key twice in one request: the later one is a duplicate of the
     // first, or a conflict.
-    let mut first: HashMap<&str, usize> = HashMap::new();
     let mut alias: Vec<Option<usize>> = vec![None; events.len()];
-    for (i, ev) in events.iter().enumerate() {
-        match first.get(ev.idempotency_key.as_str()) {
-            Some(&j) if fps[j] == fps[i] => alias[i] = Some(j),
-            Some(_) => return Err(conflict(index_of(i), &ev.idempotency_key)),
-            None => {
-                first.insert(&ev.idempotency_key, i);
+    if events.len() > 1 {
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(events.len());
+        for (i, ev) in events.iter().enumerate() {
+            match first.get(ev.idempotency_key.as_str()) {
+                Some(&j) if fps[j] == fps[i] => alias[i] = Some(j),
+                Some(_) => return Err(conflict(index_of(i), &ev.idempotency_key)),
+                None => {
+                    first.insert(&ev.idempotency_key, i);
+                }
             }
         }
     }

@@ -166,6 +166,11 @@ fn rate_limit(c: &mut Criterion) {
     c.bench_function("rate_limit_decision_local", |b| {
         b.iter(|| black_box(cells.check(tenant, Some(key))))
     });
+    // The `RateLimit-Policy` and `RateLimit` values every answer carries.
+    let decision = cells.check(tenant, Some(key));
+    c.bench_function("rate_limit_header_values", |b| {
+        b.iter(|| black_box(black_box(&decision).header_values()))
+    });
 }
 
 fn signatures(c: &mut Criterion) {

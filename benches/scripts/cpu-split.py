@@ -8,7 +8,9 @@ With --flamegraph FILE.svg the server is sampled with DWARF call stacks
 instead and the stacks are drawn as a flame graph (needs `inferno-collapse-perf`
 and `inferno-flamegraph` on the PATH: `cargo install inferno`). The server's
 CPU per request (its CPU-s over the window divided by the requests answered
-in it) is printed in every case.
+in it) is printed in every case, and split by thread (tokio workers, the
+inbox writer, sqlx's workers…) into user and system time and the bytes each
+wrote, per request.
 
 Usage: benches/scripts/cpu-split.py [--perf | --flamegraph FILE.svg] -- <fastack bench args...>
 e.g.   benches/scripts/cpu-split.py --perf -- --backend postgres --profile track --connections 32
@@ -42,6 +44,24 @@ def snapshot():
     return out
 
 
+def threads(pid):
+    """The server's threads by name: user and system CPU ticks and bytes
+    written (`wchar`: WAL frames, database pages and socket writes)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+            io = dict(l.split(": ") for l in open(f"/proc/{pid}/task/{tid}/io").read().splitlines())
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        name = "tokio workers" if comm.startswith("tokio-r") else comm
+        u, s, w = out.get(name, (0, 0, 0))
+        out[name] = (u + int(fields[11]), s + int(fields[12]), w + int(io["wchar"]))
+    return out
+
+
 def group(comm, cmd):
     if "fastack serve" in cmd or cmd.endswith("fastack serve "):
         return "fastack server"
@@ -61,10 +81,12 @@ def group(comm, cmd):
 bench = subprocess.Popen([BIN, "bench", "--no-baseline", "--duration", "25", "--warmup", "2", *bench_args],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 time.sleep(9)
+server_pid = (subprocess.run(["pgrep", "-f", "fastack serve"], capture_output=True, text=True).stdout.split() or [None])[0]
 a, t0 = snapshot(), time.time()
+ta = threads(server_pid) if server_pid else {}
 perf = None
 if use_perf:
-    server = subprocess.run(["pgrep", "-f", "fastack serve"], capture_output=True, text=True).stdout.split()
+    server = [server_pid] if server_pid else []
     if server:
         # The release build keeps no frame pointers: unwind from DWARF.
         stacks = ["-F", "199", "--call-graph", "dwarf,16384"] if flamegraph else ["-F", "499", "-g"]
@@ -72,6 +94,7 @@ if use_perf:
                                  "--", "sleep", "10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 time.sleep(10)
 b, t1 = snapshot(), time.time()
+tb = threads(server_pid) if server_pid else {}
 if perf:
     perf.wait()
 out, _ = bench.communicate()
@@ -92,6 +115,18 @@ if rates and totals.get("fastack server"):
     per_s = float(rates[0])
     print(f"\nserver CPU per request: {1e6 * totals['fastack server'] / (per_s * window):.1f} µs "
           f"(at {per_s:.0f} req/s); PostgreSQL: {1e6 * totals.get('postgresql', 0) / (per_s * window):.1f} µs")
+if rates and tb:
+    n = float(rates[0]) * window
+    print("\nserver threads, per request:")
+    print("| thread | user µs | system µs | bytes written |")
+    print("|---|---|---|---|")
+    rows = []
+    for name, (u, s_, w) in tb.items():
+        u0, s0, w0 = ta.get(name, (0, 0, 0))
+        rows.append((name, 1e6 * (u - u0) / TICK / n, 1e6 * (s_ - s0) / TICK / n, (w - w0) / n))
+    for name, u, s_, w in sorted(rows, key=lambda r: -(r[1] + r[2])):
+        if u + s_ > 0.5 or w > 10:
+            print(f"| {name} | {u:.1f} | {s_:.1f} | {w:.0f} |")
 if perf and flamegraph:
     script = subprocess.Popen(["perf", "script", "--no-inline", "-i", "/tmp/fastack-perf.data"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

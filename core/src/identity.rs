@@ -201,12 +201,14 @@ impl Resolver<'_> {
 
 /// Resolves every event of a batch, in order.
 pub fn resolve(events: &[&NewEvent], snapshot: &Snapshot) -> Plan {
+    // Sized for the batch: most events bind an identity, and growing the
+    // maps by doubling rehashed them several times per round.
     let mut r = Resolver {
         snapshot,
-        identities: HashMap::new(),
+        identities: HashMap::with_capacity(events.len()),
         redirect: HashMap::new(),
         new: Vec::new(),
-        has_user: HashSet::new(),
+        has_user: HashSet::with_capacity(events.len()),
         traits: HashMap::new(),
         touched_traits: Vec::new(),
         plan: Plan::default(),
@@ -232,8 +234,8 @@ pub fn resolve(events: &[&NewEvent], snapshot: &Snapshot) -> Plan {
     plan.merges
         .retain(|(merged, _)| !merged_new.contains(merged));
     // Identity rows: the final binding of each identity, once.
-    let mut seen = HashSet::new();
-    let mut identities = Vec::new();
+    let mut seen = HashSet::with_capacity(plan.identities.len());
+    let mut identities = Vec::with_capacity(plan.identities.len());
     for (kind, value, _) in plan.identities.iter().rev() {
         if seen.insert((*kind, value.clone())) {
             let c = r.identities[&(*kind, value.clone())];

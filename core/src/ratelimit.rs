@@ -57,6 +57,32 @@ pub struct Decision {
     pub retry_after_secs: u64,
 }
 
+impl Decision {
+    /// The values of the IETF draft's `RateLimit-Policy` and `RateLimit`
+    /// headers. The policy describes the burst: `q` is what an idle client
+    /// may send at once, `w` the seconds the rate takes to refill it, so
+    /// the remaining count `r` never exceeds `q`.
+    ///
+    /// Written straight into two buffers: every answer carries them.
+    pub fn header_values(&self) -> (String, String) {
+        use std::fmt::Write;
+        let mut policy = String::with_capacity(48);
+        let mut state = String::with_capacity(48);
+        for (i, p) in self.policies.iter().enumerate() {
+            if i > 0 {
+                policy.push_str(", ");
+                state.push_str(", ");
+            }
+            let rate = p.quota.rate_per_sec.max(1);
+            let window = p.quota.burst.div_ceil(rate).max(1);
+            // Writing to a String cannot fail.
+            let _ = write!(policy, "\"{}\";q={};w={window}", p.name, p.quota.burst);
+            let _ = write!(state, "\"{}\";r={};t={}", p.name, p.remaining, p.reset_secs);
+        }
+        (policy, state)
+    }
+}
+
 /// Result of one GCRA step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
@@ -489,6 +515,41 @@ mod tests {
         rate_per_sec: 10,
         burst: 3,
     };
+
+    #[test]
+    fn header_values_name_each_policy() {
+        let d = decision(
+            (
+                Quota {
+                    rate_per_sec: 100,
+                    burst: 250,
+                },
+                Step {
+                    allowed: true,
+                    new_tat: 0,
+                    remaining: 249,
+                    reset_us: 10_001,
+                    retry_us: 0,
+                },
+            ),
+            Some((
+                Quota {
+                    rate_per_sec: 5,
+                    burst: 5,
+                },
+                Step {
+                    allowed: true,
+                    new_tat: 0,
+                    remaining: 4,
+                    reset_us: 200_000,
+                    retry_us: 0,
+                },
+            )),
+        );
+        let (policy, state) = d.header_values();
+        assert_eq!(policy, "\"tenant\";q=250;w=3, \"key\";q=5;w=1");
+        assert_eq!(state, "\"tenant\";r=249;t=1, \"key\";r=4;t=1");
+    }
 
     #[test]
     fn unauthenticated_budget_per_address() {
