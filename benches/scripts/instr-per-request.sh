@@ -8,11 +8,13 @@
 #
 # Usage: benches/scripts/instr-per-request.sh [sqlite|postgres|baseline] [seconds]
 #   baseline: the bare poem 202 endpoint of `fastack bench` (the floor)
-#   FASTACK_BIN   the build to measure (default target/release/fastack)
+#   FASTACK_BIN   the build to measure (default $CARGO_TARGET_DIR or
+#                 target, then release/fastack)
 #   CONNS         wrk connections (default 32)
-#   OUT           keep the callgrind file here (default: a temporary dir)
-# Prints the total per request and the top functions by inclusive and by
-# self count (`callgrind_annotate`), per request.
+#   OUT           callgrind's file name (default: in a temporary dir, kept
+#                 for `callgrind_annotate`; one file per thread)
+# Prints the total per request, its split by thread kind and each kind's
+# functions by self count (benches/scripts/callgrind-split.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 backend=${1:-sqlite}
