@@ -14,7 +14,7 @@ use fastack_core::{
         batch_items, event_from_json, fingerprint, item_pointer,
     },
 };
-use fastack_entities::{EventId, EventKind, NewEvent, TenantId};
+use fastack_entities::{EventKind, NewEvent, TenantId};
 use poem::http::StatusCode;
 
 use crate::{
@@ -296,15 +296,7 @@ pub async fn accept(
         if alias[i].is_some() || outcome[i].is_some() {
             continue;
         }
-        rows.push(IngestRow {
-            tenant_id,
-            idempotency_key: ev.idempotency_key.clone(),
-            event_id: EventId::new(),
-            fingerprint: fps[i],
-            occurred_at: ev.occurred_at.with_timezone(&chrono::Utc),
-            received_at: now,
-            payload: serde_json::to_string(ev).expect("validated event serialises"),
-        });
+        rows.push(IngestRow::new(tenant_id, ev, fps[i], now));
         row_index.push(i);
     }
     if !rows.is_empty() {

@@ -25,7 +25,7 @@ use fastack_core::{
     store::{Fence, IngestRow, ProcessRequest, Storage, Store},
     validate::{ValidationContext, event_from_json, fingerprint},
 };
-use fastack_entities::{EventId, EventKind, NewEvent, NodeId, Plan, TenantId};
+use fastack_entities::{EventKind, NewEvent, NodeId, Plan, TenantId};
 
 const GROUP: usize = 16;
 
@@ -68,19 +68,14 @@ fn typical_event() -> NewEvent {
 fn group_commit(c: &mut Criterion) {
     let (rt, _dir, store) = embedded();
     let ev = typical_event();
-    let payload = serde_json::to_string(&ev).expect("json");
     let tenant = TenantId::new();
     let next = AtomicU64::new(0);
     let group = || -> Vec<IngestRow> {
         (0..GROUP)
-            .map(|_| IngestRow {
-                tenant_id: tenant,
-                idempotency_key: format!("key-{}", next.fetch_add(1, Ordering::Relaxed)),
-                event_id: EventId::new(),
-                fingerprint: fingerprint(&ev),
-                occurred_at: ev.occurred_at.with_timezone(&Utc),
-                received_at: Utc::now(),
-                payload: payload.clone(),
+            .map(|_| {
+                let mut ev = ev.clone();
+                ev.idempotency_key = format!("key-{}", next.fetch_add(1, Ordering::Relaxed));
+                IngestRow::new(tenant, &ev, fingerprint(&ev), Utc::now())
             })
             .collect()
     };
@@ -122,15 +117,7 @@ fn process_round(c: &mut Criterion) {
                 let mut ev = ev.clone();
                 ev.user_id = Some(format!("user-{}", n % 500));
                 ev.idempotency_key = format!("key-{n}");
-                IngestRow {
-                    tenant_id: tenant,
-                    idempotency_key: ev.idempotency_key.clone(),
-                    event_id: EventId::new(),
-                    fingerprint: fingerprint(&ev),
-                    occurred_at: ev.occurred_at.with_timezone(&Utc),
-                    received_at: Utc::now(),
-                    payload: serde_json::to_string(&ev).expect("json"),
-                }
+                IngestRow::new(tenant, &ev, fingerprint(&ev), Utc::now())
             })
             .collect();
         rt.block_on(store.commit_ingest(&rows, &keep_all))

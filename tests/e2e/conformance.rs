@@ -80,6 +80,7 @@ conformance!(
     processed_rows_left_in_the_inbox_are_skipped,
     concurrent_rounds_store_each_event_once,
     chained_rounds_take_every_row_once,
+    chained_rounds_see_quarantine_and_put_back,
     relaxed_commits_do_not_leak,
     leases,
     processing_and_identity,
@@ -156,15 +157,7 @@ fn identify(key: &str, user: &str, anon: &str, at: DateTime<Utc>) -> NewEvent {
 }
 
 fn row(tenant: TenantId, ev: &NewEvent) -> IngestRow {
-    IngestRow {
-        tenant_id: tenant,
-        idempotency_key: ev.idempotency_key.clone(),
-        event_id: EventId::new(),
-        fingerprint: fingerprint(ev),
-        occurred_at: ev.occurred_at.with_timezone(&Utc),
-        received_at: now(),
-        payload: serde_json::to_string(ev).unwrap(),
-    }
+    IngestRow::new(tenant, ev, fingerprint(ev), now())
 }
 
 /// Accepts every row (the keep function of a group commit without
@@ -744,6 +737,65 @@ async fn chained_rounds_take_every_row_once(store: &Store) {
         assert_eq!(appended, sent, "drain {drain}");
     }
     assert!(store.inbox_empty().await.unwrap());
+}
+
+/// Rounds chained by `after_seq` while an event leaves the inbox for
+/// quarantine and comes back: the quarantined row is not taken again, the
+/// one put back is (the embedded store takes chained rounds from memory,
+/// so this is what says its memory follows the file).
+async fn chained_rounds_see_quarantine_and_put_back(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    let node = take_lease(store, t.id).await;
+    let rows: Vec<IngestRow> = ["a", "b", "c"]
+        .iter()
+        .map(|k| row(t.id, &track(k, "u", at)))
+        .collect();
+    accept(store, &rows).await;
+    let round = |after: Option<i64>| {
+        let mut req = request(t.id, node, false);
+        req.limit = 1;
+        req.after_seq = after;
+        req
+    };
+    let first = store.process_batch(&round(None)).await.unwrap();
+    assert_eq!(first.appended.len(), 1);
+    assert_eq!(first.appended[0].0, rows[0].event_id);
+    store.consume_inbox(t.id, &first.to_consume).await.unwrap();
+    // `b` fails for good and leaves the inbox.
+    let (seq_b, id_b) = store
+        .next_inbox_row(t.id, first.last_seq)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(id_b, rows[1].event_id);
+    store
+        .record_process_failure(t.id, seq_b, "boom")
+        .await
+        .unwrap();
+    assert!(store.quarantine(t.id, seq_b, at).await.unwrap().is_some());
+    let second = store.process_batch(&round(first.last_seq)).await.unwrap();
+    assert_eq!(
+        second
+            .appended
+            .iter()
+            .map(|(id, _)| *id)
+            .collect::<Vec<_>>(),
+        vec![rows[2].event_id],
+        "the quarantined row is not taken"
+    );
+    store.consume_inbox(t.id, &second.to_consume).await.unwrap();
+    // Put back, it comes after `c` and the next chained round takes it.
+    assert!(store.retry_quarantined(t.id, id_b).await.unwrap());
+    let third = store.process_batch(&round(second.last_seq)).await.unwrap();
+    assert_eq!(
+        third.appended.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![id_b],
+        "the event put back is taken"
+    );
+    store.consume_inbox(t.id, &third.to_consume).await.unwrap();
+    assert!(store.inbox_empty().await.unwrap());
+    assert_eq!(store.count_events(t.id, around(at)).await.unwrap(), 3);
 }
 
 /// A relaxed commit (an outbox claim: a crash only repeats it) does not

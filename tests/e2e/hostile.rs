@@ -813,7 +813,7 @@ async fn postgres_refused_request_in_a_shared_group() {
 async fn postgres_refuses_a_nul_key_alone() {
     use fastack_actors::IngestError;
     use fastack_core::{store::IngestRow, validate::fingerprint};
-    use fastack_entities::{EventId, EventKind, NewEvent};
+    use fastack_entities::{EventKind, NewEvent};
     let Some(app) = app_with_faults(Backend::Postgres, Faults::new()).await else {
         return;
     };
@@ -830,15 +830,7 @@ async fn postgres_refuses_a_nul_key_alone() {
             idempotency_key: key.to_owned(),
             plan: None,
         };
-        IngestRow {
-            tenant_id: app.t.tenant.id,
-            idempotency_key: key.to_owned(),
-            event_id: EventId::new(),
-            fingerprint: fingerprint(&ev),
-            occurred_at: now,
-            received_at: now,
-            payload: serde_json::to_string(&ev).unwrap(),
-        }
+        IngestRow::new(app.t.tenant.id, &ev, fingerprint(&ev), now)
     };
     let mut refused = 0;
     for round in 0..20 {

@@ -28,6 +28,7 @@ pub(crate) mod sql;
 pub mod sqlite;
 #[allow(unsafe_code)]
 pub mod sqlite_alloc;
+mod sqlite_handoff;
 mod sqlite_inbox;
 #[allow(unsafe_code)]
 pub mod sqlite_pcache;
@@ -53,6 +54,32 @@ pub struct IngestRow {
     pub received_at: DateTime<Utc>,
     /// The validated [`NewEvent`] as JSON.
     pub payload: String,
+    /// The event as processing takes it: what [`decode_payload`] makes of
+    /// `payload`, kept so the embedded store's processing need not decode it.
+    pub event: Arc<NewEvent>,
+}
+
+impl IngestRow {
+    /// The row of a validated event under a new event id.
+    pub fn new(
+        tenant_id: TenantId,
+        ev: &NewEvent,
+        fingerprint: [u8; 32],
+        received_at: DateTime<Utc>,
+    ) -> Self {
+        let mut event = ev.clone();
+        event.occurred_at = crate::validate::normalize(event.occurred_at);
+        IngestRow {
+            tenant_id,
+            idempotency_key: ev.idempotency_key.clone(),
+            event_id: EventId::new(),
+            fingerprint,
+            occurred_at: ev.occurred_at.with_timezone(&Utc),
+            received_at,
+            payload: serde_json::to_string(ev).expect("a NewEvent's maps have string keys"),
+            event: Arc::new(event),
+        }
+    }
 }
 
 /// What the idempotency fence said about one row.

@@ -7,7 +7,10 @@
 //! backend opens the transaction (lease renewal, commit durability) and
 //! says where a month's rows go ([`Layout`]); everything else is here.
 
-use std::collections::{BTreeMap, HashSet};
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -57,12 +60,13 @@ pub(crate) enum Consume {
 }
 
 /// One inbox row, decoded.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Item {
-    seq: i64,
-    id: EventId,
-    event: NewEvent,
-    received_at: DateTime<Utc>,
+    pub(crate) seq: i64,
+    pub(crate) id: EventId,
+    /// Shared with the embedded store's hand-off (see `sqlite_handoff`).
+    pub(crate) event: Arc<NewEvent>,
+    pub(crate) received_at: DateTime<Utc>,
 }
 
 /// The inbox rows a round takes: after `after_seq`, in `seq` order, at
@@ -82,7 +86,7 @@ fn decode(rows: &[Row]) -> Result<Vec<Item>> {
         items.push(Item {
             seq: r.int("seq")?,
             id: EventId(r.uuid("event_id")?),
-            event: decode_payload(&r.text("payload")?)?,
+            event: Arc::new(decode_payload(&r.text("payload")?)?),
             received_at: r.time("received_at")?,
         });
     }
@@ -181,7 +185,7 @@ pub(crate) async fn run(
     };
 
     if !todo.is_empty() {
-        let events: Vec<&NewEvent> = todo.iter().map(|i| &i.event).collect();
+        let events: Vec<&NewEvent> = todo.iter().map(|i| &*i.event).collect();
         let snapshot = snapshot(&mut tx, tenant, &events).await?;
         let plan = identity::resolve(&events, &snapshot);
         apply_plan(&mut tx, tenant, &plan, req.now).await?;

@@ -50,6 +50,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn consume_inbox(&self, _tenant: TenantId, _seqs: &[i64]) -> Result<()> {
         Ok(())
     }
+    /// A tenant's inbox rows were deleted or added outside the group
+    /// commit (quarantine, a quarantined event put back).
+    fn inbox_rewritten(&self, _tenant: TenantId) {}
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()>;
     async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>>;
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64>;
@@ -1156,6 +1159,7 @@ impl Storage for SqlStore {
         )
         .await?;
         tx.commit().await?;
+        self.engine.inbox_rewritten(tenant);
         Ok(Some(row.into()))
     }
 
@@ -1185,6 +1189,7 @@ impl Storage for SqlStore {
     }
 
     async fn retry_quarantined(&self, tenant: TenantId, event: EventId) -> Result<bool> {
+        self.engine.inbox_rewritten(tenant);
         let mut tx = self.db.begin().await?;
         let found: Vec<quarantine::Model> = tx
             .models(&quarantine::Entity::find_by_id((tenant, event)))
@@ -1211,6 +1216,7 @@ impl Storage for SqlStore {
         )
         .await?;
         tx.commit().await?;
+        self.engine.inbox_rewritten(tenant);
         Ok(true)
     }
 

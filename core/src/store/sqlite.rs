@@ -43,6 +43,7 @@ use super::{
     processing::{self, Layout},
     shared::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sql::Tx,
+    sqlite_handoff::Handoff,
     sqlite_inbox::InboxWriter,
 };
 use chrono::{DateTime, Utc};
@@ -78,6 +79,9 @@ pub struct SqliteStore {
     /// The next round's rows, being read while a round writes (see
     /// [`Engine::process_batch`]), per tenant.
     ahead: Mutex<HashMap<TenantId, ReadAhead>>,
+    /// The rows of the inbox writer's commits, for processing to take
+    /// without reading the file.
+    handoff: Arc<Handoff>,
     /// Checkpoints both files off the commits' path (see
     /// [`spawn_checkpointer`]); stopped with the store.
     checkpointer: tokio::task::JoinHandle<()>,
@@ -183,6 +187,56 @@ fn inbox_path(main: &Path) -> PathBuf {
 }
 
 impl SqliteStore {
+    /// A round's rows from the inbox file, for a round the hand-off cannot
+    /// serve (a restart's backlog, rows below its floor, a full read).
+    async fn read_round(&self, req: &ProcessRequest) -> Result<Vec<processing::Item>> {
+        // The rows are read on the readers, outside the transaction (the
+        // stored-event fence makes that safe), and a full round starts
+        // reading the next one before it writes: the single writer then
+        // never waits for a read and its decoding, nor holds the
+        // connection while one runs.
+        // A read ahead of other rows, or too old, is dropped; one that found
+        // nothing is read again (rows may have come since), as is one that
+        // did not finish (its task panicked): a round that reports no rows
+        // has looked now.
+        let ahead = self.ahead.lock().remove(&req.tenant_id);
+        let read_ahead = match ahead {
+            Some(a)
+                if a.started.elapsed() < READ_AHEAD_FOR
+                    && Some(a.after_seq) == req.after_seq
+                    && a.limit == req.limit =>
+            {
+                a.rows.await.ok().transpose()?
+            }
+            Some(a) => {
+                a.rows.abort();
+                None
+            }
+            None => None,
+        };
+        let items = match read_ahead.filter(|items| !items.is_empty()) {
+            Some(items) => items,
+            None => processing::read(&self.db(), req.tenant_id, req.after_seq, req.limit).await?,
+        };
+        if items.len() == req.limit as usize
+            && let Some(last) = processing::last_seq(&items)
+        {
+            let (db, tenant, limit) = (self.db(), req.tenant_id, req.limit);
+            let rows =
+                tokio::spawn(async move { processing::read(&db, tenant, Some(last), limit).await });
+            let next = ReadAhead {
+                after_seq: last,
+                limit,
+                started: std::time::Instant::now(),
+                rows,
+            };
+            if let Some(old) = self.ahead.lock().insert(tenant, next) {
+                old.rows.abort();
+            }
+        }
+        Ok(items)
+    }
+
     pub async fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
@@ -240,10 +294,12 @@ impl SqliteStore {
                     .statement_cache_capacity(WRITER_STATEMENTS),
             )
             .await?;
+        let handoff = Handoff::new();
         let inbox = InboxWriter::open(
             PathBuf::from(&inbox_file),
             BUSY_TIMEOUT,
             AUTOCHECKPOINT_BACKSTOP,
+            handoff.clone(),
         )
         .await?;
         let reader = pool(4).connect_with(options.clone()).await?;
@@ -255,6 +311,7 @@ impl SqliteStore {
             reader,
             partitions: KnownPartitions::default(),
             ahead: Mutex::new(HashMap::new()),
+            handoff,
             checkpointer,
         })
     }
@@ -480,6 +537,7 @@ impl Engine for SqliteStore {
         fastack_migration::Migrator::up(&conn, None)
             .await
             .map_err(Error::Migration)?;
+        self.inbox.start_handoff().await?;
         self.load_partitions().await
     }
 
@@ -499,50 +557,10 @@ impl Engine for SqliteStore {
     }
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
-        // The rows are read on the readers, outside the transaction (the
-        // stored-event fence makes that safe), and a full round starts
-        // reading the next one before it writes: the single writer then
-        // never waits for a read and its decoding, nor holds the
-        // connection while one runs.
-        // A read ahead of other rows, or too old, is dropped; one that found
-        // nothing is read again (rows may have come since), as is one that
-        // did not finish (its task panicked): a round that reports no rows
-        // has looked now.
-        let ahead = self.ahead.lock().remove(&req.tenant_id);
-        let read_ahead = match ahead {
-            Some(a)
-                if a.started.elapsed() < READ_AHEAD_FOR
-                    && Some(a.after_seq) == req.after_seq
-                    && a.limit == req.limit =>
-            {
-                a.rows.await.ok().transpose()?
-            }
-            Some(a) => {
-                a.rows.abort();
-                None
-            }
-            None => None,
-        };
-        let items = match read_ahead.filter(|items| !items.is_empty()) {
+        let items = match self.handoff.read(req.tenant_id, req.after_seq, req.limit) {
             Some(items) => items,
-            None => processing::read(&self.db(), req.tenant_id, req.after_seq, req.limit).await?,
+            None => self.read_round(req).await?,
         };
-        if items.len() == req.limit as usize
-            && let Some(last) = processing::last_seq(&items)
-        {
-            let (db, tenant, limit) = (self.db(), req.tenant_id, req.limit);
-            let rows =
-                tokio::spawn(async move { processing::read(&db, tenant, Some(last), limit).await });
-            let next = ReadAhead {
-                after_seq: last,
-                limit,
-                started: std::time::Instant::now(),
-                rows,
-            };
-            if let Some(old) = self.ahead.lock().insert(tenant, next) {
-                old.rows.abort();
-            }
-        }
         let mut conn = self.writer.acquire().await?;
         // Whether the tenant's endpoints take `core.event.tracked` now. On
         // the one writer connection nothing can change the endpoints
@@ -581,7 +599,17 @@ impl Engine for SqliteStore {
     }
 
     async fn consume_inbox(&self, tenant: TenantId, seqs: &[i64]) -> Result<()> {
+        self.handoff.consumed(tenant, seqs);
         self.inbox.consume(tenant.0, seqs.to_vec()).await
+    }
+
+    fn inbox_rewritten(&self, tenant: TenantId) {
+        // Neither the hand-off nor a read ahead may give a round the rows
+        // as they were: a quarantined row would be processed after all.
+        self.handoff.disarm(tenant);
+        if let Some(ahead) = self.ahead.lock().remove(&tenant) {
+            ahead.rows.abort();
+        }
     }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {

@@ -27,7 +27,7 @@
 use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
-    sync::mpsc,
+    sync::{Arc, mpsc},
     time::Duration,
 };
 
@@ -36,7 +36,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{Fence, IngestRow, KeepFn, ingest, sqlite::us};
+use super::{
+    Fence, IngestRow, KeepFn, ingest, processing::Item, sqlite::us, sqlite_handoff::Handoff,
+};
 use crate::error::{Error, Result};
 
 /// A unit of work for the writer thread.
@@ -78,6 +80,8 @@ impl Conn {
 #[derive(Clone, Debug)]
 pub(crate) struct InboxWriter {
     jobs: mpsc::Sender<Job>,
+    /// Where each commit's queued rows go for processing.
+    handoff: Arc<Handoff>,
 }
 
 /// Which rows a group keeps once the fence is known, asked of the caller
@@ -92,6 +96,7 @@ impl InboxWriter {
         path: PathBuf,
         busy_timeout: Duration,
         autocheckpoint: u32,
+        handoff: Arc<Handoff>,
     ) -> Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready, opened) = oneshot::channel();
@@ -122,7 +127,7 @@ impl InboxWriter {
             })
             .map_err(|e| Error::io("inbox writer thread", e))?;
         opened.await.map_err(|_| Error::ShuttingDown)??;
-        Ok(InboxWriter { jobs })
+        Ok(InboxWriter { jobs, handoff })
     }
 
     /// Runs `f` on the writer's connection and returns what it returns.
@@ -148,7 +153,9 @@ impl InboxWriter {
         let kept_if_fresh = keep(&vec![Fence::Fresh; rows.len()]);
         let (decide, decision) = oneshot::channel();
         let rows = rows.to_vec();
-        let done = self.run(move |conn| commit(conn.synced()?, &rows, kept_if_fresh, decide));
+        let handoff = self.handoff.clone();
+        let done =
+            self.run(move |conn| commit(conn.synced()?, &rows, kept_if_fresh, decide, &handoff));
         tokio::pin!(done);
         tokio::select! {
             biased;
@@ -180,6 +187,26 @@ impl InboxWriter {
         self.run(|conn| {
             conn.conn
                 .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Starts the hand-off of committed rows to processing (see
+    /// [`Handoff::start`]), between two commits.
+    pub(crate) async fn start_handoff(&self) -> Result<()> {
+        let handoff = self.handoff.clone();
+        self.run(move |conn| {
+            let mut backlog = HashSet::new();
+            let mut tenants = conn.conn.prepare("SELECT DISTINCT tenant_id FROM inbox")?;
+            let mut rows = tenants.query([])?;
+            while let Some(row) = rows.next()? {
+                let id: Vec<u8> = row.get(0)?;
+                let id = Uuid::from_slice(&id)
+                    .map_err(|e| Error::Corrupt(format!("inbox tenant id: {e}")))?;
+                backlog.insert(TenantId(id));
+            }
+            handoff.start(backlog);
             Ok(())
         })
         .await
@@ -239,6 +266,7 @@ fn commit(
     rows: &[IngestRow],
     kept_if_fresh: Vec<bool>,
     decide: Decide,
+    handoff: &Handoff,
 ) -> Result<Vec<Fence>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
@@ -274,6 +302,7 @@ fn commit(
         (fences, kept)
     };
     let (queued, dropped) = ingest::split(rows, &fences, &kept);
+    let mut handed = Vec::with_capacity(rows.len());
     {
         let mut release = tx.prepare_cached(
             "DELETE FROM idempotency_keys WHERE tenant_id = ?1 AND idempotency_key = ?2",
@@ -294,9 +323,20 @@ fn commit(
                 r.payload,
                 us(r.received_at),
             ])?;
+            handed.push((
+                r.tenant_id,
+                Item {
+                    seq: tx.last_insert_rowid(),
+                    id: r.event_id,
+                    event: r.event.clone(),
+                    received_at: r.received_at,
+                },
+            ));
         }
     }
     tx.commit()?;
+    // Durable now: processing may take the rows.
+    handoff.committed(handed);
     Ok(fences)
 }
 
