@@ -50,8 +50,8 @@ impl ItemOutcome {
 pub enum IngestError {
     /// Row `index` reuses a key with different content; nothing of the
     /// request was kept.
-    #[error("idempotency key of item {index} was used with a different payload")]
-    Conflict { index: usize },
+    #[error("idempotency key {key:?} of item {index} was used with a different payload")]
+    Conflict { index: usize, key: String },
     /// The database refused this request's values (nothing of it was
     /// kept; the other requests of its group were committed).
     #[error("the event store refused the request: {reason}")]
@@ -408,9 +408,11 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
                     let index = (start..start + len)
                         .position(|i| matches!(&fences[i], Fence::Taken { fingerprint, .. } if *fingerprint != rows[i].fingerprint))
                         .unwrap_or(0);
+                    // The request's rows now live in the group's `rows`.
+                    let key = rows[start + index].idempotency_key.clone();
                     request
                         .reply
-                        .send(Err(IngestError::Conflict { index }))
+                        .send(Err(IngestError::Conflict { index, key }))
                         .ok();
                     continue;
                 }
@@ -443,9 +445,10 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
                         .send(Ok(vec![ItemOutcome::Duplicate(outcome.id())]))
                         .ok();
                 } else {
+                    let key = request.rows[0].idempotency_key.clone();
                     request
                         .reply
-                        .send(Err(IngestError::Conflict { index: 0 }))
+                        .send(Err(IngestError::Conflict { index: 0, key }))
                         .ok();
                 }
             }

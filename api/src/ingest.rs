@@ -290,9 +290,11 @@ pub async fn accept(
         .await?;
     }
 
+    // The events move into their rows: what follows needs only the count.
+    let n = events.len();
     let mut rows = Vec::new();
     let mut row_index = Vec::new();
-    for (i, ev) in events.iter().enumerate() {
+    for (i, ev) in events.into_iter().enumerate() {
         if alias[i].is_some() || outcome[i].is_some() {
             continue;
         }
@@ -306,9 +308,8 @@ pub async fn accept(
                     outcome[*i] = Some(r);
                 }
             }
-            Err(IngestError::Conflict { index }) => {
-                let i = row_index[index];
-                return Err(conflict(index_of(i), &events[i].idempotency_key));
+            Err(IngestError::Conflict { index, key }) => {
+                return Err(conflict(index_of(row_index[index]), &key));
             }
             Err(IngestError::Refused { reason }) => {
                 return Err(ApiError::new(
@@ -326,8 +327,8 @@ pub async fn accept(
             }
         }
     }
-    let mut acks = Vec::with_capacity(events.len());
-    for i in 0..events.len() {
+    let mut acks = Vec::with_capacity(n);
+    for i in 0..n {
         let o = match alias[i] {
             Some(j) => ItemOutcome::Duplicate(
                 outcome[j]

@@ -75,7 +75,8 @@ fn group_commit(c: &mut Criterion) {
             .map(|_| {
                 let mut ev = ev.clone();
                 ev.idempotency_key = format!("key-{}", next.fetch_add(1, Ordering::Relaxed));
-                IngestRow::new(tenant, &ev, fingerprint(&ev), Utc::now())
+                let fp = fingerprint(&ev);
+                IngestRow::new(tenant, ev, fp, Utc::now())
             })
             .collect()
     };
@@ -117,7 +118,8 @@ fn process_round(c: &mut Criterion) {
                 let mut ev = ev.clone();
                 ev.user_id = Some(format!("user-{}", n % 500));
                 ev.idempotency_key = format!("key-{n}");
-                IngestRow::new(tenant, &ev, fingerprint(&ev), Utc::now())
+                let fp = fingerprint(&ev);
+                IngestRow::new(tenant, ev, fp, Utc::now())
             })
             .collect();
         rt.block_on(store.commit_ingest(&rows, &keep_all))

@@ -157,7 +157,7 @@ fn identify(key: &str, user: &str, anon: &str, at: DateTime<Utc>) -> NewEvent {
 }
 
 fn row(tenant: TenantId, ev: &NewEvent) -> IngestRow {
-    IngestRow::new(tenant, ev, fingerprint(ev), now())
+    IngestRow::new(tenant, ev.clone(), fingerprint(ev), now())
 }
 
 /// Accepts every row (the keep function of a group commit without

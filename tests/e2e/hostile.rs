@@ -830,7 +830,8 @@ async fn postgres_refuses_a_nul_key_alone() {
             idempotency_key: key.to_owned(),
             plan: None,
         };
-        IngestRow::new(app.t.tenant.id, &ev, fingerprint(&ev), now)
+        let fp = fingerprint(&ev);
+        IngestRow::new(app.t.tenant.id, ev, fp, now)
     };
     let mut refused = 0;
     for round in 0..20 {

@@ -63,20 +63,24 @@ impl IngestRow {
     /// The row of a validated event under a new event id.
     pub fn new(
         tenant_id: TenantId,
-        ev: &NewEvent,
+        mut event: NewEvent,
         fingerprint: [u8; 32],
         received_at: DateTime<Utc>,
     ) -> Self {
-        let mut event = ev.clone();
+        // The payload keeps the offset the client sent; the shared event is
+        // normalised for processing. Taking the event by value spares a deep
+        // copy of its property maps per accepted event.
+        let payload = serde_json::to_string(&event).expect("a NewEvent's maps have string keys");
+        let occurred_at = event.occurred_at.with_timezone(&Utc);
         event.occurred_at = crate::validate::normalize(event.occurred_at);
         IngestRow {
             tenant_id,
-            idempotency_key: ev.idempotency_key.clone(),
+            idempotency_key: event.idempotency_key.clone(),
             event_id: EventId::new(),
             fingerprint,
-            occurred_at: ev.occurred_at.with_timezone(&Utc),
+            occurred_at,
             received_at,
-            payload: serde_json::to_string(ev).expect("a NewEvent's maps have string keys"),
+            payload,
             event: Arc::new(event),
         }
     }
