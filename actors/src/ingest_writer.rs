@@ -11,6 +11,14 @@
 //! restarted by its supervisor, requests already queued are still there
 //! (the mailbox is kept). A request in a commit that fails is answered with
 //! an error (the client retries; nothing was acknowledged).
+//!
+//! Every request carries the deadline of its answer. A group commits under
+//! the earliest deadline of its requests: the store refuses to commit past
+//! it ([`fastack_core::store::Storage::commit_ingest`]), and the writer stops
+//! waiting for the store a moment after it ([`COMMIT_GRACE`]) and answers
+//! the group `503`. A request whose deadline passed while it queued is
+//! answered `503` without a commit. So a database that stops answering
+//! costs a request its budget, never the length of the outage.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -66,8 +74,16 @@ pub type IngestReply = Result<Vec<ItemOutcome>, IngestError>;
 pub struct IngestRequest {
     pub rows: Vec<IngestRow>,
     pub reply: RpcReplyPort<IngestReply>,
+    /// Nothing of the request commits after this.
+    deadline: Instant,
     deferrals: u8,
 }
+
+/// How long past a group's deadline the writer still waits for the store:
+/// a statement the store took just before the deadline has this long to
+/// report its commit. The caller's own wait ends after it (see
+/// [`IngestQueue::submit`]).
+pub const COMMIT_GRACE: Duration = Duration::from_millis(50);
 
 /// The node's ingest queue (bounded: a slow database pushes back on callers).
 #[derive(Clone)]
@@ -94,18 +110,31 @@ impl IngestQueue {
         }
     }
 
-    /// Queues rows and waits for the commit that makes them durable.
-    pub async fn submit(&self, rows: Vec<IngestRow>) -> IngestReply {
+    /// Queues rows and waits for the commit that makes them durable, or
+    /// for `deadline` (plus the writer's grace) to pass: then the answer is
+    /// [`IngestError::Unavailable`] and nothing of the rows commits.
+    pub async fn submit(&self, rows: Vec<IngestRow>, deadline: Instant) -> IngestReply {
         let (tx, rx) = ractor::concurrency::oneshot();
         let request = IngestRequest {
             rows,
             reply: tx.into(),
+            deadline,
             deferrals: 0,
         };
-        if self.enqueue(request).await.is_err() {
-            return Err(IngestError::Unavailable);
-        }
-        rx.await.unwrap_or(Err(IngestError::Unavailable))
+        // The writer answers by `deadline + COMMIT_GRACE` whatever the
+        // store does; this bound only matters if the writer itself is
+        // stuck (a full queue, a stopped actor). A request still queued
+        // then is dropped by the writer unseen: its deadline has passed.
+        let give_up = tokio::time::Instant::from_std(deadline + 2 * COMMIT_GRACE);
+        let answer = async {
+            if self.enqueue(request).await.is_err() {
+                return Err(IngestError::Unavailable);
+            }
+            rx.await.unwrap_or(Err(IngestError::Unavailable))
+        };
+        tokio::time::timeout_at(give_up, answer)
+            .await
+            .unwrap_or(Err(IngestError::Unavailable))
     }
 
     async fn enqueue(&self, request: IngestRequest) -> Result<(), IngestRequest> {
@@ -293,8 +322,20 @@ enum Placement {
 /// not to the group: the group is split in halves and each committed on its
 /// own, down to the one request that is refused alone. One tenant's bad row
 /// never fails another tenant's request.
-async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest> {
+async fn flush(ctx: &Ctx, requests: Vec<IngestRequest>) -> Vec<IngestRequest> {
     let started = Instant::now();
+    // Requests whose answer is already due get it without a commit.
+    let (mut requests, late): (Vec<_>, Vec<_>) =
+        requests.into_iter().partition(|r| r.deadline > started);
+    if !late.is_empty() {
+        ctx.metrics.ingest_deadline_missed.inc_by(late.len() as u64);
+        for request in late {
+            request.reply.send(Err(IngestError::Unavailable)).ok();
+        }
+    }
+    let Some(deadline) = requests.iter().map(|r| r.deadline).min() else {
+        return Vec::new();
+    };
     let mut rows: Vec<IngestRow> = Vec::new();
     let mut row_request: Vec<usize> = Vec::new();
     let mut owners: HashMap<(TenantId, String), usize> = HashMap::new();
@@ -350,7 +391,12 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
         .faults
         .check_commit(rows.iter().map(|r| r.idempotency_key.as_str()))
     {
-        Ok(()) => ctx.store.commit_ingest(&rows, &keep).await,
+        Ok(()) => {
+            let give_up = tokio::time::Instant::from_std(deadline + COMMIT_GRACE);
+            tokio::time::timeout_at(give_up, ctx.store.commit_ingest(&rows, &keep, deadline))
+                .await
+                .unwrap_or(Err(fastack_core::Error::Deadline("the event store")))
+        }
         Err(injected) => Err(injected),
     };
     ctx.metrics.group_commit_rows.observe(rows.len() as f64);
@@ -369,6 +415,11 @@ async fn flush(ctx: &Ctx, mut requests: Vec<IngestRequest>) -> Vec<IngestRequest
             return isolate(ctx, requests, error).await;
         }
         Err(error) => {
+            if matches!(error, fastack_core::Error::Deadline(_)) {
+                ctx.metrics
+                    .ingest_deadline_missed
+                    .inc_by(requests.len() as u64);
+            }
             warn!(op = "group commit", %error, rows = rows.len(), "group commit failed; nothing of it was accepted");
             // Deferred requests are answered too: the client retries and the
             // fence keeps the retry exact.

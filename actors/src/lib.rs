@@ -148,9 +148,14 @@ impl Runtime {
     }
 
     /// Queues accepted rows for the group commit; answers once they are
-    /// durable (or refused).
-    pub async fn submit(&self, rows: Vec<IngestRow>) -> ingest_writer::IngestReply {
-        self.ctx.ingest.submit(rows).await
+    /// durable (or refused), or `Unavailable` with nothing stored once
+    /// `deadline` has passed (see [`ingest_writer::COMMIT_GRACE`]).
+    pub async fn submit(
+        &self,
+        rows: Vec<IngestRow>,
+        deadline: std::time::Instant,
+    ) -> ingest_writer::IngestReply {
+        self.ctx.ingest.submit(rows, deadline).await
     }
 
     /// Requests waiting for the group commit (metric).

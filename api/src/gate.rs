@@ -12,7 +12,10 @@
 //! lookup. A refused request's body is read (up to [`DRAIN_LIMIT`]) before
 //! the answer, so a keep-alive client keeps its connection.
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use fastack_actors::TenantShared;
 use fastack_core::{
@@ -35,6 +38,26 @@ use crate::{
 pub struct Authed {
     pub principal: Arc<Principal>,
     pub shared: Arc<TenantShared>,
+    /// Time the gate spent on the request (key lookup, tenant, rate
+    /// limit): it counts against the accept path's answer budget.
+    pub gate_time: Duration,
+}
+
+/// What the answer budget keeps back for the answer itself: the accept
+/// path's deadline is this much before the budget's end.
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(150);
+
+/// Waits for `work` until `deadline`; past it, a `503` that says nothing
+/// was done (what `work` would have read or written is dropped with it).
+pub async fn within<T>(
+    deadline: Instant,
+    what: &'static str,
+    work: impl Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    match tokio::time::timeout_at(deadline.into(), work).await {
+        Ok(done) => done,
+        Err(_) => Err(ApiError::from(fastack_core::Error::Deadline(what))),
+    }
 }
 
 /// Bearer API key (`Authorization: Bearer fsk_…`).
@@ -118,10 +141,14 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
     if !req.uri().path().starts_with("/v1/") {
         return next.call(req).await.map(IntoResponse::into_response);
     }
+    let arrived = Instant::now();
     let state = req
         .data::<SharedState>()
         .cloned()
         .expect("app state is installed before the gate");
+    // A lookup that waits on the database is bounded like an accept: a
+    // request never waits out a database outage in the gate.
+    let deadline = arrived + state.config.ingest_budget - ANSWER_MARGIN;
     let Some(secret) = bearer(&req).map(str::to_owned) else {
         return Ok(refuse_unauthenticated(
             &state,
@@ -143,22 +170,30 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
             }
             match known {
                 Some(_) => None,
-                None => state
-                    .keys
-                    .authenticate(&secret)
-                    .await
-                    .map_err(ApiError::from)?,
+                None => {
+                    within(deadline, "the API key lookup", async {
+                        state
+                            .keys
+                            .authenticate(&secret)
+                            .await
+                            .map_err(ApiError::from)
+                    })
+                    .await?
+                }
             }
         }
     };
     let Some(principal) = principal else {
         return Ok(refuse_unauthenticated(&state, &mut req, "unknown or revoked API key").await);
     };
-    let shared = state
-        .runtime
-        .tenant(&principal.tenant)
-        .await
-        .map_err(ApiError::from)?;
+    let shared = within(deadline, "the tenant's start", async {
+        state
+            .runtime
+            .tenant(&principal.tenant)
+            .await
+            .map_err(ApiError::from)
+    })
+    .await?;
     let tenant = shared.tenant();
     let limits = state.config.plans.get(tenant.plan);
     let tenant_q = Quota {
@@ -190,7 +225,11 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
         attach(&mut resp, &decision);
         return Ok(resp);
     }
-    req.extensions_mut().insert(Authed { principal, shared });
+    req.extensions_mut().insert(Authed {
+        principal,
+        shared,
+        gate_time: arrived.elapsed(),
+    });
     let mut resp = match next.call(req).await {
         Ok(r) => r.into_response(),
         Err(e) => to_problem(e),

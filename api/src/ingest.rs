@@ -3,7 +3,7 @@
 //! group commit, answer. No business logic here: identity resolution and
 //! storage happen behind the inbox.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Instant};
 
 use fastack_actors::{IngestError, ItemOutcome};
 use fastack_core::{
@@ -19,7 +19,7 @@ use poem::http::StatusCode;
 
 use crate::{
     dto::Ack,
-    gate::Authed,
+    gate::{ANSWER_MARGIN, Authed, within},
     problem::{ApiError, ProblemCode},
     state::AppState,
 };
@@ -146,6 +146,7 @@ async fn apply_plan(
     fps: &[[u8; 32]],
     outcome: &mut [Option<ItemOutcome>],
     batched: bool,
+    deadline: Instant,
 ) -> Result<(), ApiError> {
     let mut refused: Vec<(usize, Vec<FieldError>)> = Vec::new();
     for (i, ev) in events.iter_mut().enumerate() {
@@ -191,13 +192,13 @@ async fn apply_plan(
         .iter()
         .map(|(i, _)| events[*i].idempotency_key.clone())
         .collect();
-    let taken: HashMap<String, TakenKey> = state
-        .store
-        .taken_keys(tenant, &keys)
-        .await?
-        .into_iter()
-        .map(|t| (t.key.clone(), t))
-        .collect();
+    let taken: HashMap<String, TakenKey> = within(deadline, "the idempotency key lookup", async {
+        Ok(state.store.taken_keys(tenant, &keys).await?)
+    })
+    .await?
+    .into_iter()
+    .map(|t| (t.key.clone(), t))
+    .collect();
     let mut errors = Vec::new();
     let mut unplanned_only = true;
     for (i, errs) in refused {
@@ -236,13 +237,20 @@ async fn apply_plan(
 }
 
 /// Durably accepts validated events (all or none) and returns one ack per
-/// event, in order.
+/// event, in order — within the answer budget (`FASTACK_INGEST_BUDGET_MS`,
+/// counted from when the body has been read, plus what the gate spent):
+/// past it the answer is `503` and nothing of the request is stored.
 pub async fn accept(
     state: &AppState,
     auth: &Authed,
     mut events: Vec<NewEvent>,
     batched: bool,
 ) -> Result<Vec<Ack>, ApiError> {
+    let deadline = Instant::now()
+        + state
+            .config
+            .ingest_budget
+            .saturating_sub(ANSWER_MARGIN + auth.gate_time);
     let index_of = |i: usize| batched.then_some(i);
     let now = state.clock.now();
     let tenant_id = auth.shared.tenant().id;
@@ -286,6 +294,7 @@ pub async fn accept(
             &fps,
             &mut outcome,
             batched,
+            deadline,
         )
         .await?;
     }
@@ -302,7 +311,7 @@ pub async fn accept(
         row_index.push(i);
     }
     if !rows.is_empty() {
-        match state.runtime.submit(rows).await {
+        match state.runtime.submit(rows, deadline).await {
             Ok(results) => {
                 for (r, i) in results.into_iter().zip(&row_index) {
                     outcome[*i] = Some(r);
@@ -322,7 +331,8 @@ pub async fn accept(
             }
             Err(IngestError::Unavailable) => {
                 return Err(ApiError::unavailable(
-                    "events could not be stored right now; nothing was accepted, retry",
+                    "the event store did not take the events within the answer budget; \
+                     nothing was accepted, retry with the same idempotency keys",
                 ));
             }
         }

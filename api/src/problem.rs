@@ -204,12 +204,15 @@ impl ApiError {
         )
     }
 
+    /// A `503`: nothing was done; retry after a second.
     pub fn unavailable(detail: impl Into<String>) -> Self {
-        Self::new(
+        let mut err = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ProblemCode::Unavailable,
             detail,
-        )
+        );
+        err.retry_after = Some(UNAVAILABLE_RETRY_AFTER_SECS);
+        err
     }
 
     /// A 422 naming every offending field. When all errors share one of the
@@ -272,7 +275,11 @@ impl ApiError {
         } else {
             err.to_string()
         };
-        ApiError::new(status, ProblemCode::parse(err.error_code()), detail)
+        let mut api = ApiError::new(status, ProblemCode::parse(err.error_code()), detail);
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            api.retry_after = Some(UNAVAILABLE_RETRY_AFTER_SECS);
+        }
+        api
     }
 }
 
@@ -378,8 +385,12 @@ const INTERNAL: Answer = (
 );
 const UNAVAILABLE: Answer = (
     503,
-    "Temporarily unavailable (`unavailable`); nothing was accepted, retry",
+    "Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys",
 );
+
+/// `Retry-After` of a `503`: a dependency is away, and a client that comes
+/// back after a second finds it again or gets the next `503` just as fast.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 
 /// The error answers a group of operations can give, for the spec. What is
 /// sent is always an [`ApiError`]'s problem document.
@@ -437,28 +448,33 @@ impl<S> From<Errors<S>> for poem::Error {
     }
 }
 
-/// `Retry-After`, `RateLimit-Policy` and `RateLimit` on a 429.
-fn rate_limit_headers() -> Vec<MetaHeader> {
-    [
-        ("Retry-After", "Seconds to wait before retrying."),
-        (
-            "RateLimit-Policy",
-            "The quota that refused the request: `q` requests (the burst) per `w` seconds.",
-        ),
-        (
-            "RateLimit",
-            "What is left of the quota (`r`, here 0) and when it refills (`t`, seconds).",
-        ),
-    ]
-    .into_iter()
-    .map(|(name, description)| MetaHeader {
+fn header(name: &str, description: &str) -> MetaHeader {
+    MetaHeader {
         name: name.to_owned(),
         description: Some(description.to_owned()),
         required: true,
         deprecated: false,
         schema: String::schema_ref(),
-    })
-    .collect()
+    }
+}
+
+fn retry_after_header() -> MetaHeader {
+    header("Retry-After", "Seconds to wait before retrying.")
+}
+
+/// `Retry-After`, `RateLimit-Policy` and `RateLimit` on a 429.
+fn rate_limit_headers() -> Vec<MetaHeader> {
+    vec![
+        retry_after_header(),
+        header(
+            "RateLimit-Policy",
+            "The quota that refused the request: `q` requests (the burst) per `w` seconds.",
+        ),
+        header(
+            "RateLimit",
+            "What is left of the quota (`r`, here 0) and when it refills (`t`, seconds).",
+        ),
+    ]
 }
 
 impl<S: ErrorSet> ApiResponse for Errors<S> {
@@ -474,10 +490,10 @@ impl<S: ErrorSet> ApiResponse for Errors<S> {
                         content_type: PROBLEM_JSON,
                         schema: MetaSchemaRef::Reference(Problem::name().into_owned()),
                     }],
-                    headers: if status == 429 {
-                        rate_limit_headers()
-                    } else {
-                        vec![]
+                    headers: match status {
+                        429 => rate_limit_headers(),
+                        503 => vec![retry_after_header()],
+                        _ => vec![],
                     },
                 })
                 .collect(),

@@ -219,6 +219,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "an idle tenant's actors stop after this and restart on demand",
     ),
     (
+        "FASTACK_INGEST_BUDGET_MS",
+        "1000",
+        "`track`, `identify` and `batch` answer within this once their body is read: 202, a 4xx, or 503 `unavailable` with nothing accepted",
+    ),
+    (
         "FASTACK_INGEST_MAX_ROWS",
         "4000",
         "most rows in one group commit",
@@ -244,6 +249,10 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "TOML file with the same settings in lowercase without the prefix",
     ),
 ];
+
+/// The smallest answer budget: a group commit needs a few round trips
+/// inside it, and the accept path keeps a margin for the answer itself.
+pub const MIN_INGEST_BUDGET: Duration = Duration::from_millis(250);
 
 /// How and where the node runs. `Debug` prints secrets as `[redacted]`.
 #[derive(Clone)]
@@ -289,6 +298,8 @@ pub struct Config {
     pub process_batch: u32,
     pub process_max_attempts: u32,
     pub tenant_idle: Duration,
+    /// The answer budget of the accept path (see `FASTACK_INGEST_BUDGET_MS`).
+    pub ingest_budget: Duration,
     pub ingest_max_rows: usize,
     pub ingest_concurrency: Option<usize>,
     pub ingest_split_rows: usize,
@@ -391,6 +402,7 @@ impl Default for Config {
             process_batch: 8_000,
             process_max_attempts: 5,
             tenant_idle: Duration::from_secs(300),
+            ingest_budget: Duration::from_millis(1_000),
             ingest_max_rows: 4_000,
             ingest_concurrency: None,
             ingest_split_rows: 16,
@@ -509,6 +521,7 @@ impl Config {
             "FASTACK_TENANT_IDLE_SECS" => {
                 self.tenant_idle = Duration::from_secs(parse(key, &value)?)
             }
+            "FASTACK_INGEST_BUDGET_MS" => self.ingest_budget = millis(key, &value)?,
             "FASTACK_INGEST_MAX_ROWS" => self.ingest_max_rows = parse(key, &value)?,
             "FASTACK_INGEST_CONCURRENCY" => self.ingest_concurrency = Some(parse(key, &value)?),
             "FASTACK_INGEST_SPLIT_ROWS" => self.ingest_split_rows = parse(key, &value)?,
@@ -558,6 +571,13 @@ impl Config {
                     "plan {plan}: rate, burst and retention must be positive"
                 )));
             }
+        }
+        if self.ingest_budget < MIN_INGEST_BUDGET {
+            return Err(Error::Config(format!(
+                "FASTACK_INGEST_BUDGET_MS must be at least {} (the group commit needs room \
+                 inside it)",
+                MIN_INGEST_BUDGET.as_millis()
+            )));
         }
         if self.process_batch == 0 || self.ingest_max_rows == 0 {
             return Err(Error::Config("batch sizes must be positive".to_owned()));
@@ -698,6 +718,7 @@ impl std::fmt::Debug for Config {
             .field("process_batch", &self.process_batch)
             .field("process_max_attempts", &self.process_max_attempts)
             .field("tenant_idle", &self.tenant_idle)
+            .field("ingest_budget", &self.ingest_budget)
             .field("ingest_max_rows", &self.ingest_max_rows)
             .field("ingest_concurrency", &self.ingest_concurrency)
             .field("ingest_split_rows", &self.ingest_split_rows)

@@ -47,6 +47,11 @@ pub enum Error {
     Corrupt(String),
     #[error("service is shutting down")]
     ShuttingDown,
+    /// A dependency did not answer within the time the caller had: nothing
+    /// was done (a write that might still land carries a guard that makes
+    /// it a no-op once this deadline has passed).
+    #[error("{0} did not answer in time")]
+    Deadline(&'static str),
     #[error("object storage: {0}")]
     Storage(String),
     #[error("{0}")]
@@ -179,6 +184,7 @@ impl ServiceError for Error {
             | Error::LeaseLost
             | Error::Storage(_)
             | Error::Amqp(_)
+            | Error::Deadline(_)
             | Error::ShuttingDown => 503,
         }
     }

@@ -66,6 +66,7 @@ pub struct Metrics {
     pub webhook_first_attempt_lag_seconds: Histogram,
     pub quarantined_events: Counter,
     pub group_commit_splits: Counter,
+    pub ingest_deadline_missed: Counter,
     pub requests_refused: Family<OutcomeLabels, Counter>,
 }
 
@@ -207,6 +208,12 @@ impl Metrics {
             "accepted events moved to quarantine after failing processing repeatedly",
             quarantined_events.clone(),
         );
+        let ingest_deadline_missed = Counter::default();
+        registry.register(
+            "ingest_deadline_missed",
+            "requests answered 503 because the event store did not commit them within the answer budget",
+            ingest_deadline_missed.clone(),
+        );
         let group_commit_splits = Counter::default();
         registry.register(
             "group_commit_splits",
@@ -224,6 +231,7 @@ impl Metrics {
             registry,
             quarantined_events,
             group_commit_splits,
+            ingest_deadline_missed,
             requests_refused,
             http_requests,
             http_duration,

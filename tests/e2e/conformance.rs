@@ -76,6 +76,7 @@ macro_rules! conformance {
 conformance!(
     tenants_and_keys,
     ingest_fences,
+    late_groups_commit_nothing,
     inbox_keeps_send_order,
     processed_rows_left_in_the_inbox_are_skipped,
     concurrent_rounds_store_each_event_once,
@@ -166,9 +167,14 @@ fn keep_all(f: &[Fence]) -> Vec<bool> {
     vec![true; f.len()]
 }
 
+/// A deadline no group commit of a test comes near.
+fn later() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(60)
+}
+
 async fn accept(store: &Store, rows: &[IngestRow]) -> Vec<Fence> {
     store
-        .commit_ingest(rows, &keep_all)
+        .commit_ingest(rows, &keep_all, later())
         .await
         .expect("commit ingest")
 }
@@ -337,9 +343,11 @@ async fn ingest_fences(store: &Store) {
     let dropped = row(t.id, &track("k-dropped", "u", at));
     let kept = row(t.id, &track("k-kept", "u", at));
     let fences = store
-        .commit_ingest(&[dropped.clone(), kept.clone()], &|f: &[Fence]| {
-            f.iter().enumerate().map(|(i, _)| i == 1).collect()
-        })
+        .commit_ingest(
+            &[dropped.clone(), kept.clone()],
+            &|f: &[Fence]| f.iter().enumerate().map(|(i, _)| i == 1).collect(),
+            later(),
+        )
         .await
         .unwrap();
     assert_eq!(fences, vec![Fence::Fresh, Fence::Fresh]);
@@ -362,10 +370,14 @@ async fn ingest_fences(store: &Store) {
     let fresh = row(t.id, &track("k-fresh", "u", at));
     let clash = row(t.id, &track("k-a", "someone else", at));
     let fences = store
-        .commit_ingest(&[fresh.clone(), clash], &|f: &[Fence]| {
-            let clashes = f.iter().any(|f| matches!(f, Fence::Taken { .. }));
-            vec![!clashes; f.len()]
-        })
+        .commit_ingest(
+            &[fresh.clone(), clash],
+            &|f: &[Fence]| {
+                let clashes = f.iter().any(|f| matches!(f, Fence::Taken { .. }));
+                vec![!clashes; f.len()]
+            },
+            later(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -414,6 +426,60 @@ async fn ingest_fences(store: &Store) {
     assert_eq!(
         ids,
         HashSet::from([a.event_id, b.event_id, kept.event_id, retry.event_id])
+    );
+}
+
+/// A group that reaches the store after its deadline (its requests were
+/// answered 503) stores nothing: no key taken, no inbox row — whether its
+/// keys are all new (PostgreSQL's one-statement path, refused by the
+/// server's clock) or some are taken (the transaction).
+async fn late_groups_commit_nothing(store: &Store) {
+    let t = tenant(store, "t").await;
+    let at = now();
+    let past = std::time::Instant::now() - std::time::Duration::from_millis(5);
+    let fresh = row(t.id, &track("late-a", "u", at));
+    let late = store
+        .commit_ingest(std::slice::from_ref(&fresh), &keep_all, past)
+        .await;
+    assert!(matches!(late, Err(Error::Deadline(_))), "{late:?}");
+    assert_eq!(
+        store
+            .taken_keys(t.id, std::slice::from_ref(&fresh.idempotency_key))
+            .await
+            .unwrap(),
+        vec![]
+    );
+    assert_eq!(store.inbox_stats().await.unwrap().0, 0);
+
+    let first = row(t.id, &track("late-b", "u", at));
+    assert_eq!(
+        accept(store, std::slice::from_ref(&first)).await,
+        vec![Fence::Fresh]
+    );
+    let mixed = [
+        row(t.id, &track("late-b", "u", at)),
+        row(t.id, &track("late-c", "u", at)),
+    ];
+    let late = store.commit_ingest(&mixed, &keep_all, past).await;
+    assert!(matches!(late, Err(Error::Deadline(_))), "{late:?}");
+    assert_eq!(
+        store
+            .taken_keys(t.id, &["late-c".to_owned()])
+            .await
+            .unwrap(),
+        vec![]
+    );
+    assert_eq!(store.inbox_stats().await.unwrap().0, 1);
+    // In time, the same group goes through.
+    assert_eq!(
+        accept(store, &mixed).await,
+        vec![
+            Fence::Taken {
+                event_id: first.event_id,
+                fingerprint: first.fingerprint
+            },
+            Fence::Fresh
+        ]
     );
 }
 

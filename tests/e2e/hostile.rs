@@ -835,8 +835,11 @@ async fn postgres_refuses_a_nul_key_alone() {
     };
     let mut refused = 0;
     for round in 0..20 {
-        let mut submits = vec![runtime.submit(vec![row(&format!("nul-{round}\u{0}"))])];
-        submits.extend((0..30).map(|i| runtime.submit(vec![row(&format!("ok-{round}-{i}"))])));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut submits = vec![runtime.submit(vec![row(&format!("nul-{round}\u{0}"))], deadline)];
+        submits.extend(
+            (0..30).map(|i| runtime.submit(vec![row(&format!("ok-{round}-{i}"))], deadline)),
+        );
         let results = join_all(submits).await;
         match &results[0] {
             Err(IngestError::Refused { reason }) => {

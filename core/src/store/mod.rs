@@ -4,7 +4,7 @@
 //! `tracked_events` can only be read through [`EventQuery`], which cannot be
 //! built without a time range: the partition key is part of the type.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
@@ -617,7 +617,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// The group commit: records idempotency keys and, for the rows `keep`
     /// accepts, their inbox rows, in one durable transaction. Returns the
     /// fence result of every row (in input order).
-    async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>>;
+    ///
+    /// Nothing commits once `deadline` has passed: a group that reaches
+    /// the store too late (a network that held the statement back, a
+    /// writer busy until then) fails with [`Error::Deadline`] and stores
+    /// nothing. The caller answers `503` at the deadline whatever the
+    /// store is doing; this guard is what makes that answer true.
+    ///
+    /// [`Error::Deadline`]: crate::Error::Deadline
+    async fn commit_ingest(
+        &self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Fence>>;
 
     // --- processing -------------------------------------------------------
 

@@ -6,7 +6,7 @@
 //! partition that must stay empty; each month is itself `PARTITION BY LIST
 //! (retention_class)` so that retention drops whole tables.
 
-use std::time::Duration as StdDuration;
+use std::time::{Duration as StdDuration, Instant};
 
 use async_trait::async_trait;
 
@@ -102,28 +102,77 @@ impl PgStore {
 #[derive(Debug)]
 struct CommitConns {
     options: PgConnectOptions,
-    idle: Mutex<Vec<PgConnection>>,
+    idle: Mutex<Vec<CommitConn>>,
 }
 
 /// Idle group-commit connections kept; commits in flight are few.
 const COMMIT_CONNS_KEPT: usize = 8;
 
+/// How long a connection trusts its reading of the server's clock.
+const CLOCK_READING_TTL: StdDuration = StdDuration::from_secs(60);
+
+/// A group-commit connection and a reading of the server's clock, which
+/// turns the node's deadline (a monotonic instant) into the server's time
+/// for the commit's guard. The reading is taken as the answer arrives, so
+/// the server's clock was read no later than `read_at` in the node's time:
+/// the deadline it gives is never later than the true one. The node's wall
+/// clock plays no part (a stepped node clock cannot move the guard).
+#[derive(Debug)]
+struct CommitConn {
+    conn: PgConnection,
+    server_time: DateTime<Utc>,
+    read_at: Instant,
+}
+
+impl CommitConn {
+    async fn connect(options: &PgConnectOptions) -> Result<Self> {
+        let mut conn = PgConnection::connect_with(options).await?;
+        let (server_time, read_at) = read_clock(&mut conn).await?;
+        Ok(CommitConn {
+            conn,
+            server_time,
+            read_at,
+        })
+    }
+
+    /// `deadline` on the server's clock (a reading older than a minute is
+    /// taken again first: the two clocks drift, and the server's may step).
+    async fn server_deadline(&mut self, deadline: Instant) -> Result<DateTime<Utc>> {
+        if self.read_at.elapsed() > CLOCK_READING_TTL {
+            (self.server_time, self.read_at) = read_clock(&mut self.conn).await?;
+        }
+        let ahead = deadline.saturating_duration_since(self.read_at);
+        let behind = self.read_at.saturating_duration_since(deadline);
+        let to_chrono =
+            |d: StdDuration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        Ok(self.server_time + to_chrono(ahead) - to_chrono(behind))
+    }
+}
+
+async fn read_clock(conn: &mut PgConnection) -> Result<(DateTime<Utc>, Instant)> {
+    let at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok((at, Instant::now()))
+}
+
 impl CommitConns {
-    async fn take(&self) -> Result<PgConnection> {
+    async fn take(&self) -> Result<CommitConn> {
         let idle = self.idle.lock().pop();
         match idle {
             Some(conn) => Ok(conn),
-            None => Ok(PgConnection::connect_with(&self.options).await?),
+            None => CommitConn::connect(&self.options).await,
         }
     }
 
     /// Keeps `conn` unless the commit failed below SQL (the connection, or
     /// the server, is gone): then it and every idle one are dropped, so the
     /// next commit connects afresh instead of failing on another dead one.
-    fn give_back<T>(&self, conn: PgConnection, result: &Result<T>) {
+    fn give_back<T>(&self, conn: CommitConn, result: &Result<T>) {
         let mut idle = self.idle.lock();
         match result {
             Err(Error::Database(e)) if !matches!(e, sqlx::Error::Database(_)) => idle.clear(),
+            // The guard refused the group: the connection is fine.
             _ if idle.len() < COMMIT_CONNS_KEPT => idle.push(conn),
             _ => {}
         }
@@ -170,12 +219,17 @@ impl Engine for PgStore {
         result
     }
 
-    async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>> {
+    async fn commit_ingest(
+        &self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Fence>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
         let mut conn = self.commit_conns.take().await?;
-        let result = commit_group(&mut conn, rows, keep).await;
+        let result = commit_group(&mut conn, rows, keep, deadline).await;
         self.commit_conns.give_back(conn, &result);
         result
     }
@@ -419,11 +473,22 @@ impl Engine for PgStore {
 /// One group commit on `conn`: the fast path (every key new, one statement
 /// in its own implicit transaction), else a transaction that sorts out the
 /// keys that already existed.
+///
+/// Nothing commits after `deadline`, however late the statements reach the
+/// server (a link that held them back for the length of an outage delivers
+/// them when it returns): the fast path's statement inserts only while the
+/// server's statement clock is before the deadline, and the transaction of
+/// the other path is ended by the server if the node stays silent past it
+/// (`idle_in_transaction_session_timeout`, so a `COMMIT` that arrives late
+/// finds the transaction gone).
 async fn commit_group(
-    conn: &mut PgConnection,
+    conn: &mut CommitConn,
     rows: &[IngestRow],
     keep: KeepFn<'_>,
+    deadline: Instant,
 ) -> Result<Vec<Fence>> {
+    let server_deadline = conn.server_deadline(deadline).await?;
+    let conn = &mut conn.conn;
     // Insert in a stable order so concurrent group commits lock keys in
     // the same order and cannot deadlock.
     let mut order: Vec<usize> = (0..rows.len()).collect();
@@ -454,13 +519,14 @@ async fn commit_group(
     // row, and than a statement that checks its own count.
     let all_fresh = vec![Fence::Fresh; rows.len()];
     if !keep(&all_fresh).iter().all(|k| *k) {
-        return super::ingest::commit(Tx::Pg(conn.begin().await?), rows, keep).await;
+        return guarded_commit(conn, rows, keep, deadline).await;
     }
     let fast = sqlx::query(
         "WITH input AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::uuid[], $4::bytea[], \
                                              $5::timestamptz[], $6::timestamptz[], $7::text[], \
                                              $8::int4[]) \
-                        AS x(t, k, e, f, o, r, p, pos)), \
+                        AS x(t, k, e, f, o, r, p, pos) \
+                        WHERE statement_timestamp() < $9), \
               ins AS (INSERT INTO idempotency_keys (tenant_id, idempotency_key, event_id, fingerprint, \
                                                     occurred_at, created_at) \
                       SELECT t, k, e, f, o, r FROM input) \
@@ -475,11 +541,15 @@ async fn commit_group(
     .bind(&received)
     .bind(&payloads)
     .bind(&positions)
+    .bind(server_deadline)
     .execute(&mut *conn)
     .await;
     match fast {
         Ok(done) if done.rows_affected() == rows.len() as u64 => {
             return Ok(all_fresh);
+        }
+        Ok(done) if done.rows_affected() == 0 => {
+            return Err(Error::Deadline("PostgreSQL's group commit"));
         }
         Ok(done) => {
             return Err(Error::Corrupt(format!(
@@ -493,5 +563,26 @@ async fn commit_group(
     }
 
     // Some key exists: the transaction that sorts out taken keys.
-    super::ingest::commit(Tx::Pg(conn.begin().await?), rows, keep).await
+    guarded_commit(conn, rows, keep, deadline).await
+}
+
+/// The group commit's transaction, ended by the server should the node go
+/// silent until `deadline` (its `COMMIT` held back by the network arrives
+/// to find the transaction rolled back).
+async fn guarded_commit(
+    conn: &mut PgConnection,
+    rows: &[IngestRow],
+    keep: KeepFn<'_>,
+    deadline: Instant,
+) -> Result<Vec<Fence>> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Deadline("PostgreSQL's group commit"));
+    }
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT set_config('idle_in_transaction_session_timeout', $1, true)")
+        .bind(format!("{}ms", left.as_millis().max(1)))
+        .execute(&mut *tx)
+        .await?;
+    super::ingest::commit(Tx::Pg(tx), rows, keep).await
 }

@@ -8,7 +8,10 @@
 //! pruning) is the [`Engine`] of that backend: `postgres.rs` and
 //! `sqlite.rs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::Instant,
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, FixedOffset, Utc};
@@ -42,7 +45,12 @@ use crate::error::{Error, Result};
 #[async_trait]
 pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn migrate(&self) -> Result<()>;
-    async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>>;
+    async fn commit_ingest(
+        &self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Fence>>;
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>>;
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome>;
     /// Deletes inbox rows a processing transaction left (see
@@ -345,8 +353,13 @@ impl Storage for SqlStore {
 
     // --- the accept path --------------------------------------------------
 
-    async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>> {
-        self.engine.commit_ingest(rows, keep).await
+    async fn commit_ingest(
+        &self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Fence>> {
+        self.engine.commit_ingest(rows, keep, deadline).await
     }
 
     // --- processing -------------------------------------------------------

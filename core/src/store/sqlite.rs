@@ -541,11 +541,16 @@ impl Engine for SqliteStore {
         self.load_partitions().await
     }
 
-    async fn commit_ingest(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>> {
+    async fn commit_ingest(
+        &self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: std::time::Instant,
+    ) -> Result<Vec<Fence>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        self.inbox.commit(rows, keep).await
+        self.inbox.commit(rows, keep, deadline).await
     }
 
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {

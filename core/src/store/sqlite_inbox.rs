@@ -28,7 +28,7 @@ use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     sync::{Arc, mpsc},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use fastack_entities::TenantId;
@@ -149,13 +149,33 @@ impl InboxWriter {
     /// kept rows, one synced transaction. `keep` is asked on this task
     /// before the transaction (for the common case where every key is new)
     /// and again, inside it, only if some key was taken.
-    pub(crate) async fn commit(&self, rows: &[IngestRow], keep: KeepFn<'_>) -> Result<Vec<Fence>> {
+    ///
+    /// A group whose `deadline` passed while it waited for the thread (a
+    /// checkpoint or a stalled disk ahead of it) is not started: its
+    /// requests were already answered `503`.
+    pub(crate) async fn commit(
+        &self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Fence>> {
         let kept_if_fresh = keep(&vec![Fence::Fresh; rows.len()]);
         let (decide, decision) = oneshot::channel();
         let rows = rows.to_vec();
         let handoff = self.handoff.clone();
-        let done =
-            self.run(move |conn| commit(conn.synced()?, &rows, kept_if_fresh, decide, &handoff));
+        let done = self.run(move |conn| {
+            if Instant::now() >= deadline {
+                return Err(Error::Deadline("the embedded inbox writer"));
+            }
+            commit(
+                conn.synced()?,
+                &rows,
+                kept_if_fresh,
+                decide,
+                &handoff,
+                deadline,
+            )
+        });
         tokio::pin!(done);
         tokio::select! {
             biased;
@@ -267,6 +287,7 @@ fn commit(
     kept_if_fresh: Vec<bool>,
     decide: Decide,
     handoff: &Handoff,
+    deadline: Instant,
 ) -> Result<Vec<Fence>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
@@ -333,6 +354,11 @@ fn commit(
                 },
             ));
         }
+    }
+    // Its requests are answered 503 at the deadline: past it, roll back
+    // (only a sync that stalls after this point can outlive the answer).
+    if Instant::now() >= deadline {
+        return Err(Error::Deadline("the embedded inbox writer"));
     }
     tx.commit()?;
     // Durable now: processing may take the rows.
