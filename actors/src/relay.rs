@@ -134,7 +134,7 @@ impl<S: Sink> Actor for RelayActor<S> {
             sink: args.sink,
             connected: false,
             reconnecting: false,
-            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
+            backoff: Backoff::new(Duration::from_millis(200), fastack_core::backoff::MAX_DELAY),
             depth_at: None,
             wakes: None,
         })

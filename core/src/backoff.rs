@@ -16,9 +16,14 @@ pub struct Backoff {
     last_start: Option<Instant>,
 }
 
+/// The longest wait between two restarts: whatever failed because a
+/// dependency was away is running again at most this long after it
+/// returns (the fault suite holds a node to 10 s).
+pub const MAX_DELAY: Duration = Duration::from_secs(5);
+
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff::new(Duration::from_millis(100), Duration::from_secs(30))
+        Backoff::new(Duration::from_millis(100), MAX_DELAY)
     }
 }
 

@@ -16,6 +16,7 @@ pub mod faults;
 pub mod identity;
 pub mod jobs;
 pub mod json;
+pub mod logging;
 pub mod metrics;
 pub mod objects;
 pub mod private;

@@ -511,6 +511,8 @@ pub struct Node {
     pub addr: std::net::SocketAddr,
     /// The admin listener, when the node has a token.
     pub admin_addr: Option<std::net::SocketAddr>,
+    /// Every line the node wrote to stderr (its log), as it comes.
+    pub log: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 impl Node {
@@ -565,11 +567,18 @@ impl Node {
         .await
         .expect("server starts within 30 s");
         // Keep draining the log so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let kept = Arc::new(parking_lot::Mutex::new(log));
+        let sink = kept.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.lock().push(line);
+            }
+        });
         Node {
             child,
             addr,
             admin_addr,
+            log: kept,
         }
     }
 }

@@ -116,6 +116,11 @@ impl Sink for AmqpSink {
                         // No queue is bound for this routing key: the broker
                         // took the message and had nowhere to put it.
                         ctx.metrics.amqp_unroutable.inc();
+                        warn!(
+                            outbox = id,
+                            "the broker had no queue for an event and dropped it \
+                             (fastack_amqp_unroutable_total counts them)"
+                        );
                     }
                     sent.done.push(id);
                 }
