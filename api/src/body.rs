@@ -22,15 +22,11 @@ use poem_openapi::{
     types::Type,
 };
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
 
 use crate::{
     problem::{ApiError, ProblemCode},
     state::SharedState,
 };
-
-/// Oversized bodies up to this size are read to the end before the 413.
-const DRAIN_LIMIT: usize = 4 * MAX_REQUEST_BYTES;
 
 pub struct JsonBody<T> {
     pub bytes: Bytes,
@@ -148,14 +144,9 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         if declared.is_some_and(|len| len > MAX_REQUEST_BYTES) {
-            // Read (and drop) a moderately oversized body so the client sees
-            // the 413 instead of a connection reset; refuse huge ones at once.
-            if declared.is_some_and(|len| len <= DRAIN_LIMIT) {
-                let mut reader = body.take()?.into_async_read().take(DRAIN_LIMIT as u64);
-                let mut sink = tokio::io::sink();
-                let drain = tokio::io::copy(&mut reader, &mut sink);
-                let _ = tokio::time::timeout(timeout, drain).await;
-            }
+            // Refused unread: the listener reads a moderately oversized
+            // body before the 413 goes out (the client sees the answer, not
+            // a reset) and closes the connection after a huge one.
             return Err(too_large().into());
         }
         let bytes = tokio::time::timeout(timeout, body.take()?.into_bytes_limit(MAX_REQUEST_BYTES))

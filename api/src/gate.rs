@@ -9,8 +9,9 @@
 //!
 //! Requests without a valid key draw on their client address's budget
 //! (`FASTACK_UNAUTH_RPS`); an address that spent it gets 429 without a key
-//! lookup. A refused request's body is read (up to [`DRAIN_LIMIT`]) before
-//! the answer, so a keep-alive client keeps its connection.
+//! lookup. A refused request's body is left unread here: the listener reads
+//! what a handler left before the answer goes out (`listener::Tracked`), so
+//! a keep-alive client keeps its connection.
 
 use std::{
     sync::Arc,
@@ -84,27 +85,6 @@ fn attach(resp: &mut Response, decision: &Decision) {
     resp.headers_mut().insert("ratelimit", state);
 }
 
-/// Bodies of refused requests up to this size are read before the answer.
-pub const DRAIN_LIMIT: u64 = 1024 * 1024;
-
-/// Reads and drops what is left of a request's body (bounded in size and
-/// time): answering before the body is read makes HTTP/1.1 close the
-/// connection, which costs a well-behaved client a reconnect.
-async fn drain(req: &mut Request, timeout: std::time::Duration) {
-    use tokio::io::AsyncReadExt;
-    let declared = req
-        .headers()
-        .get(poem::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared == Some(0) || declared.is_some_and(|n| n > DRAIN_LIMIT) {
-        return;
-    }
-    let mut body = req.take_body().into_async_read().take(DRAIN_LIMIT);
-    let mut sink = tokio::io::sink();
-    let _ = tokio::time::timeout(timeout, tokio::io::copy(&mut body, &mut sink)).await;
-}
-
 fn client_ip(req: &Request) -> Option<std::net::IpAddr> {
     req.remote_addr().as_socket_addr().map(|a| a.ip())
 }
@@ -124,7 +104,7 @@ fn too_many_unauthenticated(retry_after: u64) -> ApiError {
 
 /// The answer to a request without a valid key: 401, or 429 once its
 /// address has spent its budget.
-async fn refuse_unauthenticated(state: &SharedState, req: &mut Request, detail: &str) -> Response {
+fn refuse_unauthenticated(state: &SharedState, req: &Request, detail: &str) -> Response {
     let err = match client_ip(req).and_then(|ip| state.unauthenticated.charge(ip)) {
         Some(retry) => {
             state.metrics.refused("unauthenticated_limit");
@@ -132,7 +112,6 @@ async fn refuse_unauthenticated(state: &SharedState, req: &mut Request, detail: 
         }
         None => ApiError::unauthorized(detail),
     };
-    drain(req, state.config.body_timeout).await;
     err.into_response()
 }
 
@@ -152,10 +131,9 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
     let Some(secret) = bearer(&req).map(str::to_owned) else {
         return Ok(refuse_unauthenticated(
             &state,
-            &mut req,
+            &req,
             "missing `Authorization: Bearer <api key>`",
-        )
-        .await);
+        ));
     };
     let principal = match state.keys.cached(&secret) {
         Some(Some(principal)) => Some(principal),
@@ -165,7 +143,6 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
             if let Some(retry) = client_ip(&req).and_then(|ip| state.unauthenticated.exhausted(ip))
             {
                 state.metrics.refused("unauthenticated_limit");
-                drain(&mut req, state.config.body_timeout).await;
                 return Ok(too_many_unauthenticated(retry).into_response());
             }
             match known {
@@ -184,7 +161,11 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
         }
     };
     let Some(principal) = principal else {
-        return Ok(refuse_unauthenticated(&state, &mut req, "unknown or revoked API key").await);
+        return Ok(refuse_unauthenticated(
+            &state,
+            &req,
+            "unknown or revoked API key",
+        ));
     };
     let shared = within(deadline, "the tenant's start", async {
         state
@@ -220,7 +201,6 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
             ),
         );
         err.retry_after = Some(decision.retry_after_secs);
-        drain(&mut req, state.config.body_timeout).await;
         let mut resp = err.into_response();
         attach(&mut resp, &decision);
         return Ok(resp);

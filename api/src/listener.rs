@@ -15,6 +15,18 @@
 //!
 //! When the cap is reached the listener stops accepting; further clients
 //! wait in the kernel's accept queue instead of exhausting descriptors.
+//!
+//! **A kept-alive connection is never closed without saying so.** HTTP/1.1
+//! can reuse a connection only once the request's body has been read. When
+//! a handler answers without reading it (a refusal: a wrong media type, an
+//! unknown path, a bad key, a body too large), hyper tries to skip what is
+//! left after the answer's head is already written; if the rest has not
+//! arrived yet it closes the connection — after an answer that promised
+//! keep-alive, so the client's next request on it goes unanswered. Here
+//! every request body is [`Tracked`]: one dropped unread comes back to the
+//! connection, which reads the rest (at most [`DRAIN_LIMIT`] bytes within
+//! [`BODY_DRAIN_WAIT`]) before the answer goes out, or else marks the answer
+//! `Connection: close`.
 
 use std::{
     io,
@@ -55,7 +67,7 @@ pub struct Limits {
 type App = dyn DynEndpoint<Output = poem::Response>;
 
 /// How long a stopping listener lets requests in flight finish.
-const DRAIN_WAIT: Duration = Duration::from_secs(10);
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 
 /// Serves `app` on `listener` until `stop` changes, then stops accepting
 /// and lets open connections finish their requests (at most 10 s).
@@ -108,7 +120,7 @@ where
     }
     // Every connection holds a slot until it ends: wait for all of them.
     let all = limits.max_connections.min(u32::MAX as usize) as u32;
-    let _ = tokio::time::timeout(DRAIN_WAIT, slots.acquire_many(all)).await;
+    let _ = tokio::time::timeout(SHUTDOWN_WAIT, slots.acquire_many(all)).await;
     Ok(())
 }
 
@@ -134,13 +146,23 @@ async fn connection(
         let phase = phase.clone();
         phase.begin();
         async move {
-            let req = poem::Request::from((
+            let declared = declared_length(req.headers());
+            let mut req = poem::Request::from((
                 req,
                 LocalAddr(local.into()),
                 RemoteAddr(remote.into()),
                 poem::http::uri::Scheme::HTTP,
             ));
-            let resp = app.get_response(req).await;
+            let unread = Tracked::install(&mut req, declared);
+            let mut resp = app.get_response(req).await;
+            if let Some(unread) = unread
+                && !finish_body(&unread, declared).await
+            {
+                resp.headers_mut().insert(
+                    poem::http::header::CONNECTION,
+                    poem::http::HeaderValue::from_static("close"),
+                );
+            }
             phase.end();
             Ok::<_, std::convert::Infallible>(hyper::Response::<_>::from(resp))
         }
@@ -334,4 +356,120 @@ impl AsyncWrite for TimedIo {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+/// Request bodies left unread are read to their end, up to this many bytes,
+/// before the answer (larger ones close the connection).
+pub const DRAIN_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// How long the rest of an unread body may take to arrive once the answer
+/// is ready (then the connection closes after the answer).
+pub const BODY_DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+type BoxBody = http_body_util::combinators::BoxBody<bytes::Bytes, io::Error>;
+
+/// Where a body dropped before its end is handed back.
+type Unread = Arc<parking_lot::Mutex<Option<BoxBody>>>;
+
+fn declared_length(headers: &poem::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(poem::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// A request body that, dropped before its end, hands what is left back to
+/// the connection (see the module docs).
+struct Tracked {
+    inner: Option<BoxBody>,
+    unread: Unread,
+    ended: bool,
+}
+
+impl Tracked {
+    /// Wraps the body of `req` unless it has none; returns where an unread
+    /// rest will be.
+    fn install(req: &mut poem::Request, declared: Option<u64>) -> Option<Unread> {
+        let chunked = req
+            .headers()
+            .contains_key(poem::http::header::TRANSFER_ENCODING);
+        if declared.unwrap_or(0) == 0 && !chunked {
+            return None;
+        }
+        let unread = Unread::default();
+        let body = BoxBody::from(req.take_body());
+        req.set_body(poem::Body::from(BoxBody::new(Tracked {
+            inner: Some(body),
+            unread: unread.clone(),
+            ended: false,
+        })));
+        Some(unread)
+    }
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = Pin::new(inner).poll_frame(cx);
+        // The end, or a broken connection: nothing left to read either way.
+        if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+            self.ended = true;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| http_body::SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take()
+            && !self.ended
+            && !http_body::Body::is_end_stream(&inner)
+        {
+            *self.unread.lock() = Some(inner);
+        }
+    }
+}
+
+/// Reads what the handler left of a request body; whether the connection
+/// can be kept (everything read, in time).
+async fn finish_body(unread: &Unread, declared: Option<u64>) -> bool {
+    use http_body_util::BodyExt;
+    let Some(rest) = unread.lock().take() else {
+        return true;
+    };
+    if declared.is_some_and(|n| n > DRAIN_LIMIT) {
+        return false;
+    }
+    let mut limited = http_body_util::Limited::new(rest, DRAIN_LIMIT as usize);
+    let read_all = async {
+        while let Some(frame) = limited.frame().await {
+            if frame.is_err() {
+                return false;
+            }
+        }
+        true
+    };
+    tokio::time::timeout(BODY_DRAIN_WAIT, read_all)
+        .await
+        .unwrap_or(false)
 }

@@ -488,3 +488,269 @@ async fn flapping_database_link() {
     drop(node);
     db.drop_db().await;
 }
+
+/// A minimal HTTP/1.1 client on one kept-alive connection, so a test sees
+/// exactly what the server did with it: each answer's status and whether
+/// it said `Connection: close`, or that the connection closed without an
+/// answer.
+mod raw {
+    use std::{net::SocketAddr, time::Duration};
+
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    /// One answer, or none.
+    #[derive(Debug)]
+    pub enum Reply {
+        Answered {
+            status: u16,
+            close: bool,
+        },
+        /// The connection closed (or reset) before a whole answer came.
+        Unanswered(String),
+    }
+
+    pub struct Conn {
+        addr: SocketAddr,
+        stream: Option<TcpStream>,
+        buf: Vec<u8>,
+        /// Connections opened, the first included.
+        pub opened: usize,
+    }
+
+    impl Conn {
+        pub fn new(addr: SocketAddr) -> Conn {
+            Conn {
+                addr,
+                stream: None,
+                buf: Vec::new(),
+                opened: 0,
+            }
+        }
+
+        /// Sends `head` (without the blank line) and `body`; `split` sends
+        /// the body a moment after the head, as a slow client does.
+        pub async fn send(&mut self, head: &str, body: &[u8], split: bool) -> Reply {
+            if self.stream.is_none() {
+                let s = TcpStream::connect(self.addr).await.expect("connect");
+                s.set_nodelay(true).unwrap();
+                self.stream = Some(s);
+                self.buf.clear();
+                self.opened += 1;
+            }
+            let stream = self.stream.as_mut().unwrap();
+            let mut wire = format!("{head}\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+            let wrote = if split {
+                let first = stream.write_all(&wire).await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                first.and(stream.write_all(body).await)
+            } else {
+                wire.extend_from_slice(body);
+                stream.write_all(&wire).await
+            };
+            if let Err(e) = wrote {
+                // The server may answer before reading all of a body it
+                // refuses; its answer still counts.
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) {
+                    return self.lost(format!("write: {e}"));
+                }
+            }
+            let reply = tokio::time::timeout(Duration::from_secs(30), self.read_reply()).await;
+            match reply {
+                Ok(Ok((status, close))) => {
+                    if close {
+                        self.stream = None;
+                    }
+                    Reply::Answered { status, close }
+                }
+                Ok(Err(e)) => self.lost(e),
+                Err(_) => self.lost("no answer within 30 s".to_owned()),
+            }
+        }
+
+        fn lost(&mut self, why: String) -> Reply {
+            self.stream = None;
+            Reply::Unanswered(why)
+        }
+
+        async fn fill(&mut self) -> Result<(), String> {
+            let mut chunk = [0u8; 16 * 1024];
+            let n = self
+                .stream
+                .as_mut()
+                .unwrap()
+                .read(&mut chunk)
+                .await
+                .map_err(|e| format!("read: {e}"))?;
+            if n == 0 {
+                return Err("closed by the server".to_owned());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+
+        /// Reads one response: its status and `Connection: close`.
+        async fn read_reply(&mut self) -> Result<(u16, bool), String> {
+            let head_end = loop {
+                if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                self.fill().await?;
+            };
+            let head = String::from_utf8_lossy(&self.buf[..head_end]).to_ascii_lowercase();
+            let status: u16 = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or("no status line")?;
+            let header = |name: &str| {
+                head.lines().find_map(|l| {
+                    l.strip_prefix(&format!("{name}:"))
+                        .map(|v| v.trim().to_owned())
+                })
+            };
+            let close = header("connection").is_some_and(|v| v.contains("close"));
+            let length: usize = match header("content-length") {
+                Some(v) => v.parse().map_err(|_| "bad content-length")?,
+                None if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) => {
+                    // Read chunks to the terminating one.
+                    self.buf.drain(..head_end);
+                    loop {
+                        if self.buf.windows(5).any(|w| w == b"0\r\n\r\n") {
+                            let end =
+                                self.buf.windows(5).position(|w| w == b"0\r\n\r\n").unwrap() + 5;
+                            self.buf.drain(..end);
+                            return Ok((status, close));
+                        }
+                        self.fill().await?;
+                    }
+                }
+                None => 0,
+            };
+            while self.buf.len() < head_end + length {
+                self.fill().await?;
+            }
+            if status == 400 && close {
+                eprintln!(
+                    "DEBUG 400 close: {}",
+                    String::from_utf8_lossy(&self.buf[..head_end + length])
+                );
+            }
+            self.buf.drain(..head_end + length);
+            Ok((status, close))
+        }
+    }
+}
+
+/// 20,000 requests of every kind the front door answers — accepted events
+/// and batches, duplicates and conflicts, bad JSON, invalid fields, no or a
+/// wrong key, the wrong media type, oversized and huge bodies, reads, an
+/// unknown path — over 8 kept-alive connections, some with the body sent a
+/// moment after the head: every request is answered, and a connection the
+/// server closes has said `Connection: close` on its last answer.
+async fn every_kept_alive_request_is_answered(app: crate::helpers::TestApp) {
+    use raw::{Conn, Reply};
+    const REQUESTS: usize = 20_000;
+    const CONNECTIONS: usize = 8;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let key = app.t.key.clone();
+    let now = Utc::now();
+    let from = urlenc(&(now - chrono::Duration::hours(1)).to_rfc3339());
+    let to = urlenc(&(now + chrono::Duration::hours(1)).to_rfc3339());
+    type Closes = (usize, HashSet<String>);
+    let tasks: Vec<JoinHandle<(HashMap<u16, usize>, Vec<String>, usize, Closes)>> = (0..CONNECTIONS)
+        .map(|c| {
+            let key = key.clone();
+            let (from, to) = (from.clone(), to.clone());
+            tokio::spawn(async move {
+                let mut conn = Conn::new(addr);
+                let mut statuses = HashMap::new();
+                let mut lost = Vec::new();
+                let mut closes = 0;
+                let mut closed_after = HashSet::new();
+                let post = |path: &str, auth: &str, ct: &str| {
+                    format!(
+                        "POST {path} HTTP/1.1\r\nhost: fastack\r\n{auth}content-type: {ct}"
+                    )
+                };
+                let bearer = format!("authorization: Bearer {key}\r\n");
+                for i in (c..REQUESTS).step_by(CONNECTIONS) {
+                    let k = format!("ka-{i}");
+                    let event = track(&k, "u", now).to_string();
+                    let split = i % 7 == 3;
+                    let (what, head, body): (&str, String, Vec<u8>) = match i % 16 {
+                        0..=3 => ("track", post("/v1/core/track", &bearer, "application/json"), event.into_bytes()),
+                        4 => {
+                            let items: Vec<Value> = (0..3)
+                                .map(|j| {
+                                    let mut t = track(&format!("{k}-{j}"), "u", now);
+                                    t["type"] = "track".into();
+                                    t
+                                })
+                                .collect();
+                            ("batch", post("/v1/core/batch", &bearer, "application/json"), serde_json::json!({"batch": items}).to_string().into_bytes())
+                        }
+                        5 => ("duplicate", post("/v1/core/track", &bearer, "application/json"), track(&format!("ka-{}", i - 5), "u", now).to_string().into_bytes()),
+                        6 => ("conflict", post("/v1/core/track", &bearer, "application/json"), track(&format!("ka-{}", i - 6), "other", now).to_string().into_bytes()),
+                        7 => ("bad json", post("/v1/core/track", &bearer, "application/json"), b"{\"event\": ".to_vec()),
+                        8 => ("invalid", post("/v1/core/track", &bearer, "application/json"), b"{\"event\": \"\", \"idempotency_key\": \"x\"}".to_vec()),
+                        9 => ("no key", post("/v1/core/track", "", "application/json"), event.into_bytes()),
+                        10 => ("wrong key", post("/v1/core/track", "authorization: Bearer fsk_nope\r\n", "application/json"), event.into_bytes()),
+                        11 => ("media type", post("/v1/core/track", &bearer, "text/plain"), event.into_bytes()),
+                        12 => ("read", format!("GET /v1/core/events?from={from}&to={to}&limit=5 HTTP/1.1\r\n{bearer}host: fastack"), Vec::new()),
+                        13 => ("unknown path", post("/v1/core/nope", &bearer, "application/json"), event.into_bytes()),
+                        14 if i % 64 == 14 => ("oversized", post("/v1/core/track", &bearer, "application/json"), vec![b' '; 4 * 1024 * 1024 + 10]),
+                        _ => ("identify", post("/v1/core/identify", &bearer, "application/json"), serde_json::json!({"user_id": "u", "traits": {"plan": "pro"}, "occurred_at": now.to_rfc3339(), "idempotency_key": k}).to_string().into_bytes()),
+                    };
+                    match conn.send(&head, &body, split).await {
+                        Reply::Answered { status, close } => {
+                            *statuses.entry(status).or_default() += 1;
+                            if close {
+                                closes += 1;
+                                closed_after.insert(format!("{what} {status}"));
+                            }
+                        }
+                        Reply::Unanswered(why) => lost.push(format!("request {i} ({what}): {why}")),
+                    }
+                }
+                (statuses, lost, conn.opened, (closes, closed_after))
+            })
+        })
+        .collect();
+    let mut statuses: HashMap<u16, usize> = HashMap::new();
+    let mut lost = Vec::new();
+    let mut opened = 0;
+    let mut closes = 0;
+    let mut closed_after = HashSet::new();
+    for t in tasks {
+        let (s, l, o, (c, after)) = t.await.unwrap();
+        closes += c;
+        closed_after.extend(after);
+        for (k, v) in s {
+            *statuses.entry(k).or_default() += v;
+        }
+        lost.extend(l);
+        opened += o;
+    }
+    println!(
+        "kept-alive requests: {statuses:?}; {opened} connections opened, {closes} closed with \
+         `Connection: close` (after {closed_after:?}); unanswered: {}",
+        lost.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} requests unanswered: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert_eq!(statuses.values().sum::<usize>(), REQUESTS);
+    assert!(statuses.keys().all(|s| *s < 500), "{statuses:?}");
+    app.cleanup().await;
+}
+
+crate::on_both_backends!(every_kept_alive_request_is_answered);
