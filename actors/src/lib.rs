@@ -20,6 +20,7 @@
 //! shared state without a message round trip and submits rows to the group
 //! commit.
 
+pub mod clock_watch;
 pub mod context;
 pub mod endpoint_worker;
 pub mod error;

@@ -173,7 +173,7 @@ impl ProcessorActor {
         ctx.metrics
             .events_processed
             .inc_by(out.appended.len() as u64);
-        let done = chrono::Utc::now();
+        let done = ctx.now();
         for received in &out.received {
             let lag = (done - *received).num_microseconds().unwrap_or(0).max(0);
             ctx.metrics

@@ -12,6 +12,7 @@ use tracing::{error, warn};
 
 use crate::{
     SHUTDOWN_WAIT,
+    clock_watch::ClockWatch,
     context::Ctx,
     ingest_writer::{IngestWriterActor, IngestWriterArgs},
     job_runner::{JobRunnerActor, JobRunnerArgs},
@@ -86,6 +87,7 @@ pub fn children(ctx: &Ctx) -> Vec<ChildSpec> {
         PeriodicActor::child(Repairer),
         PeriodicActor::child(PartitionManager),
         PeriodicActor::child(PlanRefresher),
+        PeriodicActor::child(ClockWatch),
         ChildSpec::new("webhook_dispatcher", |ctx| {
             Some((WebhookDispatcherActor, WebhookDispatcherArgs { ctx }))
         }),

@@ -155,8 +155,10 @@ async fn connection(
             ));
             let unread = Tracked::install(&mut req, declared);
             let mut resp = app.get_response(req).await;
+            // A body that timed out (408) is not waited for again.
+            let timed_out = resp.status() == poem::http::StatusCode::REQUEST_TIMEOUT;
             if let Some(unread) = unread
-                && !finish_body(&unread, declared).await
+                && (timed_out || !finish_body(&unread, declared).await)
             {
                 resp.headers_mut().insert(
                     poem::http::header::CONNECTION,

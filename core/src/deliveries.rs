@@ -234,7 +234,11 @@ pub(crate) async fn fan_out(tx: &mut Tx<'_>, events: &[Outgoing<'_>], now: Time)
 /// Fans out outbox rows owed to the fan-out (left by an earlier release,
 /// before the fan-out moved into the transaction that writes the event).
 /// Relaxed: a fan-out lost to a crash is made again with the same ids.
-pub async fn fan_out_rows(store: &dyn Storage, rows: &[OutboxRow]) -> Result<usize> {
+pub async fn fan_out_rows(
+    store: &dyn Storage,
+    rows: &[OutboxRow],
+    now: DateTime<Utc>,
+) -> Result<usize> {
     let events: Vec<Outgoing<'_>> = rows
         .iter()
         .map(|r| Outgoing {
@@ -246,7 +250,7 @@ pub async fn fan_out_rows(store: &dyn Storage, rows: &[OutboxRow]) -> Result<usi
         })
         .collect();
     let mut tx = store.records().begin_relaxed().await?;
-    let n = fan_out(&mut tx, &events, Time(Utc::now())).await?;
+    let n = fan_out(&mut tx, &events, Time(now)).await?;
     tx.commit().await?;
     Ok(n)
 }

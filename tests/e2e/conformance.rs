@@ -1463,7 +1463,7 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
             created_at: d.created_at,
         })
         .collect();
-    fastack_core::deliveries::fan_out_rows(store.as_ref(), &owed)
+    fastack_core::deliveries::fan_out_rows(store.as_ref(), &owed, now())
         .await
         .unwrap();
     let listed = store

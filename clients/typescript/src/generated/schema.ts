@@ -788,9 +788,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -911,9 +913,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1031,9 +1035,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1114,9 +1120,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1184,9 +1192,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1256,9 +1266,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1340,9 +1352,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1518,9 +1532,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1590,9 +1606,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1665,9 +1683,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1747,9 +1767,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Temporarily unavailable (`unavailable`); nothing was accepted, retry */
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
                     [name: string]: unknown;
                 };
                 content: {
