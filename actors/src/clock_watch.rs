@@ -1,4 +1,4 @@
-//! The clock watch (a [`Periodic`] round every 10 s): warns while the
+//! The clock watch (a [`Periodic`] round every second): warns while the
 //! machine's wall clock has moved away from the node's clock (the wall
 //! clock at start advanced by the monotonic clock, `fastack_core::clock`).
 //! The node keeps its own time through a step; an operator who corrected
@@ -23,7 +23,8 @@ impl Periodic for ClockWatch {
     const NAME: &'static str = "clock_watch";
 
     fn every(&self, _ctx: &Ctx) -> Duration {
-        Duration::from_secs(10)
+        // Two clock reads: cheap; repeated warnings are counted by the log.
+        Duration::from_secs(1)
     }
 
     async fn run(&mut self, ctx: &Ctx) -> Result<(), ActorProcessingErr> {

@@ -754,3 +754,247 @@ async fn every_kept_alive_request_is_answered(app: crate::helpers::TestApp) {
 }
 
 crate::on_both_backends!(every_kept_alive_request_is_answered);
+
+/// libfaketime's multi-threaded library (Debian's `faketime` package).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Requests sent back to back with one key; how many were accepted and how
+/// many refused with 429.
+async fn burst(http: &reqwest::Client, addr: SocketAddr, key: &str, tag: &str) -> (usize, usize) {
+    let now = Utc::now();
+    let sends = (0..100).map(|i| {
+        let body = track(&format!("burst-{tag}-{i}"), "u", now);
+        async move {
+            http.post(format!("http://{addr}/v1/core/track"))
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }
+    });
+    let statuses = futures::future::join_all(sends).await;
+    (
+        statuses.iter().filter(|s| **s == 202).count(),
+        statuses.iter().filter(|s| **s == 429).count(),
+    )
+}
+
+/// The node's wall clock (libfaketime) steps an hour ahead under load, then
+/// back: accepts go on, leases keep their length (PostgreSQL), a key's rate
+/// limit neither locks out nor opens up, a webhook retry due 2 s after a
+/// failed attempt made before the step back comes 2 s later (not an hour),
+/// every accepted event is readable once in the month of its
+/// `occurred_at`, and no received time lies in the future.
+async fn stepped_wall_clock(backend: Backend) {
+    if !std::path::Path::new(LIBFAKETIME).exists() {
+        assert!(
+            !crate::helpers::services_required(),
+            "{LIBFAKETIME} is missing: apt-get install faketime"
+        );
+        eprintln!("skipped: {LIBFAKETIME} is missing (apt-get install faketime)");
+        return;
+    }
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store().await;
+    let loaded = make_tenant(&store, "step-load", Plan::Enterprise, None).await;
+    let limited = make_tenant(&store, "step-limited", Plan::Enterprise, Some(20)).await;
+    let probe = make_tenant(&store, "step-probe", Plan::Enterprise, None).await;
+    let receiver = Receiver::start(&[]).await;
+    admin::add_webhook(
+        store.as_ref(),
+        &Keys::load(&db.config()).expect("keys"),
+        probe.tenant.id,
+        &receiver.url(),
+        Some("core.event.tracked"),
+        true,
+    )
+    .await
+    .expect("endpoint");
+    drop(store);
+    let offset = db.dir.path().join("faketime");
+    std::fs::write(&offset, "+0").unwrap();
+    let offset_path = offset.display().to_string();
+    let node = Node::start(
+        &db,
+        &[
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", offset_path.as_str()),
+            ("FAKETIME_CACHE_DURATION", "1"),
+            // A step moves the wall clock only, as on a real machine.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true"),
+            ("FASTACK_LEASE_TTL_MS", "5000"),
+        ],
+    )
+    .await;
+    let addr = node.addr;
+    let http = reqwest::Client::new();
+    let load = Load::start(addr, std::slice::from_ref(&loaded), 8, "step");
+    let before = burst(&http, addr, &limited.key, "before").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // An hour ahead: the machine's clock, as the node's HTTP `date` header
+    // shows it, is an hour ahead; the node keeps its own time.
+    std::fs::write(&offset, "+1h").unwrap();
+    eventually(
+        "the node's wall clock an hour ahead",
+        Duration::from_secs(30),
+        || async {
+            let r = http
+                .get(format!("http://{addr}/healthz"))
+                .send()
+                .await
+                .ok()?;
+            let date = r.headers().get("date")?.to_str().ok()?;
+            let date = chrono::DateTime::parse_from_rfc2822(date).ok()?;
+            (date.with_timezone(&Utc) > Utc::now() + chrono::Duration::minutes(50)).then_some(())
+        },
+    )
+    .await;
+    let ahead = burst(&http, addr, &limited.key, "ahead").await;
+    let lease_left = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, f64>(
+            "SELECT extract(epoch FROM max(expires_at) - now())::float8 FROM tenant_leases",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let pool = match backend {
+        Backend::Postgres => Some(db.pg_pool().await),
+        Backend::Sqlite => None,
+    };
+    if let Some(pool) = &pool {
+        let left = lease_left(pool.clone()).await;
+        assert!(
+            left <= 6.0,
+            "a lease runs {left} s ahead of the database's clock"
+        );
+    }
+    // The node says its wall clock moved (its clock watch looks every second).
+    eventually(
+        "the clock watch's warning",
+        Duration::from_secs(20),
+        || async {
+            node.log
+                .lock()
+                .iter()
+                .any(|l| l.contains("wall clock moved") && l.contains("drift_ms=36"))
+                .then_some(())
+        },
+    )
+    .await;
+    // A webhook attempt fails an hour "ahead"; its retry is due 2 s later.
+    receiver.script(&[crate::webhooks::Reply::Status(500)]);
+    let (probe_id, _) = retry_until_accepted(
+        &http,
+        addr,
+        &probe.key,
+        &track("step-probe", "u", Utc::now()),
+    )
+    .await;
+    receiver.wait_hits(1, Duration::from_secs(20)).await;
+
+    // And back.
+    std::fs::write(&offset, "+0").unwrap();
+    let hits = receiver.wait_hits(2, Duration::from_secs(30)).await;
+    let gap = hits[1].at - hits[0].at;
+    assert!(
+        hits.iter()
+            .all(|h| String::from_utf8_lossy(&h.body).contains(&probe_id)),
+        "the probe's deliveries"
+    );
+    assert!(
+        gap >= Duration::from_millis(1_500) && gap < Duration::from_secs(8),
+        "the retry came {gap:?} after the failed attempt"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = burst(&http, addr, &limited.key, "after").await;
+    if let Some(pool) = &pool {
+        let left = lease_left(pool.clone()).await;
+        assert!(left > 0.0 && left <= 6.0, "lease {left} s from expiry");
+    }
+    let sent = load.finish().await;
+    println!(
+        "stepped clock ({backend:?}): {} requests {:?}; key limited to 20/s, 100 back to back \
+         (accepted, refused): before {before:?}, an hour ahead {ahead:?}, back {after:?}; \
+         webhook retry {gap:?} after the failed attempt",
+        sent.len(),
+        tally(&sent)
+    );
+    for (phase, (ok, refused)) in [("before", before), ("ahead", ahead), ("after", after)] {
+        assert!(
+            (15..=80).contains(&ok) && refused > 0,
+            "{phase}: {ok} accepted, {refused} refused"
+        );
+    }
+    assert!(sent.iter().all(|s| s.status == 202), "{:?}", tally(&sent));
+
+    // Every accepted event readable once, none received "in the future".
+    let now = Utc::now();
+    let from = urlenc(&(now - chrono::Duration::days(1)).to_rfc3339());
+    let to = urlenc(&(now + chrono::Duration::days(1)).to_rfc3339());
+    let accepted: HashSet<&str> = sent.iter().filter_map(|s| s.id.as_deref()).collect();
+    let events = eventually(
+        "every accepted event readable",
+        Duration::from_secs(60),
+        || async {
+            let mut all = Vec::new();
+            let mut cursor = String::new();
+            loop {
+                let r = http
+                    .get(format!(
+                        "http://{addr}/v1/core/events?from={from}&to={to}&limit=1000{cursor}"
+                    ))
+                    .bearer_auth(&loaded.key)
+                    .send()
+                    .await
+                    .ok()?;
+                let v: Value = r.json().await.ok()?;
+                all.extend(v["events"].as_array()?.iter().cloned());
+                match v["next_cursor"].as_str() {
+                    Some(c) => cursor = format!("&cursor={c}"),
+                    None => break,
+                }
+            }
+            (all.len() >= accepted.len()).then_some(all)
+        },
+    )
+    .await;
+    let ids: HashSet<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), events.len(), "an event read twice");
+    assert_eq!(ids, accepted, "the events read are the events accepted");
+    let latest = events
+        .iter()
+        .map(|e| {
+            e["received_at"]
+                .as_str()
+                .unwrap()
+                .parse::<chrono::DateTime<Utc>>()
+                .unwrap()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        latest <= Utc::now(),
+        "an event received in the future: {latest}"
+    );
+    drop(node);
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
+async fn stepped_wall_clock_sqlite() {
+    stepped_wall_clock(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
+async fn stepped_wall_clock_postgres() {
+    stepped_wall_clock(Backend::Postgres).await;
+}
