@@ -44,6 +44,11 @@ pub struct Authed {
     pub gate_time: Duration,
 }
 
+/// Longest wait for the answer (its head: a download streams on) of a
+/// `/v1/` request other than `track`, `identify` and `batch`: a read waits
+/// out a slow database, but not an outage (then `503`).
+pub const OTHER_ANSWER_WAIT: Duration = Duration::from_secs(30);
+
 /// What the answer budget keeps back for the answer itself: the accept
 /// path's deadline is this much before the budget's end.
 pub const ANSWER_MARGIN: Duration = Duration::from_millis(150);
@@ -205,12 +210,27 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
         attach(&mut resp, &decision);
         return Ok(resp);
     }
+    let ingest = matches!(
+        req.uri().path(),
+        "/v1/core/track" | "/v1/core/identify" | "/v1/core/batch"
+    );
     req.extensions_mut().insert(Authed {
         principal,
         shared,
         gate_time: arrived.elapsed(),
     });
-    let mut resp = match next.call(req).await {
+    let answered = if ingest {
+        // Bounded inside, where the budget can keep the store from
+        // committing late (`ingest::accept`).
+        next.call(req).await
+    } else {
+        tokio::time::timeout(OTHER_ANSWER_WAIT, next.call(req))
+            .await
+            .unwrap_or_else(|_| {
+                Err(ApiError::from(fastack_core::Error::Deadline("the database")).into())
+            })
+    };
+    let mut resp = match answered {
         Ok(r) => r.into_response(),
         Err(e) => to_problem(e),
     };

@@ -11,6 +11,7 @@
 use std::{
     collections::{HashMap, HashSet},
     net::SocketAddr,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -997,4 +998,235 @@ async fn stepped_wall_clock_sqlite() {
 #[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
 async fn stepped_wall_clock_postgres() {
     stepped_wall_clock(Backend::Postgres).await;
+}
+
+/// Where the load balancer of the rolling upgrade sends requests, and what
+/// each address runs.
+#[derive(Clone, Default)]
+struct Balancer {
+    nodes: Arc<parking_lot::RwLock<Vec<(SocketAddr, &'static str)>>>,
+}
+
+impl Balancer {
+    fn pick(&self, n: usize) -> Option<(SocketAddr, &'static str)> {
+        let nodes = self.nodes.read();
+        (!nodes.is_empty()).then(|| nodes[n % nodes.len()])
+    }
+
+    fn add(&self, addr: SocketAddr, release: &'static str) {
+        self.nodes.write().push((addr, release));
+    }
+
+    fn remove(&self, addr: SocketAddr) {
+        self.nodes.write().retain(|(a, _)| *a != addr);
+    }
+}
+
+/// One request of the rolling upgrade's load.
+struct Routed {
+    release: &'static str,
+    addr: SocketAddr,
+    key: String,
+    status: u16,
+    id: Option<String>,
+}
+
+/// Three nodes of the previous release (built by
+/// `tests/rolling/build-previous.sh`, given as `FASTACK_PREVIOUS_BIN`) on one
+/// PostgreSQL under a load spread over them; each is taken out of the
+/// balancer, stopped with SIGTERM and replaced by this build, in turn, with
+/// an export created while old and new nodes run side by side. Nothing is
+/// unanswered but requests already on their way to a node being stopped,
+/// nothing is lost or doubled, the export completes, and old and new nodes
+/// both accept while both run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
+async fn rolling_upgrade() {
+    let Some(previous) = std::env::var_os("FASTACK_PREVIOUS_BIN") else {
+        assert!(
+            !crate::helpers::services_required(),
+            "FASTACK_PREVIOUS_BIN is not set (tests/rolling/build-previous.sh builds it)"
+        );
+        eprintln!("skipped: FASTACK_PREVIOUS_BIN is not set");
+        return;
+    };
+    let previous = std::path::PathBuf::from(previous);
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let extra = [("FASTACK_LEASE_TTL_MS", "3000")];
+    let env = Node::env(&db, &extra);
+    // The old release creates the schema; the tenants are written through
+    // this build's storage (the same tables).
+    let mut nodes = vec![Node::start_bin(&previous, env.clone()).await];
+    let store = db.store().await;
+    let tenants = [
+        make_tenant(&store, "roll-a", Plan::Enterprise, None).await,
+        make_tenant(&store, "roll-b", Plan::Enterprise, None).await,
+    ];
+    drop(store);
+    for _ in 0..2 {
+        nodes.push(Node::start_bin(&previous, env.clone()).await);
+    }
+    let balancer = Balancer::default();
+    for n in &nodes {
+        balancer.add(n.addr, "old");
+    }
+
+    let (stop, stopped) = watch::channel(false);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let now = Utc::now();
+    let clients: Vec<JoinHandle<Vec<Routed>>> = (0..12)
+        .map(|c| {
+            let (http, balancer, stopped) = (http.clone(), balancer.clone(), stopped.clone());
+            let api_key = tenants[c % 2].key.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                let mut n = c;
+                while !*stopped.borrow() {
+                    n += 1;
+                    let Some((addr, release)) = balancer.pick(n) else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    let key = format!("roll-{c}-{n}");
+                    let resp = http
+                        .post(format!("http://{addr}/v1/core/track"))
+                        .bearer_auth(&api_key)
+                        .json(&track(&key, &format!("u{}", n % 20), now))
+                        .send()
+                        .await;
+                    let (status, id) = match resp {
+                        Ok(r) => {
+                            let status = r.status().as_u16();
+                            let v: Value = r.json().await.unwrap_or(Value::Null);
+                            (status, v["id"].as_str().map(str::to_owned))
+                        }
+                        Err(_) => (0, None),
+                    };
+                    out.push(Routed {
+                        release,
+                        addr,
+                        key,
+                        status,
+                        id,
+                    });
+                }
+                out
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let mut job = None;
+    let mut replaced = Vec::new();
+    for i in 0..3 {
+        let old = nodes.remove(0);
+        let addr = old.addr;
+        balancer.remove(addr);
+        let status = old.terminate().await;
+        assert!(status.success(), "the old node stopped with {status}");
+        replaced.push(addr);
+        let new = Node::start_with(env.clone()).await;
+        balancer.add(new.addr, "new");
+        if i == 0 {
+            // Old and new side by side: an export created on the new node,
+            // run by whichever node's runner claims it.
+            let r = http
+                .post(format!("http://{}/v1/core/exports", new.addr))
+                .bearer_auth(&tenants[0].key)
+                .json(&serde_json::json!({
+                    "from": (now - chrono::Duration::hours(1)).to_rfc3339(),
+                    "to": (now + chrono::Duration::hours(1)).to_rfc3339(),
+                }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 202);
+            let v: Value = r.json().await.unwrap();
+            job = Some(v["job_id"].as_str().unwrap().to_owned());
+        }
+        nodes.push(new);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    stop.send_replace(true);
+    let mut sent = Vec::new();
+    for c in clients {
+        sent.extend(c.await.unwrap());
+    }
+
+    // Answers: only requests on their way to a node being stopped may have
+    // none; old and new nodes both accepted while both ran.
+    let unanswered: Vec<&Routed> = sent.iter().filter(|r| r.status == 0).collect();
+    let elsewhere = unanswered
+        .iter()
+        .filter(|r| !replaced.contains(&r.addr))
+        .count();
+    let mut by: HashMap<(&str, u16), usize> = HashMap::new();
+    for r in &sent {
+        *by.entry((r.release, r.status)).or_default() += 1;
+    }
+    println!(
+        "rolling upgrade: {} requests {by:?}; {} unanswered, all on the stopped nodes' \
+         connections",
+        sent.len(),
+        unanswered.len()
+    );
+    assert_eq!(elsewhere, 0, "requests to running nodes went unanswered");
+    assert!(by.get(&("old", 202)).is_some_and(|n| *n > 0));
+    assert!(by.get(&("new", 202)).is_some_and(|n| *n > 0));
+    for ((_, status), n) in &by {
+        assert!(matches!(status, 0 | 202), "{n} answers {status}: {by:?}");
+    }
+
+    // The export completed.
+    let job = job.unwrap();
+    let addr = nodes[0].addr;
+    let doc: Value = eventually("the export ends", Duration::from_secs(60), || async {
+        let v: Value = http
+            .get(format!("http://{addr}/v1/core/jobs/{job}"))
+            .bearer_auth(&tenants[0].key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        matches!(v["status"].as_str(), Some("completed" | "failed")).then_some(v)
+    })
+    .await;
+    assert_eq!(doc["status"], "completed", "{doc}");
+
+    // Nothing lost or doubled.
+    let pool = db.pg_pool().await;
+    eventually("the inbox drained", Duration::from_secs(60), || async {
+        (inbox_rows(&pool).await == 0).then_some(())
+    })
+    .await;
+    let mut stored_total = 0;
+    for (i, t) in tenants.iter().enumerate() {
+        let (keys, ids) = stored(&pool, t).await;
+        let unique: HashSet<&uuid::Uuid> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "an event stored twice");
+        assert_eq!(ids.len(), keys.len(), "every recorded key has one event");
+        let prefix = |k: &str| {
+            k.split('-')
+                .nth(1)
+                .and_then(|c| c.parse::<usize>().ok())
+                .is_some_and(|c| c % 2 == i)
+        };
+        for r in sent.iter().filter(|r| r.status == 202 && prefix(&r.key)) {
+            let id: uuid::Uuid = r.id.as_deref().unwrap().parse().unwrap();
+            assert!(unique.contains(&id), "accepted event {} lost", r.key);
+        }
+        stored_total += ids.len();
+    }
+    println!(
+        "rolling upgrade: {stored_total} events stored, none lost or doubled; export completed"
+    );
+    drop(nodes);
+    db.drop_db().await;
 }

@@ -519,20 +519,47 @@ impl Node {
     /// Starts the binary with the database's environment plus `extra`, and
     /// waits until it listens.
     pub async fn start(db: &TestDb, extra: &[(&str, &str)]) -> Node {
+        Node::start_with(Node::env(db, extra)).await
+    }
+
+    /// A node's environment on `db`, plus `extra`.
+    pub fn env(db: &TestDb, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = vec![
             ("FASTACK_LISTEN".into(), "127.0.0.1:0".into()),
             ("FASTACK_POLL_INTERVAL_MS".into(), "200".into()),
         ];
         env.extend(db.env());
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        Node::start_with(env).await
+        env
+    }
+
+    /// Stops the node as an orchestrator does (SIGTERM: it stops accepting,
+    /// finishes its requests and releases its leases) and waits for it.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("a running node").to_string();
+        let sent = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .expect("kill -TERM");
+        assert!(sent.success());
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the node stops within 30 s")
+            .expect("wait for the node")
     }
 
     /// Starts the binary with exactly `env` (and `PATH`), and waits until it
     /// listens.
     pub async fn start_with(env: Vec<(String, String)>) -> Node {
+        Node::start_bin(&bin_path(), env).await
+    }
+
+    /// Starts the fastack binary at `bin` (another release's) with exactly
+    /// `env` (and `PATH`), and waits until it listens.
+    pub async fn start_bin(bin: &std::path::Path, env: Vec<(String, String)>) -> Node {
         use tokio::io::{AsyncBufReadExt, BufReader};
-        let mut cmd = tokio::process::Command::new(bin_path());
+        let mut cmd = tokio::process::Command::new(bin);
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
