@@ -984,6 +984,8 @@ async fn stepped_wall_clock(backend: Backend) {
         latest <= Utc::now(),
         "an event received in the future: {latest}"
     );
+    let bad = bad_log_lines(&node.log.lock());
+    assert!(bad.is_empty(), "log lines break the rules: {bad:?}");
     drop(node);
     db.drop_db().await;
 }
@@ -1227,6 +1229,10 @@ async fn rolling_upgrade() {
     println!(
         "rolling upgrade: {stored_total} events stored, none lost or doubled; export completed"
     );
+    for n in &nodes {
+        let bad = bad_log_lines(&n.log.lock());
+        assert!(bad.is_empty(), "a new node's log breaks the rules: {bad:?}");
+    }
     drop(nodes);
     db.drop_db().await;
 }
