@@ -204,7 +204,7 @@ fn log_summary(log: &[String]) -> Vec<(String, usize)> {
         *by.entry(message.chars().take(100).collect()).or_default() += 1;
     }
     let mut by: Vec<(String, usize)> = by.into_iter().collect();
-    by.sort_by(|a, b| b.1.cmp(&a.1));
+    by.sort_by_key(|b| std::cmp::Reverse(b.1));
     by
 }
 
@@ -285,15 +285,27 @@ async fn flapping_database_link() {
 
     let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap()).await;
     let url = pg_url_through(&proxy, db.pg_name.as_deref().unwrap());
+    // Events stream to RabbitMQ too (the outbox relay), on exchanges of
+    // this test's own.
+    let names = crate::amqp::Names {
+        job: format!("{}.job.events", db.redis_prefix),
+        core: format!("{}.core.events", db.redis_prefix),
+    };
+    let amqp = crate::helpers::amqp_url();
     let node = Node::start(
         &db,
         &[
             ("FASTACK_DATABASE_URL", url.as_str()),
             ("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true"),
             ("FASTACK_LEASE_TTL_MS", "5000"),
+            ("FASTACK_AMQP_URL", amqp.as_str()),
+            ("FASTACK_CLOUDEVENTS_SOURCE", crate::amqp::SOURCE),
+            ("FASTACK_JOB_EVENTS_EXCHANGE", names.job.as_str()),
+            ("FASTACK_CORE_EVENTS_EXCHANGE", names.core.as_str()),
         ],
     )
     .await;
+    let mut stream = crate::amqp::consumer(&names.core, &["core.event.tracked"]).await;
     let addr = node.addr;
     let http = reqwest::Client::new();
 
@@ -365,6 +377,21 @@ async fn flapping_database_link() {
     )
     .await;
     let delivered_after = healed.elapsed();
+    // The outbox relay streams it.
+    let mut streamed: HashMap<String, usize> = HashMap::new();
+    let probe_streamed = loop {
+        assert!(
+            healed.elapsed() < Duration::from_secs(60),
+            "the probe event was not streamed"
+        );
+        if let Some(m) = stream.next(Duration::from_millis(200)).await {
+            let subject = m.header("ce-subject");
+            *streamed.entry(subject.clone()).or_default() += 1;
+            if subject == probe_id {
+                break healed.elapsed();
+            }
+        }
+    };
     tokio::time::sleep(Duration::from_secs(5)).await;
     let sent = load.finish().await;
     let ended = Instant::now();
@@ -382,7 +409,7 @@ async fn flapping_database_link() {
     println!(
         "flapping link: {} requests in {:.0} s: {:?}; slowest answer: normal {:?}, 50 ms latency {:?}, \
          resets {:?}, blackhole {:?}, after {:?}; recovery after the blackhole: 202 in {:?}, \
-         readable in {:?}, webhook delivered in {:?}",
+         readable in {:?}, webhook delivered in {:?}, streamed to RabbitMQ in {:?}",
         sent.len(),
         (ended - began).as_secs_f64(),
         by,
@@ -394,6 +421,7 @@ async fn flapping_database_link() {
         accepted_after,
         readable_after,
         delivered_after,
+        probe_streamed,
     );
     assert!(
         unanswered.is_empty(),
@@ -413,7 +441,12 @@ async fn flapping_database_link() {
         "the blackhole refused nothing"
     );
     let ten = Duration::from_secs(10);
-    assert!(accepted_after < ten && readable_after < ten && delivered_after < ten);
+    assert!(
+        accepted_after < ten
+            && readable_after < ten
+            && delivered_after < ten
+            && probe_streamed < ten
+    );
 
     // Nothing answered 202 is lost or doubled; a 503 stored nothing unless
     // its commit landed as the link broke (resolved by the retry below).
@@ -471,6 +504,35 @@ async fn flapping_database_link() {
          {ambiguous} had been stored as the link broke (their retry answered `duplicate`)",
         refused.len()
     );
+
+    // Every accepted event streamed (a relay's retry may send one twice:
+    // consumers deduplicate on `ce-id`).
+    let wanted: HashSet<String> = sent
+        .iter()
+        .filter(|s| s.status == 202)
+        .filter_map(|s| s.id.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !wanted.iter().all(|id| streamed.contains_key(id)) {
+        assert!(
+            Instant::now() < deadline,
+            "{} accepted events never streamed",
+            wanted
+                .iter()
+                .filter(|id| !streamed.contains_key(*id))
+                .count()
+        );
+        if let Some(m) = stream.next(Duration::from_millis(500)).await {
+            *streamed.entry(m.header("ce-subject")).or_default() += 1;
+        }
+    }
+    let twice = streamed.values().filter(|n| **n > 1).count();
+    println!(
+        "flapping link: every accepted event streamed to RabbitMQ; {twice} of {} delivered \
+         more than once (same ce-id)",
+        streamed.len()
+    );
+    crate::amqp::delete_exchanges(&names).await;
 
     // The log: no payloads, no long lines, repeated warnings counted.
     let log = node.log.lock().clone();
