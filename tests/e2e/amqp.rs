@@ -7,11 +7,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Arc,
     time::Duration,
 };
 
@@ -24,7 +20,7 @@ use lapin::{
     types::FieldTable,
 };
 use serde_json::{Value, json};
-use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
+use tokio::sync::mpsc;
 
 use crate::helpers::{
     Backend, S3Bucket, TestApp, TestDb, amqp_url, bin_path, eventually, services_required,
@@ -157,72 +153,6 @@ pub async fn delete_exchanges(names: &Names) {
                 .await;
         }
         let _ = conn.close(200, "done".into()).await;
-    }
-}
-
-/// A TCP proxy in front of RabbitMQ that a test can cut and restore.
-pub struct Proxy {
-    pub addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    conns: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
-    accept: JoinHandle<()>,
-}
-
-impl Proxy {
-    pub async fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let up = Arc::new(AtomicBool::new(true));
-        let conns: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (u, c) = (up.clone(), conns.clone());
-        let accept = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if !u.load(Ordering::SeqCst) {
-                    drop(inbound);
-                    continue;
-                }
-                let task = tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                c.lock().push(task);
-            }
-        });
-        Proxy {
-            addr,
-            up,
-            conns,
-            accept,
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("amqp://guest:guest@{}/%2f", self.addr)
-    }
-
-    /// The broker "goes away": open connections die, new ones are refused.
-    pub fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for t in self.conns.lock().drain(..) {
-            t.abort();
-        }
-    }
-
-    pub fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        for t in self.conns.lock().drain(..) {
-            t.abort();
-        }
     }
 }
 
@@ -606,8 +536,8 @@ async fn broker_outage_delays_but_loses_nothing() {
     if !rabbit_reachable().await {
         return;
     }
-    let proxy = Proxy::start("127.0.0.1:5672".parse().unwrap()).await;
-    let Some((app, names)) = streaming_app(Backend::Postgres, Some(proxy.url()), |_| {}).await
+    let proxy = crate::netfault::Proxy::start("127.0.0.1:5672".parse().unwrap()).await;
+    let Some((app, names)) = streaming_app(Backend::Postgres, Some(proxy.amqp_url()), |_| {}).await
     else {
         return;
     };

@@ -1,10 +1,11 @@
-//! A TCP proxy the tests own, put between a node and PostgreSQL to make
-//! the link misbehave on demand: added latency each way, every connection
-//! reset at once (RST, as when a middlebox or the server drops them), or
-//! a blackhole — nothing crosses in either direction and new connections
-//! are accepted but go nowhere, until it is lifted; what was held then
-//! flows on, as a TCP peer's retransmissions would deliver it once a
-//! partition heals.
+//! A TCP proxy the tests own, put between a node and a dependency
+//! (PostgreSQL, RabbitMQ) to make the link misbehave on demand: added
+//! latency each way, every connection reset at once (RST, as when a
+//! middlebox or the server drops them), a blackhole — nothing crosses in
+//! either direction and new connections are accepted but go nowhere, until
+//! it is lifted; what was held then flows on, as a TCP peer's
+//! retransmissions would deliver it once a partition heals — or the
+//! dependency gone (connections reset, new ones refused).
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -26,6 +27,8 @@ struct Mode {
     blackhole: bool,
     /// Bumped to reset every open connection.
     resets: u64,
+    /// New connections are closed at once.
+    refuse: bool,
 }
 
 pub struct Proxy {
@@ -60,6 +63,24 @@ impl Proxy {
     pub fn blackhole(&self, on: bool) {
         self.mode.send_modify(|m| m.blackhole = on);
     }
+
+    /// The dependency "goes away": open connections are reset, new ones
+    /// refused, until [`Proxy::restore`].
+    pub fn cut(&self) {
+        self.mode.send_modify(|m| {
+            m.refuse = true;
+            m.resets += 1;
+        });
+    }
+
+    pub fn restore(&self) {
+        self.mode.send_modify(|m| m.refuse = false);
+    }
+
+    /// The proxy's address as an AMQP URL (RabbitMQ's default account).
+    pub fn amqp_url(&self) -> String {
+        format!("amqp://guest:guest@{}/%2f", self.addr)
+    }
 }
 
 impl Drop for Proxy {
@@ -77,7 +98,14 @@ async fn open(mode: &mut watch::Receiver<Mode>, born: u64) -> bool {
 }
 
 async fn link(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
-    let born = mode.borrow().resets;
+    let (born, refused) = {
+        let m = mode.borrow();
+        (m.resets, m.refuse)
+    };
+    if refused {
+        let _ = client.set_zero_linger();
+        return;
+    }
     // A blackholed link takes the connection and says nothing.
     if !open(&mut mode, born).await {
         let _ = client.set_zero_linger();
