@@ -177,6 +177,82 @@ async fn inbox_rows(pool: &sqlx::PgPool) -> i64 {
         .unwrap()
 }
 
+/// Every event of the tenant with `api_key` that occurred within a day of
+/// now, read through the node's API page by page; `None` if a page failed.
+async fn read_events(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    api_key: &str,
+) -> Option<Vec<Value>> {
+    let now = Utc::now();
+    let from = urlenc(&(now - chrono::Duration::days(1)).to_rfc3339());
+    let to = urlenc(&(now + chrono::Duration::days(1)).to_rfc3339());
+    let mut all = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let v: Value = http
+            .get(format!(
+                "http://{addr}/v1/core/events?from={from}&to={to}&limit=1000{cursor}"
+            ))
+            .bearer_auth(api_key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        all.extend(v["events"].as_array()?.iter().cloned());
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return Some(all),
+        }
+    }
+}
+
+/// Once the inbox is empty, what the database holds for `tenant` must be
+/// every event once: no id twice, one event per recorded key, and every id
+/// of `accepted` among them. Returns the recorded keys.
+async fn check_stored<'a>(
+    pool: &sqlx::PgPool,
+    tenant: &TestTenant,
+    accepted: impl Iterator<Item = &'a Option<String>>,
+) -> (HashSet<String>, usize) {
+    eventually("the inbox drained", Duration::from_secs(120), || async {
+        (inbox_rows(pool).await == 0).then_some(())
+    })
+    .await;
+    let (keys, ids) = stored(pool, tenant).await;
+    let unique: HashSet<&uuid::Uuid> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "an event stored twice");
+    assert_eq!(ids.len(), keys.len(), "every recorded key has one event");
+    for id in accepted {
+        let id: uuid::Uuid = id.as_deref().expect("a 202 has an id").parse().unwrap();
+        assert!(unique.contains(&id), "accepted event {id} lost");
+    }
+    (keys, ids.len())
+}
+
+/// A tenant whose tracked events go to a webhook receiver of the test's.
+async fn probe_tenant(
+    db: &TestDb,
+    store: &fastack_core::store::Store,
+    name: &str,
+) -> (TestTenant, Receiver) {
+    let probe = make_tenant(store, name, Plan::Enterprise, None).await;
+    let receiver = Receiver::start(&[]).await;
+    admin::add_webhook(
+        store.as_ref(),
+        &Keys::load(&db.config()).expect("keys"),
+        probe.tenant.id,
+        &receiver.url(),
+        Some("core.event.tracked"),
+        true,
+    )
+    .await
+    .expect("endpoint");
+    (probe, receiver)
+}
+
 /// Log lines that break the rules: longer than [`MAX_LOG_LINE`], or
 /// carrying an event's body (its properties).
 fn bad_log_lines(log: &[String]) -> Vec<String> {
@@ -206,6 +282,25 @@ fn log_summary(log: &[String]) -> Vec<(String, usize)> {
     let mut by: Vec<(String, usize)> = by.into_iter().collect();
     by.sort_by_key(|b| std::cmp::Reverse(b.1));
     by
+}
+
+/// Checks a node's log against the rules — no line over [`MAX_LOG_LINE`],
+/// none carrying an event's body, a failing group commit counted rather
+/// than written (at most `max_failed` lines) — and describes it.
+fn checked_log(log: &[String], max_failed: usize) -> String {
+    let bad = bad_log_lines(log);
+    assert!(bad.is_empty(), "log lines break the rules: {bad:?}");
+    let failed = count_lines(log, "group commit failed");
+    assert!(
+        failed <= max_failed,
+        "repeated warnings not counted: {failed} lines of `group commit failed`"
+    );
+    let summary = log_summary(log);
+    format!(
+        "{} log lines, {failed} of them `group commit failed`; most written: {:?}",
+        log.len(),
+        &summary[..summary.len().min(6)]
+    )
 }
 
 /// How many lines of the log contain `needle`.
@@ -268,19 +363,7 @@ async fn flapping_database_link() {
     for name in ["flap-a", "flap-b", "flap-c"] {
         tenants.push(make_tenant(&store, name, Plan::Enterprise, None).await);
     }
-    let probe = make_tenant(&store, "flap-probe", Plan::Enterprise, None).await;
-    let receiver = Receiver::start(&[]).await;
-    let keys = Keys::load(&db.config()).expect("keys");
-    admin::add_webhook(
-        store.as_ref(),
-        &keys,
-        probe.tenant.id,
-        &receiver.url(),
-        Some("core.event.tracked"),
-        true,
-    )
-    .await
-    .expect("endpoint");
+    let (probe, receiver) = probe_tenant(&db, &store, "flap-probe").await;
     let pool = db.pg_pool().await;
 
     let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap()).await;
@@ -450,25 +533,14 @@ async fn flapping_database_link() {
 
     // Nothing answered 202 is lost or doubled; a 503 stored nothing unless
     // its commit landed as the link broke (resolved by the retry below).
-    eventually("the inbox drained", Duration::from_secs(120), || async {
-        (inbox_rows(&pool).await == 0).then_some(())
-    })
-    .await;
     let mut ambiguous = 0;
     for (i, t) in tenants.iter().enumerate() {
-        let (keys, ids) = stored(&pool, t).await;
-        let unique: HashSet<&uuid::Uuid> = ids.iter().collect();
-        assert_eq!(unique.len(), ids.len(), "an event stored twice");
-        assert_eq!(ids.len(), keys.len(), "every recorded key has one event");
-        for s in sent.iter().filter(|s| s.tenant == i) {
-            match s.status {
-                202 => {
-                    let id: uuid::Uuid = s.id.as_deref().unwrap().parse().unwrap();
-                    assert!(unique.contains(&id), "accepted event {} lost", s.key);
-                }
-                _ => ambiguous += usize::from(keys.contains(&s.key)),
-            }
-        }
+        let mine = || sent.iter().filter(move |s| s.tenant == i);
+        let (keys, _) =
+            check_stored(&pool, t, mine().filter(|s| s.status == 202).map(|s| &s.id)).await;
+        ambiguous += mine()
+            .filter(|s| s.status != 202 && keys.contains(&s.key))
+            .count();
     }
     // The clients retry what was refused, as the SDKs do, with the same
     // keys: each is then stored exactly once.
@@ -483,21 +555,14 @@ async fn flapping_database_link() {
         duplicates, ambiguous,
         "a retry is a duplicate exactly when its first try was stored"
     );
-    eventually("the retries processed", Duration::from_secs(60), || async {
-        (inbox_rows(&pool).await == 0).then_some(())
-    })
-    .await;
     let mut total = 0;
     for (i, t) in tenants.iter().enumerate() {
-        let (keys, ids) = stored(&pool, t).await;
-        assert_eq!(ids.len(), keys.len());
-        let sent_keys: HashSet<&str> = sent
-            .iter()
-            .filter(|s| s.tenant == i)
-            .map(|s| s.key.as_str())
-            .collect();
+        let mine = || sent.iter().filter(move |s| s.tenant == i);
+        let (keys, stored) =
+            check_stored(&pool, t, mine().filter(|s| s.status == 202).map(|s| &s.id)).await;
+        let sent_keys: HashSet<&str> = mine().map(|s| s.key.as_str()).collect();
         assert_eq!(keys.len(), sent_keys.len(), "every key sent stored once");
-        total += ids.len();
+        total += stored;
     }
     println!(
         "flapping link: {total} events stored, none lost or doubled; {} answered 503, of which \
@@ -535,19 +600,7 @@ async fn flapping_database_link() {
     crate::amqp::delete_exchanges(&names).await;
 
     // The log: no payloads, no long lines, repeated warnings counted.
-    let log = node.log.lock().clone();
-    let bad = bad_log_lines(&log);
-    assert!(bad.is_empty(), "log lines break the rules: {bad:?}");
-    let failed = count_lines(&log, "group commit failed");
-    println!(
-        "flapping link: {} log lines, {failed} of them `group commit failed`; most written: {:?}",
-        log.len(),
-        &log_summary(&log)[..log_summary(&log).len().min(8)]
-    );
-    assert!(
-        failed <= 20,
-        "repeated warnings not rate-limited: {failed} lines"
-    );
+    println!("flapping link: {}", checked_log(&node.log.lock(), 20));
     drop(node);
     db.drop_db().await;
 }
@@ -865,18 +918,7 @@ async fn stepped_wall_clock(backend: Backend) {
     let store = db.store().await;
     let loaded = make_tenant(&store, "step-load", Plan::Enterprise, None).await;
     let limited = make_tenant(&store, "step-limited", Plan::Enterprise, Some(20)).await;
-    let probe = make_tenant(&store, "step-probe", Plan::Enterprise, None).await;
-    let receiver = Receiver::start(&[]).await;
-    admin::add_webhook(
-        store.as_ref(),
-        &Keys::load(&db.config()).expect("keys"),
-        probe.tenant.id,
-        &receiver.url(),
-        Some("core.event.tracked"),
-        true,
-    )
-    .await
-    .expect("endpoint");
+    let (probe, receiver) = probe_tenant(&db, &store, "step-probe").await;
     drop(store);
     let offset = db.dir.path().join("faketime");
     std::fs::write(&offset, "+0").unwrap();
@@ -998,32 +1040,12 @@ async fn stepped_wall_clock(backend: Backend) {
     assert!(sent.iter().all(|s| s.status == 202), "{:?}", tally(&sent));
 
     // Every accepted event readable once, none received "in the future".
-    let now = Utc::now();
-    let from = urlenc(&(now - chrono::Duration::days(1)).to_rfc3339());
-    let to = urlenc(&(now + chrono::Duration::days(1)).to_rfc3339());
     let accepted: HashSet<&str> = sent.iter().filter_map(|s| s.id.as_deref()).collect();
     let events = eventually(
         "every accepted event readable",
         Duration::from_secs(60),
         || async {
-            let mut all = Vec::new();
-            let mut cursor = String::new();
-            loop {
-                let r = http
-                    .get(format!(
-                        "http://{addr}/v1/core/events?from={from}&to={to}&limit=1000{cursor}"
-                    ))
-                    .bearer_auth(&loaded.key)
-                    .send()
-                    .await
-                    .ok()?;
-                let v: Value = r.json().await.ok()?;
-                all.extend(v["events"].as_array()?.iter().cloned());
-                match v["next_cursor"].as_str() {
-                    Some(c) => cursor = format!("&cursor={c}"),
-                    None => break,
-                }
-            }
+            let all = read_events(&http, addr, &loaded.key).await?;
             (all.len() >= accepted.len()).then_some(all)
         },
     )
@@ -1046,8 +1068,10 @@ async fn stepped_wall_clock(backend: Backend) {
         latest <= Utc::now(),
         "an event received in the future: {latest}"
     );
-    let bad = bad_log_lines(&node.log.lock());
-    assert!(bad.is_empty(), "log lines break the rules: {bad:?}");
+    println!(
+        "stepped clock ({backend:?}): {}",
+        checked_log(&node.log.lock(), 0)
+    );
     drop(node);
     db.drop_db().await;
 }
@@ -1157,20 +1181,10 @@ async fn rolling_upgrade() {
                         continue;
                     };
                     let key = format!("roll-{c}-{n}");
-                    let resp = http
-                        .post(format!("http://{addr}/v1/core/track"))
-                        .bearer_auth(&api_key)
-                        .json(&track(&key, &format!("u{}", n % 20), now))
-                        .send()
-                        .await;
-                    let (status, id) = match resp {
-                        Ok(r) => {
-                            let status = r.status().as_u16();
-                            let v: Value = r.json().await.unwrap_or(Value::Null);
-                            (status, v["id"].as_str().map(str::to_owned))
-                        }
-                        Err(_) => (0, None),
-                    };
+                    let body = track(&key, &format!("u{}", n % 20), now);
+                    let Sent {
+                        key, status, id, ..
+                    } = send(&http, addr, &api_key, c % 2, key, body).await;
                     out.push(Routed {
                         release,
                         addr,
@@ -1266,34 +1280,29 @@ async fn rolling_upgrade() {
 
     // Nothing lost or doubled.
     let pool = db.pg_pool().await;
-    eventually("the inbox drained", Duration::from_secs(60), || async {
-        (inbox_rows(&pool).await == 0).then_some(())
-    })
-    .await;
     let mut stored_total = 0;
     for (i, t) in tenants.iter().enumerate() {
-        let (keys, ids) = stored(&pool, t).await;
-        let unique: HashSet<&uuid::Uuid> = ids.iter().collect();
-        assert_eq!(unique.len(), ids.len(), "an event stored twice");
-        assert_eq!(ids.len(), keys.len(), "every recorded key has one event");
-        let prefix = |k: &str| {
+        // Client `c` sent keys `roll-{c}-…` for tenant `c % 2`.
+        let of_tenant = |k: &str| {
             k.split('-')
                 .nth(1)
                 .and_then(|c| c.parse::<usize>().ok())
                 .is_some_and(|c| c % 2 == i)
         };
-        for r in sent.iter().filter(|r| r.status == 202 && prefix(&r.key)) {
-            let id: uuid::Uuid = r.id.as_deref().unwrap().parse().unwrap();
-            assert!(unique.contains(&id), "accepted event {} lost", r.key);
-        }
-        stored_total += ids.len();
+        let accepted = sent
+            .iter()
+            .filter(|r| r.status == 202 && of_tenant(&r.key))
+            .map(|r| &r.id);
+        stored_total += check_stored(&pool, t, accepted).await.1;
     }
     println!(
         "rolling upgrade: {stored_total} events stored, none lost or doubled; export completed"
     );
     for n in &nodes {
-        let bad = bad_log_lines(&n.log.lock());
-        assert!(bad.is_empty(), "a new node's log breaks the rules: {bad:?}");
+        println!(
+            "rolling upgrade, a new node: {}",
+            checked_log(&n.log.lock(), 0)
+        );
     }
     drop(nodes);
     db.drop_db().await;
@@ -1447,38 +1456,15 @@ async fn full_disk_embedded() {
     );
 
     // Every 202 readable once.
-    let now = Utc::now();
-    let from = urlenc(&(now - chrono::Duration::days(1)).to_rfc3339());
-    let to = urlenc(&(now + chrono::Duration::days(1)).to_rfc3339());
-    let read = eventually(
+    let read: Vec<String> = eventually(
         "every accepted event readable",
         Duration::from_secs(60),
         || async {
-            let mut all = Vec::new();
-            let mut cursor = String::new();
-            loop {
-                let v: Value = http
-                    .get(format!(
-                        "http://{addr}/v1/core/events?from={from}&to={to}&limit=1000{cursor}"
-                    ))
-                    .bearer_auth(&tenant.key)
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
-                all.extend(
-                    v["events"]
-                        .as_array()?
-                        .iter()
-                        .map(|e| e["id"].as_str().unwrap().to_owned()),
-                );
-                match v["next_cursor"].as_str() {
-                    Some(c) => cursor = format!("&cursor={c}"),
-                    None => break,
-                }
-            }
+            let all = read_events(&http, addr, &tenant.key).await?;
+            let all: Vec<String> = all
+                .iter()
+                .map(|e| e["id"].as_str().unwrap().to_owned())
+                .collect();
             let ids: HashSet<&str> = all.iter().map(String::as_str).collect();
             accepted.is_subset(&ids).then_some(all)
         },
@@ -1487,24 +1473,13 @@ async fn full_disk_embedded() {
     let unique: HashSet<&String> = read.iter().collect();
     assert_eq!(unique.len(), read.len(), "an event read twice");
 
-    let log = node.log.lock().clone();
-    let bad = bad_log_lines(&log);
-    assert!(bad.is_empty(), "log lines break the rules: {bad:?}");
-    let failed = count_lines(&log, "group commit failed");
     println!(
         "full disk (embedded): {} requests {by:?}; slowest answer while full {slowest_full:?}; \
-         accepting again {back_after:?} after space came back; {} of {} accepted events \
-         readable, none twice; {} log lines, {failed} of them `group commit failed`; \
-         most written: {:?}",
+         accepting again {back_after:?} after space came back; {} accepted events readable, \
+         none twice; {}",
         sent.len(),
         accepted.len(),
-        accepted.len(),
-        log.len(),
-        &log_summary(&log)[..log_summary(&log).len().min(6)]
-    );
-    assert!(
-        failed <= 10,
-        "repeated warnings not rate-limited: {failed} lines"
+        checked_log(&node.log.lock(), 10)
     );
     drop(node);
     drop(disk);
