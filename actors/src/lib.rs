@@ -233,11 +233,18 @@ impl Runtime {
         &self.ctx.objects
     }
 
+    /// The tenant's shared state if its actors run on this node (the
+    /// common case: no wait, see [`Runtime::tenant`]).
+    pub fn running_tenant(&self, tenant: TenantId) -> Option<Arc<TenantShared>> {
+        let shared = self.ctx.tenants.get(&tenant)?;
+        shared.touch();
+        Some(shared.clone())
+    }
+
     /// The tenant's running shared state, starting its actors if needed.
     pub async fn tenant(&self, tenant: &Tenant) -> Result<Arc<TenantShared>> {
-        if let Some(shared) = self.ctx.tenants.get(&tenant.id) {
-            shared.touch();
-            return Ok(shared.clone());
+        if let Some(shared) = self.running_tenant(tenant.id) {
+            return Ok(shared);
         }
         let registry =
             ActorRef::<TenantRegistryMsg>::where_is(registered_name(TENANT_REGISTRY, &self.ctx))

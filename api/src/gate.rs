@@ -172,14 +172,19 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
             "unknown or revoked API key",
         ));
     };
-    let shared = within(deadline, "the tenant's start", async {
-        state
-            .runtime
-            .tenant(&principal.tenant)
-            .await
-            .map_err(ApiError::from)
-    })
-    .await?;
+    let shared = match state.runtime.running_tenant(principal.tenant.id) {
+        Some(shared) => shared,
+        None => {
+            within(deadline, "the tenant's start", async {
+                state
+                    .runtime
+                    .tenant(&principal.tenant)
+                    .await
+                    .map_err(ApiError::from)
+            })
+            .await?
+        }
+    };
     let tenant = shared.tenant();
     let limits = state.config.plans.get(tenant.plan);
     let tenant_q = Quota {
