@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Two builds of fastack against each other on one box, alternating
+# base, new, new, base (so neither build always runs after the other):
+# `fastack bench` closed loop, 8 s after a 2 s warm-up, each build serving
+# its own load. Prints one line a run: backend, profile, pair, build,
+# req/s, events/s, p99 ms, errors.
+#
+# Usage: benches/scripts/ab-pairs.sh BASE_BIN NEW_BIN BACKEND PROFILE [PAIRS]
+#   BACKEND sqlite|postgres; PROFILE track (32 connections) | batch (8)
+set -uo pipefail
+base=$1 new=$2 backend=$3 profile=$4 pairs=${5:-2}
+conns=32
+[ "$profile" = batch ] && conns=8
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for pair in $(seq "$pairs"); do
+  for which in base new new base; do
+    bin=$base
+    [ "$which" = new ] && bin=$new
+    (cd "$dir" && "$bin" bench --backend "$backend" --profile "$profile" --connections "$conns" \
+      --duration 8 --warmup 2 --no-baseline --out "$dir/run.json" >/dev/null 2>&1)
+    figures=$(python3 - "$dir/run.json" <<'PY' 2>/dev/null || echo "failed"
+import json, sys
+f = json.load(open(sys.argv[1]))["fastack"]
+print("%.0f\t%.0f\t%.2f\t%d" % (f["requests_per_sec"], f["events_per_sec"], f["p99_ms"], sum(f["errors"].values())))
+PY
+)
+    printf '%s\t%s\t%s\t%s\t%s\n' "$backend" "$profile" "$pair" "$which" "$figures"
+    rm -f "$dir/run.json"
+  done
+done
