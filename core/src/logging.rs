@@ -1,7 +1,7 @@
 //! The node's log, made to stay readable while something is failing:
 //!
-//! - **repeats are counted, not written**: the first event of a call site
-//!   is written; further events of that call site within
+//! - **repeats are counted, not written**: the first warning or error of a
+//!   call site is written; further ones of that call site within
 //!   [`REPEAT_WINDOW`] are counted instead, and when the window ends one
 //!   line says `… repeated N times in the last 10 s` (a group commit that
 //!   fails every 3 ms while the disk is full writes two lines per 10 s,
@@ -147,7 +147,10 @@ impl Repeats {
 impl<S: Subscriber> Layer<S> for Repeats {
     fn event_enabled(&self, event: &Event<'_>, _ctx: Context<'_, S>) -> bool {
         let meta = event.metadata();
-        if meta.target() == REPEATS_TARGET {
+        // Warnings and errors repeat under a fault; what is logged at info
+        // (a start, a migration applied, a lease taken) is each worth its
+        // line.
+        if *meta.level() > Level::WARN || meta.target() == REPEATS_TARGET {
             return true;
         }
         self.admit(meta.callsite(), event, Instant::now())
@@ -310,6 +313,22 @@ mod tests {
             assert!(written[2].contains("WARN"));
             assert!(written[3].contains("attempt=1000"));
         });
+    }
+
+    #[test]
+    fn info_lines_are_all_written() {
+        let buffer = Buffer::default();
+        let subscriber = Registry::default().with(Repeats::default()).with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(Capped(buffer.clone())),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            for name in ["m1", "m2", "m3"] {
+                tracing::info!(name, "migration applied");
+            }
+        });
+        assert_eq!(lines(&buffer).len(), 3);
     }
 
     #[test]

@@ -534,14 +534,25 @@ async fn flapping_database_link() {
     // Nothing answered 202 is lost or doubled; a 503 stored nothing unless
     // its commit landed as the link broke (resolved by the retry below).
     let mut ambiguous = 0;
+    // Refused requests sent once the link was a blackhole: their
+    // statements were held back by it and delivered when it returned,
+    // after their deadline — the guard must have stored none of them.
+    let mut held_back = 0;
+    let inside = black_at..healed;
     for (i, t) in tenants.iter().enumerate() {
         let mine = || sent.iter().filter(move |s| s.tenant == i);
         let (keys, _) =
             check_stored(&pool, t, mine().filter(|s| s.status == 202).map(|s| &s.id)).await;
-        ambiguous += mine()
-            .filter(|s| s.status != 202 && keys.contains(&s.key))
+        let stored_refused = || mine().filter(|s| s.status != 202 && keys.contains(&s.key));
+        ambiguous += stored_refused().count();
+        held_back += stored_refused()
+            .filter(|s| inside.contains(&s.sent_at))
             .count();
     }
+    assert_eq!(
+        held_back, 0,
+        "requests refused during the blackhole were stored"
+    );
     // The clients retry what was refused, as the SDKs do, with the same
     // keys: each is then stored exactly once.
     let refused: Vec<&Sent> = sent.iter().filter(|s| s.status == 503).collect();
@@ -566,7 +577,8 @@ async fn flapping_database_link() {
     }
     println!(
         "flapping link: {total} events stored, none lost or doubled; {} answered 503, of which \
-         {ambiguous} had been stored as the link broke (their retry answered `duplicate`)",
+         {ambiguous} had been stored as the link broke (their retry answered `duplicate`), \
+         none of those refused inside the blackhole",
         refused.len()
     );
 
