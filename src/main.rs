@@ -305,9 +305,10 @@ enum KeyCommand {
     },
     /// Revoke a key: it stops working within a few seconds.
     Revoke {
-        /// The key's id (from `key list`), not its secret.
+        /// The key's id or its prefix (`fsk_…`), as `key list` prints them;
+        /// never its secret.
         #[arg(long)]
-        key: ApiKeyId,
+        key: String,
     },
 }
 
@@ -490,6 +491,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             retention_run(config_ref, store, json, dry_run).await
         }
         AdminCommand::Key(KeyCommand::Revoke { key }) => {
+            let key = key_to_revoke(store, &key).await?;
             admin::revoke_key(store, key).await?;
             #[derive(Serialize)]
             struct Revoked {
@@ -505,6 +507,42 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
                 |r| format!("revoked key {}", r.id),
             )
         }
+    }
+}
+
+/// A key named on the command line by its id or by its display prefix.
+async fn key_to_revoke(
+    store: &dyn fastack_core::store::Storage,
+    given: &str,
+) -> anyhow::Result<ApiKeyId> {
+    use fastack_core::auth::KEY_PREFIX;
+    if let Ok(id) = given.parse::<ApiKeyId>() {
+        return Ok(id);
+    }
+    let prefix_len = KEY_PREFIX.len() + 8;
+    if !given.starts_with(KEY_PREFIX) {
+        anyhow::bail!(
+            "`{given}` is neither a key id (a UUID, the ID column of `fastack admin key list`) \
+             nor a key prefix (`{KEY_PREFIX}` and 8 characters, its PREFIX column)"
+        );
+    }
+    if given.len() > prefix_len {
+        // Never echo what may be a whole secret.
+        anyhow::bail!(
+            "that is longer than a key prefix (it may be the secret itself): pass the key's id \
+             or its prefix, as `fastack admin key list` prints them"
+        );
+    }
+    let keys = admin::keys_with_prefix(store, given).await?;
+    match keys.as_slice() {
+        [key] => Ok(key.id),
+        [] => anyhow::bail!(
+            "no key has the prefix {given} (`fastack admin key list --tenant …` lists them)"
+        ),
+        _ => anyhow::bail!(
+            "{} keys have the prefix {given}; pass the key's id (the ID column of `key list`)",
+            keys.len()
+        ),
     }
 }
 

@@ -75,8 +75,14 @@ fn show_link(config: &Config) -> impl FnOnce(&WithLink) -> String + '_ {
             w.sign_in_link,
             w.link_expires_at.format("%Y-%m-%d %H:%M UTC"),
         );
-        if config.console_listen.is_none() {
-            out.push_str("\nNote: the console is off on this configuration (set FASTACK_CONSOLE_LISTEN, and FASTACK_CONSOLE_URL when browsers reach it elsewhere).");
+        // This command does not see the server's settings, only its own:
+        // say what the link assumes rather than guess what the server does.
+        if config.console_listen.is_none() && config.console_url.is_none() {
+            out.push_str(&format!(
+                "\nThe link assumes the console at {} (the server's FASTACK_CONSOLE_LISTEN=127.0.0.1:8082). \
+                 If browsers reach it elsewhere, run this command with the server's FASTACK_CONSOLE_URL.",
+                config.console_base_url()
+            ));
         }
         out
     }

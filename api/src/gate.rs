@@ -75,10 +75,30 @@ async fn authed_by_gate(req: &Request, _bearer: Bearer) -> Option<Authed> {
     req.extensions().get::<Authed>().cloned()
 }
 
-fn bearer(req: &Request) -> Option<&str> {
-    let value = req.headers().get("authorization")?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+/// The bearer token, or what is wrong with the `Authorization` header, in
+/// words a caller can act on.
+fn bearer(req: &Request) -> Result<&str, &'static str> {
+    let Some(value) = req.headers().get("authorization") else {
+        return Err("missing `Authorization: Bearer <api key>`");
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| "the `Authorization` header is not readable text")?;
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+            let token = token.trim();
+            if token.is_empty() {
+                Err("the `Authorization` header has no key after `Bearer `")
+            } else {
+                Ok(token)
+            }
+        }
+        Some(_) => Err("the `Authorization` header uses another scheme: send `Bearer <api key>`"),
+        None if value.starts_with("fsk_") => Err(
+            "the `Authorization` header carries a key without its scheme: send `Bearer <api key>`",
+        ),
+        None => Err("the `Authorization` header is not `Bearer <api key>`"),
+    }
 }
 
 fn attach(resp: &mut Response, decision: &Decision) {
@@ -133,12 +153,9 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
     // A lookup that waits on the database is bounded like an accept: a
     // request never waits out a database outage in the gate.
     let deadline = arrived + state.config.ingest_budget - ANSWER_MARGIN;
-    let Some(secret) = bearer(&req).map(str::to_owned) else {
-        return Ok(refuse_unauthenticated(
-            &state,
-            &req,
-            "missing `Authorization: Bearer <api key>`",
-        ));
+    let secret = match bearer(&req) {
+        Ok(secret) => secret.to_owned(),
+        Err(detail) => return Ok(refuse_unauthenticated(&state, &req, detail)),
     };
     let principal = match state.keys.cached(&secret) {
         Some(Some(principal)) => Some(principal),

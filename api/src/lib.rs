@@ -27,9 +27,11 @@ pub enum Error {
     Core(#[from] fastack_core::Error),
     #[error(transparent)]
     Actors(#[from] fastack_actors::Error),
-    #[error("cannot listen on {addr}")]
+    #[error("cannot listen on {addr} (set by {setting})")]
     Bind {
         addr: std::net::SocketAddr,
+        /// The setting that moves the listener elsewhere.
+        setting: &'static str,
         #[source]
         source: std::io::Error,
     },

@@ -143,18 +143,18 @@ impl Default for StartOptions {
 pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     let clock = options.clock;
     config.check_streaming()?;
-    let listener = bind(config.listen).await?;
+    let listener = bind(config.listen, "FASTACK_LISTEN").await?;
     let admin_listener = match &config.admin_token {
         Some(_) => {
             if !config.admin_listen.ip().is_loopback() {
                 warn!(addr = %config.admin_listen, "the admin listener is reachable beyond this machine; keep it on a private network");
             }
-            Some(bind(config.admin_listen).await?)
+            Some(bind(config.admin_listen, "FASTACK_ADMIN_LISTEN").await?)
         }
         None => None,
     };
     let console_listener = match config.console_listen {
-        Some(at) => Some(bind(at).await?),
+        Some(at) => Some(bind(at, "FASTACK_CONSOLE_LISTEN").await?),
         None => None,
     };
     if config.is_embedded() {
@@ -230,7 +230,7 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     };
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
-    let addr = local_addr(&listener, config.listen)?;
+    let addr = local_addr(&listener, config.listen, "FASTACK_LISTEN")?;
     tasks.push(tokio::spawn(crate::listener::serve(
         listener,
         app,
@@ -240,7 +240,7 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     )));
     let admin_addr = match (admin_listener, &config.admin_token) {
         (Some(admin_listener), Some(token)) => {
-            let a = local_addr(&admin_listener, config.admin_listen)?;
+            let a = local_addr(&admin_listener, config.admin_listen, "FASTACK_ADMIN_LISTEN")?;
             let admin = crate::admin::app(state.clone(), Arc::from(token.as_str()));
             tasks.push(tokio::spawn(crate::listener::serve(
                 admin_listener,
@@ -256,7 +256,7 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     };
     let console_addr = match (console_listener, config.console_listen) {
         (Some(console_listener), Some(at)) => {
-            let a = local_addr(&console_listener, at)?;
+            let a = local_addr(&console_listener, at, "FASTACK_CONSOLE_LISTEN")?;
             tasks.push(tokio::spawn(crate::listener::serve(
                 console_listener,
                 crate::console::app(state.clone()),
@@ -284,14 +284,18 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     })
 }
 
-async fn bind(at: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(at)
-        .await
-        .map_err(|source| Error::Bind { addr: at, source })
+async fn bind(at: SocketAddr, setting: &'static str) -> Result<TcpListener> {
+    TcpListener::bind(at).await.map_err(|source| Error::Bind {
+        addr: at,
+        setting,
+        source,
+    })
 }
 
-fn local_addr(listener: &TcpListener, at: SocketAddr) -> Result<SocketAddr> {
-    listener
-        .local_addr()
-        .map_err(|source| Error::Bind { addr: at, source })
+fn local_addr(listener: &TcpListener, at: SocketAddr, setting: &'static str) -> Result<SocketAddr> {
+    listener.local_addr().map_err(|source| Error::Bind {
+        addr: at,
+        setting,
+        source,
+    })
 }

@@ -78,6 +78,25 @@ pub async fn create_key(
     })
 }
 
+/// The keys whose display prefix (`fsk_` and 8 characters, as `key list`
+/// prints it) is `prefix`, across tenants.
+pub async fn keys_with_prefix(
+    store: &dyn Storage,
+    prefix: &str,
+) -> Result<Vec<fastack_entities::ApiKey>> {
+    let mut found = Vec::new();
+    for tenant in store.list_tenants().await? {
+        found.extend(
+            store
+                .list_api_keys(tenant.id)
+                .await?
+                .into_iter()
+                .filter(|k| k.prefix == prefix),
+        );
+    }
+    Ok(found)
+}
+
 pub async fn revoke_key(store: &dyn Storage, id: ApiKeyId) -> Result<()> {
     if store.revoke_api_key(id, Utc::now()).await? {
         Ok(())

@@ -439,7 +439,9 @@ impl Config {
             .into_iter()
             .filter(|(k, _)| k.starts_with("FASTACK_") && !is_tooling(k))
             .collect();
-        let mut merged: BTreeMap<String, String> = BTreeMap::new();
+        // Each value with where it came from, so an error names what the
+        // user wrote: the file's own key, or the variable.
+        let mut merged: BTreeMap<String, (String, Origin)> = BTreeMap::new();
         if let Some(path) = env.get("FASTACK_CONFIG") {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.clone(), e))?;
             let table: toml::Table =
@@ -449,15 +451,23 @@ impl Config {
                     toml::Value::String(s) => s,
                     other => other.to_string(),
                 };
-                merged.insert(format!("FASTACK_{}", key.to_ascii_uppercase()), value);
+                let name = format!("FASTACK_{}", key.to_ascii_uppercase());
+                let origin = Origin::File {
+                    path: path.clone(),
+                    key,
+                };
+                merged.insert(name, (value, origin));
             }
         }
-        merged.extend(env);
+        merged.extend(env.into_iter().map(|(k, v)| (k, (v, Origin::Env))));
         merged.remove("FASTACK_CONFIG");
 
         let mut cfg = Config::default();
-        for (key, value) in merged {
-            cfg.apply(&key, value)?;
+        for (key, (value, origin)) in merged {
+            cfg.apply(&key, value).map_err(|e| match e {
+                Error::Config(msg) if msg == UNKNOWN => unknown_setting(&key, &origin),
+                other => origin.qualify(other),
+            })?;
         }
         cfg.validate()?;
         Ok(cfg)
@@ -529,7 +539,7 @@ impl Config {
                 if let Some(rest) = other.strip_prefix("FASTACK_PLAN_") {
                     return self.apply_plan(key, rest, &value);
                 }
-                return Err(Error::Config(format!("unknown setting {other}")));
+                return Err(Error::Config(UNKNOWN.to_owned()));
             }
         }
         Ok(())
@@ -538,7 +548,7 @@ impl Config {
     fn apply_plan(&mut self, key: &str, rest: &str, value: &str) -> Result<()> {
         let (plan, field) = rest
             .split_once('_')
-            .ok_or_else(|| Error::Config(format!("unknown setting {key}")))?;
+            .ok_or_else(|| Error::Config(UNKNOWN.to_owned()))?;
         let plan: Plan = plan
             .to_ascii_lowercase()
             .parse()
@@ -548,7 +558,7 @@ impl Config {
             "RPS" => limits.rate_per_sec = parse(key, value)?,
             "BURST" => limits.burst = parse(key, value)?,
             "RETENTION_MONTHS" => limits.retention_months = parse(key, value)?,
-            _ => return Err(Error::Config(format!("unknown setting {key}"))),
+            _ => return Err(Error::Config(UNKNOWN.to_owned())),
         }
         Ok(())
     }
@@ -648,6 +658,97 @@ impl Config {
 /// harnesses' (`FASTACK_TEST_*`) and the SDK suites' binary path
 /// (`FASTACK_BIN`). A node ignores them, so a shell or CI job that exports
 /// them can still run `fastack`.
+/// Marks an unknown name inside `apply`; the caller words the error.
+const UNKNOWN: &str = "unknown setting";
+
+/// Where a setting's value was written.
+enum Origin {
+    Env,
+    File { path: String, key: String },
+}
+
+impl Origin {
+    /// A value error of a file's key names the file and the key as written.
+    fn qualify(&self, e: Error) -> Error {
+        match (self, e) {
+            (Origin::File { path, key }, Error::Config(msg)) => {
+                Error::Config(format!("{path}: `{key}`: {msg}"))
+            }
+            (_, e) => e,
+        }
+    }
+}
+
+/// Every concrete setting name (`SETTINGS` lists some as families).
+fn known_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for (entry, _, _) in SETTINGS {
+        let mut parts = entry.split(" / ");
+        let Some(first) = parts.next() else { continue };
+        let base = first.rsplit_once('_').map_or(first, |(b, _)| b);
+        let family: Vec<String> = std::iter::once(first.to_owned())
+            .chain(parts.map(|suffix| format!("{base}{suffix}")))
+            .collect();
+        for name in family {
+            if name.contains("<PLAN>") {
+                for plan in Plan::ALL {
+                    names.push(name.replace("<PLAN>", &plan.to_string().to_ascii_uppercase()));
+                }
+            } else {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// The known name closest to `name`, when one is close enough to be a typo.
+fn closest(name: &str) -> Option<String> {
+    known_names()
+        .into_iter()
+        .map(|known| (strsim::damerau_levenshtein(name, &known), known))
+        .filter(|(d, known)| *d <= (known.len() / 5).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, known)| known)
+}
+
+fn unknown_setting(name: &str, origin: &Origin) -> Error {
+    match origin {
+        Origin::Env => {
+            let hint = closest(name)
+                .map(|known| format!(" (did you mean {known}?)"))
+                .unwrap_or_default();
+            Error::Config(format!(
+                "unknown setting {name}{hint}; `fastack config` lists every setting"
+            ))
+        }
+        Origin::File { path, key } => {
+            let as_file_key =
+                |known: &str| known.trim_start_matches("FASTACK_").to_ascii_lowercase();
+            let hint = match key.to_ascii_uppercase().strip_prefix("FASTACK_") {
+                // `FASTACK_LISTEN = …` in the file: the prefix is the mistake.
+                Some(rest)
+                    if known_names()
+                        .iter()
+                        .any(|k| k.trim_start_matches("FASTACK_") == rest) =>
+                {
+                    format!(
+                        " (keys in the file are written without the FASTACK_ prefix: `{}`)",
+                        rest.to_ascii_lowercase()
+                    )
+                }
+                _ => closest(name)
+                    .map(|known| format!(" (did you mean `{}`?)", as_file_key(&known)))
+                    .unwrap_or_default(),
+            };
+            Error::Config(format!(
+                "{path}: unknown setting `{key}`{hint}; `fastack config` lists every setting \
+                 (in the file: lowercase, without FASTACK_)"
+            ))
+        }
+    }
+}
+
 fn is_tooling(name: &str) -> bool {
     name == "FASTACK_BIN" || name.starts_with("FASTACK_TEST_")
 }
@@ -846,11 +947,59 @@ mod tests {
             .is_ok()
         );
         let err = Config::from_vars(vars(&[("FASTACK_LISTN", "x")])).unwrap_err();
-        assert!(err.to_string().contains("unknown setting FASTACK_LISTN"));
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: unknown setting FASTACK_LISTN (did you mean FASTACK_LISTEN?); \
+             `fastack config` lists every setting"
+        );
+        let err = Config::from_vars(vars(&[("FASTACK_PLAN_PRO_BRUST", "1")])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("did you mean FASTACK_PLAN_PRO_BURST?"),
+            "{err}"
+        );
+        let err = Config::from_vars(vars(&[("FASTACK_S3_REGON", "x")])).unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean FASTACK_S3_REGION?"),
+            "{err}"
+        );
+        let err = Config::from_vars(vars(&[("FASTACK_WHATEVER_ELSE", "1")])).unwrap_err();
+        assert!(!err.to_string().contains("did you mean"), "{err}");
         let err = Config::from_vars(vars(&[("FASTACK_LISTEN", "nope")])).unwrap_err();
         assert!(err.to_string().contains("FASTACK_LISTEN"));
         let err = Config::from_vars(vars(&[("FASTACK_DATABASE_URL", "mysql://x")])).unwrap_err();
         assert!(err.to_string().contains("must start with"));
+    }
+
+    #[test]
+    fn a_config_file_error_names_the_file_and_its_own_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("fastack.toml");
+        let path = file.display().to_string();
+        let from_file = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::from_vars(vars(&[("FASTACK_CONFIG", &path)]))
+                .unwrap_err()
+                .to_string()
+        };
+        let err = from_file("listn = \"127.0.0.1:9090\"\n");
+        assert!(
+            err.contains(&format!(
+                "{path}: unknown setting `listn` (did you mean `listen`?)"
+            )),
+            "{err}"
+        );
+        let err = from_file("FASTACK_LISTEN = \"127.0.0.1:9090\"\n");
+        assert!(
+            err.contains("unknown setting `FASTACK_LISTEN` (keys in the file are written without the FASTACK_ prefix: `listen`)"),
+            "{err}"
+        );
+        assert!(!err.contains("FASTACK_FASTACK"), "{err}");
+        let err = from_file("listen = \"nope\"\n");
+        assert!(err.contains(&format!("{path}: `listen`:")), "{err}");
+        std::fs::write(&file, "listen = \"127.0.0.1:9090\"\n").unwrap();
+        let cfg = Config::from_vars(vars(&[("FASTACK_CONFIG", &path)])).unwrap();
+        assert_eq!(cfg.listen.port(), 9090);
     }
 
     #[test]

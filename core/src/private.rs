@@ -18,7 +18,7 @@ pub fn ensure_dir(path: &Path) -> Result<()> {
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
+            if mode & 0o077 != 0 && first_warning_for(path) {
                 warn!(
                     path = %path.display(),
                     mode = format!("{mode:o}"),
@@ -36,6 +36,17 @@ pub fn ensure_dir(path: &Path) -> Result<()> {
         builder.mode(0o700);
     }
     builder.create(path).map_err(io)
+}
+
+/// Whether this process has not yet warned about `path`: several parts
+/// open the data directory at start, one warning says it.
+#[cfg(unix)]
+fn first_warning_for(path: &Path) -> bool {
+    use std::{collections::HashSet, path::PathBuf, sync::Mutex};
+    static WARNED: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+    let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    warned.get_or_insert_with(HashSet::new).insert(key)
 }
 
 /// Makes an existing file owner-only.

@@ -230,7 +230,14 @@ async fn port_in_use_writes_nothing(backend: Backend) {
         Ok(_) => panic!("started on a port in use"),
         Err(e) => e,
     };
-    assert!(err.to_string().contains("cannot listen on"), "{err}");
+    // The message names the setting that moves it.
+    assert!(
+        err.to_string().contains(&format!(
+            "cannot listen on {} (set by FASTACK_LISTEN)",
+            taken.local_addr().unwrap()
+        )),
+        "{err}"
+    );
     assert!(!db.dir.path().join("fresh").exists());
     if backend == Backend::Postgres {
         let pool = db.pg_pool().await;
@@ -242,6 +249,27 @@ async fn port_in_use_writes_nothing(backend: Backend) {
         assert_eq!(tables, 0, "migrations ran before the bind");
         pool.close().await;
     }
+    db.drop_db().await;
+}
+
+/// A data directory others can read is named once at start, however many
+/// parts of the node open it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_data_directory_is_warned_about_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    std::fs::set_permissions(db.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let node = Node::start(&db, &[("FASTACK_BOOTSTRAP", "true")]).await;
+    let warnings = node
+        .log
+        .lock()
+        .iter()
+        .filter(|line| line.contains("the data directory is open to other local users"))
+        .count();
+    assert_eq!(warnings, 1, "{}", node.log.lock().join("\n"));
+    node.terminate().await;
     db.drop_db().await;
 }
 
@@ -426,6 +454,29 @@ async fn errors_speak_our_words(app: TestApp) {
     assert_eq!(a.status, 400, "{}", a.body);
     assert_eq!(a.body["errors"][0]["index"], 1);
     assert_eq!(a.body["errors"][0]["field"], "/batch/1");
+    // A key sent without its scheme, or with another, is not "missing".
+    let events = app.url("/v1/core/events?from=2026-11-01T00:00:00Z&to=2026-12-01T00:00:00Z");
+    for (header, detail) in [
+        (
+            Some(app.t.key.clone()),
+            "the `Authorization` header carries a key without its scheme: send `Bearer <api key>`",
+        ),
+        (
+            Some(format!("Basic {}", app.t.key)),
+            "the `Authorization` header uses another scheme: send `Bearer <api key>`",
+        ),
+        (None, "missing `Authorization: Bearer <api key>`"),
+    ] {
+        let mut req = app.http.get(&events);
+        if let Some(h) = header {
+            req = req.header("authorization", h);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["code"], "unauthorized");
+        assert_eq!(body["detail"], detail);
+    }
     app.cleanup().await;
 }
 
@@ -477,6 +528,62 @@ async fn refusals_keep_the_connection(app: TestApp) {
 }
 
 crate::on_both_backends!(refusals_keep_the_connection);
+
+/// `admin key revoke` takes the id or the prefix `key list` prints, says
+/// what it expects otherwise, and never echoes what may be a secret; the
+/// revoked key stops working.
+async fn a_key_is_revoked_by_its_prefix(app: TestApp) {
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(bin_path())
+            .args(["admin", "key"])
+            .args(args)
+            .env_clear()
+            .envs(app.db.env())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, _, err) = cli(&["revoke", "--key", "nonsense"]);
+    assert!(!ok);
+    assert!(
+        err.contains("is neither a key id (a UUID, the ID column of `fastack admin key list`) nor a key prefix"),
+        "{err}"
+    );
+    let (ok, _, err) = cli(&["revoke", "--key", &app.t.key]);
+    assert!(!ok);
+    assert!(err.contains("longer than a key prefix"), "{err}");
+    assert!(!err.contains(&app.t.key), "the secret was echoed: {err}");
+    let (ok, _, err) = cli(&["revoke", "--key", "fsk_zzzzzzzz"]);
+    assert!(!ok);
+    assert!(err.contains("no key has the prefix fsk_zzzzzzzz"), "{err}");
+    let prefix = &app.t.key[..12];
+    let (ok, list, _) = cli(&["list", "--tenant", &app.t.tenant.name]);
+    assert!(ok && list.contains(prefix), "{list}");
+    let (ok, out, err) = cli(&["revoke", "--key", prefix]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("revoked key "), "{out}");
+    eventually(
+        "the revoked key is refused",
+        Duration::from_secs(10),
+        || async {
+            let a = app
+                .get(
+                    "/v1/core/events?from=2026-11-01T00:00:00Z&to=2026-12-01T00:00:00Z",
+                    &app.t.key,
+                )
+                .await;
+            (a.status == 401).then_some(())
+        },
+    )
+    .await;
+    app.cleanup().await;
+}
+
+crate::on_both_backends!(a_key_is_revoked_by_its_prefix);
 
 /// The admin CLI's help names every flag and lists the values of choices.
 #[test]
