@@ -20,4 +20,4 @@ if [ ! -x "$CHROMIUM" ]; then
 fi
 npm ci --no-audit --no-fund --silent
 node --test --test-concurrency=1 console.test.mjs
-echo "screenshots: $root/target/console-screenshots"
+echo "screenshots: ${SCREENSHOTS:-$root/target/console-screenshots}"

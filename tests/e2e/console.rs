@@ -876,3 +876,78 @@ async fn an_owner_retries_and_drops_quarantined_events() {
     assert_eq!(v.get("/quarantine").await.status, 403);
     app.cleanup().await;
 }
+
+/// The console speaks to the tenant's user: a refused address comes back on
+/// the same page, the address kept, in words without the operator's
+/// settings (those go to the log); error pages say what happened and what
+/// to do, keep the navigation, and the navigation marks where one is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_speaks_to_the_tenants_user() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let app = spawn_with(Arc::new(db), fastack_api::StartOptions::default(), |c| {
+        console_on(c);
+        c.webhook_allow_private = false;
+    })
+    .await;
+    let mut b = signed_in(&app, app.t.tenant.id, "owner@acme.test", Role::Owner).await;
+    let page = b.get("/endpoints").await;
+    assert!(
+        page.body
+            .contains(r#"<a href="/endpoints" aria-current="page">Notifications</a>"#),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(r#"<a href="/jobs">Jobs</a>"#));
+    let url = "http://127.0.0.1:9/hooks";
+    let r = b
+        .post(
+            "/endpoints",
+            &[
+                ("csrf", &page.csrf()),
+                ("url", url),
+                ("events", "job.completed"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 422);
+    assert_eq!(r.code(), "invalid_endpoint");
+    assert!(
+        r.body
+            .contains("fastack cannot send to this address: it is on a private or local network"),
+        "{}",
+        r.body
+    );
+    assert!(
+        !r.body.contains("FASTACK_"),
+        "an operator's setting shown to a user"
+    );
+    assert!(!r.body.contains("Unprocessable Entity"));
+    assert!(
+        r.body.contains(&format!(r#"value="{url}""#)),
+        "the address is kept"
+    );
+    assert!(
+        r.body.contains(r#"aria-current="page""#),
+        "the navigation stays"
+    );
+    // An error page: the user's words, the way on.
+    let r = b.get("/endpoints/not-an-id").await;
+    assert_eq!(r.status, 404);
+    assert!(
+        r.body
+            .contains("<title>Not found · fastack console</title>"),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("It may have been deleted"));
+    assert!(r.body.contains(r#"<a href="/plan">Tracking plan</a>"#));
+    // A page inside a section marks the section.
+    let r = b.get("/keys").await;
+    assert!(
+        r.body
+            .contains(r#"<a href="/keys" aria-current="page">API keys</a>"#)
+    );
+    app.cleanup().await;
+}

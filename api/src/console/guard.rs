@@ -92,7 +92,11 @@ impl Fail {
         Fail::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            format!("{what} not found"),
+            if what == "page" {
+                "There is no such page.".to_owned()
+            } else {
+                format!("Your account has no such {what}.")
+            },
         )
     }
 }
@@ -141,6 +145,8 @@ pub struct Me {
     pub session: Session,
     pub csrf: String,
     key: [u8; 32],
+    /// The page asked for (the navigation marks its section).
+    pub path: String,
 }
 
 impl Me {
@@ -221,5 +227,6 @@ pub async fn me(state: &SharedState, req: &Request) -> Result<Me, Fail> {
         csrf: console::csrf_token(&key, &session.token),
         session,
         key,
+        path: req.uri().path().to_owned(),
     })
 }

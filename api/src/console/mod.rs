@@ -348,7 +348,27 @@ async fn endpoints(req: &Request, state: Data<&SharedState>, Query(q): Query<Not
     let me = me(&state, req).await?;
     let list = state.store.list_endpoints(Some(me.tenant())).await?;
     let last = deliveries::latest_status(state.store.as_ref(), me.tenant()).await?;
-    page(views::endpoints(&me, &list, &last, q.text().as_deref()))
+    page(views::endpoints(
+        &me,
+        &list,
+        &last,
+        q.text().as_deref(),
+        None,
+        None,
+    ))
+}
+
+/// The words a tenant's user reads when an address is refused; the
+/// operator's detail (which setting allows it) goes to the log.
+fn refused_for_user(detail: &str) -> String {
+    if detail.contains("not globally routable") {
+        "fastack cannot send to this address: it is on a private or local network. \
+         Use an address your receiver answers on from the internet."
+            .to_owned()
+    } else {
+        // The other refusals are about the URL itself and name no setting.
+        format!("This address cannot be used: {detail}.")
+    }
 }
 
 #[handler]
@@ -362,7 +382,7 @@ async fn add_endpoint(req: &Request, state: Data<&SharedState>, Form(f): Form<Fi
             "choose at least one event type",
         ));
     }
-    let created = admin::add_webhook(
+    let added = admin::add_webhook(
         state.store.as_ref(),
         state.runtime.keys(),
         me.tenant(),
@@ -370,7 +390,28 @@ async fn add_endpoint(req: &Request, state: Data<&SharedState>, Form(f): Form<Fi
         Some(&events.join(",")),
         state.config.webhook_allow_private,
     )
-    .await?;
+    .await;
+    let created = match added {
+        Ok(created) => created,
+        Err(fastack_core::Error::InvalidEndpoint(detail)) => {
+            tracing::info!(tenant = %me.tenant(), %detail, "an endpoint address was refused in the console");
+            // The same page again, the address kept, the reason at the form.
+            let list = state.store.list_endpoints(Some(me.tenant())).await?;
+            let last = deliveries::latest_status(state.store.as_ref(), me.tenant()).await?;
+            return Ok(views::html(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                views::endpoints(
+                    &me,
+                    &list,
+                    &last,
+                    None,
+                    Some(&refused_for_user(&detail)),
+                    Some(field(&f, "url")),
+                ),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     page(views::secret_shown(
         &me,
         &created.endpoint,
@@ -451,21 +492,38 @@ async fn endpoint_action(
         }
         _ => return Err(Fail::not_found("page")),
     };
-    see_other(&format!("/endpoints/{id}?notice={notice}"))
+    see_other(&format!(
+        "/endpoints/{id}?notice={notice}{}",
+        keep_filter(&f)
+    ))
 }
 
-/// `datetime-local` (taken as UTC) or RFC 3339.
+/// The delivery log's status filter a form carried, to return to it.
+fn keep_filter(f: &Fields) -> String {
+    match field(f, "status").parse::<DeliveryStatus>() {
+        Ok(s) => format!("&status={}", s.as_str()),
+        Err(_) => String::new(),
+    }
+}
+
+/// A time as the console shows them (`2026-12-01 09:30:00 UTC`, seconds
+/// and ` UTC` optional, `T` for the space accepted) or RFC 3339.
 fn parse_since(raw: &str) -> Result<DateTime<Utc>, Fail> {
     let raw = raw.trim();
+    let plain = raw
+        .trim_end_matches(" UTC")
+        .trim_end_matches('Z')
+        .replacen(' ', "T", 1);
+    let plain = plain.as_str();
     DateTime::parse_from_rfc3339(raw)
         .map(|t| t.with_timezone(&Utc))
-        .or_else(|_| NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S").map(|t| t.and_utc()))
-        .or_else(|_| NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M").map(|t| t.and_utc()))
+        .or_else(|_| NaiveDateTime::parse_from_str(plain, "%Y-%m-%dT%H:%M:%S").map(|t| t.and_utc()))
+        .or_else(|_| NaiveDateTime::parse_from_str(plain, "%Y-%m-%dT%H:%M").map(|t| t.and_utc()))
         .map_err(|_| {
             Fail::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_input",
-                format!("`{raw}` is not a time (YYYY-MM-DDTHH:MM, UTC)"),
+                format!("`{raw}` is not a time: write it as the log shows them, YYYY-MM-DD HH:MM[:SS] UTC"),
             )
         })
 }
@@ -488,7 +546,10 @@ async fn replay(
         }
         Replayed::AlreadyPending => "already_pending",
     };
-    see_other(&format!("/endpoints/{back_to}?notice={notice}"))
+    see_other(&format!(
+        "/endpoints/{back_to}?notice={notice}{}",
+        keep_filter(&f)
+    ))
 }
 
 // --- jobs, quarantine, keys, plan -----------------------------------------

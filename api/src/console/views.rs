@@ -48,13 +48,11 @@ fn layout(title: &str, me: Option<&Me>, body: Markup) -> Markup {
                     span.brand { "fastack" }
                     @if let Some(me) = me {
                         nav aria-label="Console" {
-                            a href="/endpoints" { "Notifications" }
-                            a href="/jobs" { "Jobs" }
-                            @if me.is_owner() {
-                                a href="/quarantine" { "Quarantine" }
-                                a href="/keys" { "API keys" }
+                            @for (href, label, owners) in SECTIONS {
+                                @if !owners || me.is_owner() {
+                                    a href=(href) aria-current=[in_section(&me.path, href).then_some("page")] { (label) }
+                                }
                             }
-                            a href="/plan" { "Tracking plan" }
                         }
                         div.who {
                             span { (me.user().email) " (" (me.user().role) ")" }
@@ -78,6 +76,23 @@ fn layout(title: &str, me: Option<&Me>, body: Markup) -> Markup {
     }
 }
 
+/// The console's sections: where, what the navigation calls it, owners only.
+const SECTIONS: [(&str, &str, bool); 5] = [
+    ("/endpoints", "Notifications", false),
+    ("/jobs", "Jobs", false),
+    ("/quarantine", "Quarantine", true),
+    ("/keys", "API keys", true),
+    ("/plan", "Tracking plan", false),
+];
+
+/// Whether `path` is the section `href` or a page inside it.
+fn in_section(path: &str, href: &str) -> bool {
+    path == href
+        || path
+            .strip_prefix(href)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
 fn csrf(me: &Me) -> Markup {
     html! { input type="hidden" name="csrf" value=(me.csrf); }
 }
@@ -90,16 +105,56 @@ fn notice(text: Option<&str>) -> Markup {
     }
 }
 
+/// A page for what could not be done, in the words of the person using the
+/// console: what happened and what they can do (the operator's detail is
+/// in the server log). The navigation stays, so nobody is stranded.
 pub fn error_page(status: StatusCode, code: &str, message: &str) -> Markup {
+    let (title, next) = match status.as_u16() {
+        400 | 422 => (
+            "Please check what you entered",
+            "Go back, correct it and send it again.",
+        ),
+        401 => ("Please sign in", "Your session has ended; sign in again."),
+        403 => (
+            "Not allowed",
+            "An owner of your account can do this, or ask your fastack operator.",
+        ),
+        404 => (
+            "Not found",
+            "It may have been deleted, or the link is out of date.",
+        ),
+        409 => ("Not possible right now", "Wait a moment and try again."),
+        429 => ("Too many attempts", "Wait a moment and try again."),
+        _ => (
+            "Something went wrong",
+            "Try again in a moment; if it keeps happening, tell your fastack operator.",
+        ),
+    };
     layout(
-        status.canonical_reason().unwrap_or("Error"),
+        title,
         None,
         html! {
             p.error role="alert" data-code=(code) { (message) }
-            p { "Error code: " code { (code) } }
-            p { a href="/endpoints" { "Back to the console" } }
+            p { (next) }
+            nav.back aria-label="Console" {
+                @for (href, label, _) in SECTIONS {
+                    a href=(href) { (label) }
+                }
+            }
         },
     )
+}
+
+/// What a delivery attempt's error kind means, for the delivery log.
+fn error_words(kind: &str) -> &'static str {
+    match kind {
+        "refused_address" => "not sent: the address is on a private network",
+        "timeout" => "no answer within 10 s",
+        "connect" => "could not connect",
+        "http_status" => "the receiver answered an error",
+        "request" => "the request failed",
+        _ => "failed",
+    }
 }
 
 pub fn sign_in(csrf: &str, error: Option<&str>) -> Markup {
@@ -152,6 +207,8 @@ pub fn endpoints(
     list: &[Endpoint],
     last: &HashMap<EndpointId, DeliveryStatus>,
     note: Option<&str>,
+    refused: Option<&str>,
+    entered: Option<&str>,
 ) -> Markup {
     layout(
         "Notifications",
@@ -180,8 +237,10 @@ pub fn endpoints(
                 h2 { "Add an endpoint" }
                 form.card method="post" action="/endpoints" {
                     (csrf(me))
-                    label for="url" { "URL (https)" }
-                    input #url type="url" name="url" placeholder="https://hooks.example.com/fastack" required;
+                    @if let Some(e) = refused { p.error role="alert" data-code="invalid_endpoint" { (e) } }
+                    label for="url" { "URL" }
+                    input #url type="url" name="url" placeholder="https://hooks.example.com/fastack" value=[entered] required aria-describedby="url-hint";
+                    small #url-hint .hint { "An address your receiver answers on from the internet; https:// is recommended (http:// is accepted)." }
                     fieldset {
                         legend { "Events" }
                         @for t in EVENT_TYPES {
@@ -262,8 +321,11 @@ pub fn endpoint(
                 }
                 form.card.inline method="post" action={"/endpoints/" (e.id) "/replay-failed"} {
                     (csrf(me))
+                    @if let Some(s) = filter { input type="hidden" name="status" value=(s.as_str()); }
                     label for="since" { "Replay all failed deliveries since (UTC)" }
-                    input #since type="datetime-local" name="since" step="1" required;
+                    input #since type="text" name="since" required placeholder="2026-12-01 09:30:00 UTC"
+                        pattern=r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?( UTC|Z)?" aria-describedby="since-hint";
+                    small #since-hint .hint { "As the times below: YYYY-MM-DD HH:MM[:SS] UTC." }
                     button type="submit" { "Replay failed" }
                 }
             }
@@ -296,7 +358,7 @@ pub fn endpoint(
                                                 (when(&a.attempted_at)) " · "
                                                 @match a.status_code { Some(c) => (c), None => "no answer" }
                                                 " · " (a.latency_ms) " ms"
-                                                @if let Some(k) = &a.error_kind { " · " (k) }
+                                                @if let Some(k) = &a.error_kind { " · " span data-error-kind=(k) title=(k) { (error_words(k)) } }
                                             }
                                         }
                                     }
@@ -305,6 +367,7 @@ pub fn endpoint(
                                     @if me.is_owner() && d.status != DeliveryStatus::Pending && e.enabled {
                                         form method="post" action={"/deliveries/" (d.id) "/replay"} {
                                             (csrf(me))
+                                            @if let Some(s) = filter { input type="hidden" name="status" value=(s.as_str()); }
                                             button type="submit" { "Replay" }
                                         }
                                     }
