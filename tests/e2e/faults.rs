@@ -1395,7 +1395,7 @@ impl Drop for SmallDisk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
 async fn full_disk_embedded() {
-    let Some(disk) = SmallDisk::mount(64) else {
+    let Some(disk) = SmallDisk::mount(256) else {
         return;
     };
     let Some(db) = TestDb::new(Backend::Sqlite).await else {
@@ -1468,20 +1468,44 @@ async fn full_disk_embedded() {
     );
 
     // Every 202 readable once.
-    let read: Vec<String> = eventually(
-        "every accepted event readable",
-        Duration::from_secs(60),
-        || async {
-            let all = read_events(&http, addr, &tenant.key).await?;
-            let all: Vec<String> = all
-                .iter()
-                .map(|e| e["id"].as_str().unwrap().to_owned())
-                .collect();
-            let ids: HashSet<&str> = all.iter().map(String::as_str).collect();
-            accepted.is_subset(&ids).then_some(all)
-        },
-    )
-    .await;
+    let until = Instant::now() + Duration::from_secs(60);
+    let read: Vec<String> = loop {
+        let all: Vec<String> = read_events(&http, addr, &tenant.key)
+            .await
+            .unwrap_or_default()
+            .iter()
+            .map(|e| e["id"].as_str().unwrap().to_owned())
+            .collect();
+        let ids: HashSet<&str> = all.iter().map(String::as_str).collect();
+        let missing = accepted.iter().filter(|id| !ids.contains(*id)).count();
+        if missing == 0 {
+            break all;
+        }
+        if Instant::now() > until {
+            let log = node.log.lock();
+            let files: Vec<String> = std::fs::read_dir(&data)
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| {
+                            let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                            format!("{} {len}", e.file_name().to_string_lossy())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            println!("data directory at the failure: {files:?}");
+            let kept = std::env::temp_dir().join("fastack-full-disk-node.log");
+            let _ = std::fs::write(&kept, log.join("\n"));
+            panic!(
+                "{missing} of {} accepted events not readable after 60 s ({} read); the node's log is in {}; it ends:\n{}",
+                accepted.len(),
+                all.len(),
+                kept.display(),
+                log[log.len().saturating_sub(40)..].join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let unique: HashSet<&String> = read.iter().collect();
     assert_eq!(unique.len(), read.len(), "an event read twice");
 

@@ -534,18 +534,8 @@ crate::on_both_backends!(refusals_keep_the_connection);
 /// revoked key stops working.
 async fn a_key_is_revoked_by_its_prefix(app: TestApp) {
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(bin_path())
-            .args(["admin", "key"])
-            .args(args)
-            .env_clear()
-            .envs(app.db.env())
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let args: Vec<&str> = ["admin", "key"].iter().chain(args).copied().collect();
+        crate::helpers::fastack_cli(&app.db, &args)
     };
     let (ok, _, err) = cli(&["revoke", "--key", "nonsense"]);
     assert!(!ok);

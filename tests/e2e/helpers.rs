@@ -504,6 +504,22 @@ pub fn bin_path() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fastack"))
 }
 
+/// Runs the `fastack` command with `args` on `db`'s storage, as an operator
+/// would on that node: (succeeded, stdout, stderr).
+pub fn fastack_cli(db: &TestDb, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(bin_path())
+        .args(args)
+        .env_clear()
+        .envs(db.env())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A `fastack serve` child process on a test database (crash tests kill it
 /// with `kill -9`).
 pub struct Node {

@@ -529,19 +529,7 @@ async fn admin_partitions_and_retention_cli() {
         .unwrap();
     }
     pool.close().await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(crate::helpers::bin_path())
-            .args(args)
-            .env_clear()
-            .envs(db.env())
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| crate::helpers::fastack_cli(&db, args);
     let (ok, out, err) = run(&["admin", "partitions", "list"]);
     assert!(ok, "{err}");
     let line = out

@@ -11,7 +11,7 @@ use chrono::Utc;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{Backend, TestApp, TestDb, bin_path, eventually, spawn_on},
+    helpers::{Backend, TestApp, TestDb, eventually, spawn_on},
     webhooks::{ADMIN_TOKEN, admin_url, tweak},
 };
 
@@ -43,18 +43,8 @@ fn order(key: &str, props: Value) -> Value {
 
 /// `fastack admin taxonomy …` against the app's storage: (ok, stdout, stderr).
 fn cli(app: &TestApp, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(bin_path())
-        .args(["admin", "taxonomy"])
-        .args(args)
-        .env_clear()
-        .envs(app.db.env())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let args: Vec<&str> = ["admin", "taxonomy"].iter().chain(args).copied().collect();
+    crate::helpers::fastack_cli(&app.db, &args)
 }
 
 fn install_file(app: &TestApp, doc: &Value) -> (bool, String, String) {
