@@ -949,5 +949,7 @@ async fn the_console_speaks_to_the_tenants_user() {
         r.body
             .contains(r#"<a href="/keys" aria-current="page">API keys</a>"#)
     );
+    // On a phone a row is a card: each cell carries its column's name.
+    assert!(r.body.contains(r#"data-label="Prefix""#), "{}", r.body);
     app.cleanup().await;
 }

@@ -224,10 +224,10 @@ pub fn endpoints(
                     tbody {
                         @for e in list {
                             tr {
-                                td { a href={"/endpoints/" (e.id)} { (e.url) } }
-                                td { (e.events.join(", ")) }
-                                td { @if e.enabled { "enabled" } @else { "disabled" @if let Some(r) = &e.disabled_reason { br; small { (r) } } } }
-                                td { @match last.get(&e.id) { Some(s) => (status_badge(*s)), None => "none yet" } }
+                                td data-label="URL" { a href={"/endpoints/" (e.id)} { (e.url) } }
+                                td data-label="Events" { (e.events.join(", ")) }
+                                td data-label="State" { @if e.enabled { "enabled" } @else { "disabled" @if let Some(r) = &e.disabled_reason { br; small { (r) } } } }
+                                td data-label="Last delivery" { @match last.get(&e.id) { Some(s) => (status_badge(*s)), None => "none yet" } }
                             }
                         }
                     }
@@ -347,10 +347,10 @@ pub fn endpoint(
                     tbody {
                         @for d in deliveries {
                             tr data-delivery=(d.id) data-status=(d.status.as_str()) {
-                                td { (when(&d.created_at)) br; small.mono { (d.webhook_id) } }
-                                td { (d.event_type) }
-                                td { (status_badge(d.status)) }
-                                td {
+                                td data-label="Created" { (when(&d.created_at)) br; small.mono { (d.webhook_id) } }
+                                td data-label="Event" { (d.event_type) }
+                                td data-label="Status" { (status_badge(d.status)) }
+                                td data-label="Attempts" {
                                     @if d.attempts.is_empty() { "none yet" }
                                     ol.attempts {
                                         @for a in &d.attempts {
@@ -394,11 +394,11 @@ pub fn jobs(me: &Me, list: &[Job]) -> Markup {
                     tbody {
                         @for j in list {
                             tr data-job=(j.id) {
-                                td { (when(&j.created_at)) br; small.mono { (j.id) } }
-                                td { (j.kind.as_str()) }
-                                td { span class={"badge " (j.status.as_str())} { (j.status.as_str()) } }
-                                td { @if let Some(f) = &j.finished_at { (when(f)) } }
-                                td {
+                                td data-label="Created" { (when(&j.created_at)) br; small.mono { (j.id) } }
+                                td data-label="Kind" { (j.kind.as_str()) }
+                                td data-label="Status" { span class={"badge " (j.status.as_str())} { (j.status.as_str()) } }
+                                td data-label="Finished" { @if let Some(f) = &j.finished_at { (when(f)) } }
+                                td data-label="Result" {
                                     @if j.result.is_some() && j.status.as_str() == "completed" {
                                         a href={"/jobs/" (j.id) "/result"} download { "Download" }
                                     } @else if let Some(e) = j.metadata.get("error") {
@@ -429,10 +429,10 @@ pub fn quarantine(me: &Me, list: &[QuarantinedEvent], note: Option<&str>) -> Mar
                     tbody {
                         @for q in list {
                             tr {
-                                td.mono { (q.event_id) }
-                                td { (when(&q.received_at)) }
-                                td { (q.error) }
-                                td { (q.attempts) }
+                                td.mono data-label="Event" { (q.event_id) }
+                                td data-label="Received" { (when(&q.received_at)) }
+                                td data-label="Error" { (q.error) }
+                                td data-label="Attempts" { (q.attempts) }
                                 td.actions {
                                     form method="post" action={"/quarantine/" (q.event_id) "/retry"} { (csrf(me)) button type="submit" { "Retry" } }
                                     form method="post" action={"/quarantine/" (q.event_id) "/drop"} data-confirm="Drop this event for good?" { (csrf(me)) button.danger type="submit" { "Drop" } }
@@ -465,10 +465,10 @@ pub fn keys(me: &Me, list: &[ApiKey], created: Option<&str>, note: Option<&str>)
                 tbody {
                     @for k in list {
                         tr {
-                            td.mono { (k.prefix) "…" }
-                            td { (when(&k.created_at)) }
-                            td { @match &k.last_used_at { Some(t) => (when(t)), None => "never" } }
-                            td { @match &k.revoked_at { Some(t) => { "revoked " (when(t)) }, None => "active" } }
+                            td.mono data-label="Prefix" { (k.prefix) "…" }
+                            td data-label="Created" { (when(&k.created_at)) }
+                            td data-label="Last used" { @match &k.last_used_at { Some(t) => (when(t)), None => "never" } }
+                            td data-label="State" { @match &k.revoked_at { Some(t) => { "revoked " (when(t)) }, None => "active" } }
                             td { @if k.revoked_at.is_none() {
                                 form method="post" action={"/keys/" (k.id) "/revoke"} data-confirm="Revoke this key? Requests with it will be refused." { (csrf(me)) button.danger type="submit" { "Revoke" } }
                             } }
