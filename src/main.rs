@@ -515,15 +515,15 @@ async fn key_to_revoke(
     store: &dyn fastack_core::store::Storage,
     given: &str,
 ) -> anyhow::Result<ApiKeyId> {
-    use fastack_core::auth::KEY_PREFIX;
+    use fastack_core::auth::{DISPLAY_CHARS, KEY_PREFIX};
     if let Ok(id) = given.parse::<ApiKeyId>() {
         return Ok(id);
     }
-    let prefix_len = KEY_PREFIX.len() + 8;
+    let prefix_len = KEY_PREFIX.len() + DISPLAY_CHARS;
     if !given.starts_with(KEY_PREFIX) {
         anyhow::bail!(
             "`{given}` is neither a key id (a UUID, the ID column of `fastack admin key list`) \
-             nor a key prefix (`{KEY_PREFIX}` and 8 characters, its PREFIX column)"
+             nor a key prefix (`{KEY_PREFIX}` and {DISPLAY_CHARS} characters, its PREFIX column)"
         );
     }
     if given.len() > prefix_len {

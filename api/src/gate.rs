@@ -94,7 +94,7 @@ fn bearer(req: &Request) -> Result<&str, &'static str> {
             }
         }
         Some(_) => Err("the `Authorization` header uses another scheme: send `Bearer <api key>`"),
-        None if value.starts_with("fsk_") => Err(
+        None if value.starts_with(fastack_core::auth::KEY_PREFIX) => Err(
             "the `Authorization` header carries a key without its scheme: send `Bearer <api key>`",
         ),
         None => Err("the `Authorization` header is not `Bearer <api key>`"),

@@ -285,17 +285,19 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
 }
 
 async fn bind(at: SocketAddr, setting: &'static str) -> Result<TcpListener> {
-    TcpListener::bind(at).await.map_err(|source| Error::Bind {
-        addr: at,
-        setting,
-        source,
-    })
+    TcpListener::bind(at)
+        .await
+        .map_err(cannot_listen(at, setting))
 }
 
 fn local_addr(listener: &TcpListener, at: SocketAddr, setting: &'static str) -> Result<SocketAddr> {
-    listener.local_addr().map_err(|source| Error::Bind {
-        addr: at,
+    listener.local_addr().map_err(cannot_listen(at, setting))
+}
+
+fn cannot_listen(addr: SocketAddr, setting: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Bind {
+        addr,
         setting,
         source,
-    })
+    }
 }

@@ -25,6 +25,9 @@ use sha2::{Digest, Sha256};
 use crate::{error::Result, store::Store};
 
 pub const KEY_PREFIX: &str = "fsk_";
+/// Characters of a key kept in clear after [`KEY_PREFIX`] (its display
+/// prefix, as `key list` prints it).
+pub const DISPLAY_CHARS: usize = 8;
 const KEY_CHARS: usize = 40;
 const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
@@ -44,7 +47,7 @@ pub fn generate_key() -> NewKey {
         secret.push(ALPHABET[rng.random_range(0..ALPHABET.len())] as char);
     }
     let hash = hash_key(&secret);
-    let prefix = secret[..KEY_PREFIX.len() + 8].to_owned();
+    let prefix = secret[..KEY_PREFIX.len() + DISPLAY_CHARS].to_owned();
     NewKey {
         secret,
         hash,

@@ -464,16 +464,16 @@ impl Config {
 
         let mut cfg = Config::default();
         for (key, (value, origin)) in merged {
-            cfg.apply(&key, value).map_err(|e| match e {
-                Error::Config(msg) if msg == UNKNOWN => unknown_setting(&key, &origin),
-                other => origin.qualify(other),
-            })?;
+            if !cfg.apply(&key, value).map_err(|e| origin.qualify(e))? {
+                return Err(unknown_setting(&key, &origin));
+            }
         }
         cfg.validate()?;
         Ok(cfg)
     }
 
-    fn apply(&mut self, key: &str, value: String) -> Result<()> {
+    /// Sets one setting; `Ok(false)` when `key` names none.
+    fn apply(&mut self, key: &str, value: String) -> Result<bool> {
         let non_empty = |v: String| if v.trim().is_empty() { None } else { Some(v) };
         match key {
             "FASTACK_DATABASE_URL" => self.database_url = non_empty(value),
@@ -539,16 +539,16 @@ impl Config {
                 if let Some(rest) = other.strip_prefix("FASTACK_PLAN_") {
                     return self.apply_plan(key, rest, &value);
                 }
-                return Err(Error::Config(UNKNOWN.to_owned()));
+                return Ok(false);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
-    fn apply_plan(&mut self, key: &str, rest: &str, value: &str) -> Result<()> {
-        let (plan, field) = rest
-            .split_once('_')
-            .ok_or_else(|| Error::Config(UNKNOWN.to_owned()))?;
+    fn apply_plan(&mut self, key: &str, rest: &str, value: &str) -> Result<bool> {
+        let Some((plan, field)) = rest.split_once('_') else {
+            return Ok(false);
+        };
         let plan: Plan = plan
             .to_ascii_lowercase()
             .parse()
@@ -558,9 +558,9 @@ impl Config {
             "RPS" => limits.rate_per_sec = parse(key, value)?,
             "BURST" => limits.burst = parse(key, value)?,
             "RETENTION_MONTHS" => limits.retention_months = parse(key, value)?,
-            _ => return Err(Error::Config(UNKNOWN.to_owned())),
+            _ => return Ok(false),
         }
-        Ok(())
+        Ok(true)
     }
 
     fn validate(&self) -> Result<()> {
@@ -658,9 +658,6 @@ impl Config {
 /// harnesses' (`FASTACK_TEST_*`) and the SDK suites' binary path
 /// (`FASTACK_BIN`). A node ignores them, so a shell or CI job that exports
 /// them can still run `fastack`.
-/// Marks an unknown name inside `apply`; the caller words the error.
-const UNKNOWN: &str = "unknown setting";
-
 /// Where a setting's value was written.
 enum Origin {
     Env,
