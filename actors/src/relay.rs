@@ -4,7 +4,10 @@
 //! the work and a dead relay's rows come back), hands them to the sink,
 //! completes what the sink took and gives the rest back at once. A sink
 //! whose link is down is reconnected with capped backoff; meanwhile its
-//! rows wait in the outbox.
+//! rows wait in the outbox. A batching sink (one that writes files) is
+//! sent named batches instead, when its flush rule says, a stale batch
+//! first. Each relay reports its sink's lag (`fastack_sink_lag_seconds`)
+//! and warns while it falls behind.
 
 use std::{marker::PhantomData, sync::Arc, time::Duration};
 
@@ -17,10 +20,11 @@ use tracing::warn;
 use crate::{context::Ctx, root::ChildSpec, signal::Wakes, sinks::Sink};
 use fastack_core::backoff::Backoff;
 
-/// How long a claimed row stays with this relay before others may take it.
-const CLAIM: ChronoDuration = ChronoDuration::seconds(30);
-/// How often the depth gauge is refreshed.
+/// How often the depth and lag gauges are refreshed.
 const DEPTH_EVERY: Duration = Duration::from_secs(1);
+/// A sink is behind when its oldest owed row waited this long (beyond its
+/// flush age, for a batching sink).
+const BEHIND: Duration = Duration::from_secs(60);
 
 pub struct RelayActor<S>(PhantomData<fn() -> S>);
 
@@ -77,28 +81,56 @@ impl<S: Sink> RelayActor<S> {
         }
     }
 
-    /// One round; returns how many rows the sink took.
+    fn claim_for(state: &RelayState<S>) -> ChronoDuration {
+        ChronoDuration::from_std(state.sink.claim_for()).unwrap_or(ChronoDuration::seconds(30))
+    }
+
+    /// One round; returns whether there may be more to send at once.
     async fn pump(
         myself: &ActorRef<RelayMsg>,
         state: &mut RelayState<S>,
-    ) -> Result<usize, ActorProcessingErr> {
+    ) -> Result<bool, ActorProcessingErr> {
         let ctx = state.ctx.clone();
-        let rows = ctx
-            .store
-            .claim_outbox(S::NAME, ctx.now(), CLAIM, S::BATCH)
-            .await?;
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        let sent = state.sink.send(&ctx, &rows).await;
+        let claim_for = Self::claim_for(state);
+        let sent = match state.sink.batches() {
+            None => {
+                let rows = ctx
+                    .store
+                    .claim_outbox(S::NAME, ctx.now(), claim_for, S::BATCH)
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(false);
+                }
+                let sent = state.sink.send(&ctx, &rows).await;
+                (sent, rows.len() == S::BATCH as usize)
+            }
+            Some(flush) => {
+                let now = ctx.now();
+                let owed = ctx.store.outbox_owed(S::NAME, flush.rows).await?;
+                let due = owed.rows >= i64::from(flush.rows)
+                    || owed.oldest.is_some_and(|t| {
+                        (now - t).to_std().unwrap_or_default() >= flush.age
+                    });
+                let Some(batch) = ctx
+                    .store
+                    .claim_outbox_batch(S::NAME, now, claim_for, due.then_some(flush.rows))
+                    .await?
+                else {
+                    return Ok(false);
+                };
+                (state.sink.send_batch(&ctx, &batch).await, true)
+            }
+        };
+        let (sent, more) = sent;
         ctx.store.complete_outbox(S::NAME, &sent.done).await?;
         if let Err(error) = ctx.store.release_outbox(S::NAME, &sent.retry).await {
             warn!(sink = %S::NAME, %error, "could not give rows back; they return when their claim expires");
         }
         if let Some(why) = sent.down {
             Self::link_down(myself, state, &why);
+            return Ok(false);
         }
-        Ok(sent.done.len())
+        Ok(more && !sent.done.is_empty())
     }
 
     async fn refresh_depth(state: &mut RelayState<S>) {
@@ -106,15 +138,31 @@ impl<S: Sink> RelayActor<S> {
             return;
         }
         state.depth_at = Some(Instant::now());
+        let labels = SinkLabels {
+            sink: S::NAME.as_str(),
+        };
         if let Ok(depth) = state.ctx.store.outbox_depth(S::NAME).await {
+            state.ctx.metrics.outbox_depth.get_or_create(&labels).set(depth);
+        }
+        if let Ok(oldest) = state.ctx.store.outbox_oldest(S::NAME).await {
+            let lag = oldest
+                .and_then(|t| (state.ctx.now() - t).to_std().ok())
+                .unwrap_or_default();
             state
                 .ctx
                 .metrics
-                .outbox_depth
-                .get_or_create(&SinkLabels {
-                    sink: S::NAME.as_str(),
-                })
-                .set(depth);
+                .sink_lag_seconds
+                .get_or_create(&labels)
+                .set(lag.as_secs() as i64);
+            let allowed = BEHIND + state.sink.batches().map_or(Duration::ZERO, |f| f.age);
+            if lag > allowed {
+                warn!(
+                    sink = %S::NAME,
+                    lag_s = lag.as_secs(),
+                    connected = state.connected,
+                    "sink falling behind: its oldest owed event waits longer than it should"
+                );
+            }
         }
     }
 }
@@ -189,9 +237,7 @@ impl<S: Sink> Actor for RelayActor<S> {
             RelayMsg::Pump => {
                 if state.connected {
                     // Drain: keep going while full batches come back.
-                    while state.connected && Self::pump(&myself, state).await? == S::BATCH as usize
-                    {
-                    }
+                    while state.connected && Self::pump(&myself, state).await? {}
                 }
                 Self::refresh_depth(state).await;
             }

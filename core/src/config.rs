@@ -123,6 +123,21 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "S3-compatible storage for `FASTACK_STORAGE_URL=s3://bucket/prefix`",
     ),
     (
+        "FASTACK_MIRROR_URL",
+        "(unset: mirror off)",
+        "Parquet mirror of every event: `s3://bucket/prefix` (with the `FASTACK_S3_*` settings) or `file:///path`",
+    ),
+    (
+        "FASTACK_MIRROR_FLUSH_ROWS",
+        "100000",
+        "the mirror writes its next files once this many events wait",
+    ),
+    (
+        "FASTACK_MIRROR_FLUSH_SECS",
+        "60",
+        "… or once the oldest waiting event has waited this long",
+    ),
+    (
         "FASTACK_SINGLE_TENANT",
         "false",
         "single-tenant deployment: events carry `ce-tenantid: single-tenant`",
@@ -278,6 +293,9 @@ pub struct Config {
     pub enc_key: Option<String>,
     pub storage_url: Option<String>,
     pub s3: S3Settings,
+    pub mirror_url: Option<String>,
+    pub mirror_flush_rows: u32,
+    pub mirror_flush: Duration,
     pub single_tenant: bool,
     pub job_concurrency: usize,
     pub repair_interval: Duration,
@@ -382,6 +400,9 @@ impl Default for Config {
             enc_key: None,
             storage_url: None,
             s3: S3Settings::default(),
+            mirror_url: None,
+            mirror_flush_rows: 100_000,
+            mirror_flush: Duration::from_secs(60),
             single_tenant: false,
             job_concurrency: 2,
             repair_interval: Duration::from_millis(30_000),
@@ -507,6 +528,11 @@ impl Config {
             "FASTACK_S3_REGION" => self.s3.region = non_empty(value),
             "FASTACK_S3_ACCESS_KEY_ID" => self.s3.access_key_id = non_empty(value),
             "FASTACK_S3_SECRET_ACCESS_KEY" => self.s3.secret_access_key = non_empty(value),
+            "FASTACK_MIRROR_URL" => self.mirror_url = non_empty(value),
+            "FASTACK_MIRROR_FLUSH_ROWS" => self.mirror_flush_rows = parse(key, &value)?,
+            "FASTACK_MIRROR_FLUSH_SECS" => {
+                self.mirror_flush = Duration::from_secs(parse(key, &value)?)
+            }
             "FASTACK_SINGLE_TENANT" => self.single_tenant = parse_bool(key, &value)?,
             "FASTACK_JOB_CONCURRENCY" => self.job_concurrency = parse(key, &value)?,
             "FASTACK_REPAIR_INTERVAL_MS" => self.repair_interval = millis(key, &value)?,
@@ -589,7 +615,15 @@ impl Config {
                 MIN_INGEST_BUDGET.as_millis()
             )));
         }
-        if self.process_batch == 0 || self.ingest_max_rows == 0 {
+        if let Some(url) = &self.mirror_url
+            && !(url.starts_with("s3://") || url.starts_with("file://"))
+        {
+            return Err(Error::Config(
+                "FASTACK_MIRROR_URL must start with s3:// (a bucket and prefix) or file:// (a directory)"
+                    .to_owned(),
+            ));
+        }
+        if self.process_batch == 0 || self.ingest_max_rows == 0 || self.mirror_flush_rows == 0 {
             return Err(Error::Config("batch sizes must be positive".to_owned()));
         }
         if self.process_max_attempts == 0 || self.max_connections == 0 || self.unauth_rps == 0 {

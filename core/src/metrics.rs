@@ -61,6 +61,9 @@ pub struct Metrics {
     pub amqp_unroutable: Counter,
     pub ratelimit_round_trips: Counter,
     pub outbox_depth: Family<SinkLabels, Gauge>,
+    pub sink_lag_seconds: Family<SinkLabels, Gauge>,
+    pub mirror_events: Counter,
+    pub mirror_files: Counter,
     pub events_repaired: Counter,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_first_attempt_lag_seconds: Histogram,
@@ -104,6 +107,24 @@ impl Metrics {
             ratelimit_round_trips.clone(),
         );
         let outbox_depth = Family::<SinkLabels, Gauge>::default();
+        let sink_lag_seconds = Family::<SinkLabels, Gauge>::default();
+        let mirror_events = Counter::default();
+        let mirror_files = Counter::default();
+        registry.register(
+            "sink_lag_seconds",
+            "how long the oldest event a sink still owes has waited (0: it owes none)",
+            sink_lag_seconds.clone(),
+        );
+        registry.register(
+            "mirror_events_written",
+            "events written to the Parquet mirror (a batch written again counts again)",
+            mirror_events.clone(),
+        );
+        registry.register(
+            "mirror_files_written",
+            "Parquet files the mirror wrote",
+            mirror_files.clone(),
+        );
         let events_repaired = Counter::default();
         let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
         let webhook_first_attempt_lag_seconds = latency_histogram();
@@ -129,7 +150,7 @@ impl Metrics {
         );
         registry.register(
             "outbox_depth",
-            "outbox rows each sink (amqp, webhooks) still owes",
+            "outbox rows each sink (amqp, webhooks, mirror) still owes",
             outbox_depth.clone(),
         );
         registry.register(
@@ -250,6 +271,9 @@ impl Metrics {
             amqp_unroutable,
             ratelimit_round_trips,
             outbox_depth,
+            sink_lag_seconds,
+            mirror_events,
+            mirror_files,
             events_repaired,
             webhook_attempts,
             webhook_first_attempt_lag_seconds,

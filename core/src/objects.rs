@@ -64,57 +64,64 @@ fn restrict(local_root: Option<&std::path::Path>, path: &str) -> Result<()> {
 }
 
 impl Objects {
+    /// Where exports and archives go (`FASTACK_STORAGE_URL`, else the
+    /// data directory).
     pub fn from_config(config: &Config) -> Result<Self> {
         match config.storage_url.as_deref() {
             None => local(&config.data_dir.join("objects")),
-            Some(url) if url.starts_with("file://") => {
-                local(std::path::Path::new(url.trim_start_matches("file://")))
-            }
-            Some(url) if url.starts_with("s3://") => {
-                let rest = url.trim_start_matches("s3://");
-                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                // Bounded retries: a dead endpoint fails the job in seconds,
-                // not after object_store's default three minutes.
-                let retry = RetryConfig {
-                    backoff: BackoffConfig {
-                        init_backoff: std::time::Duration::from_millis(100),
-                        max_backoff: std::time::Duration::from_secs(5),
-                        base: 2.0,
-                    },
-                    max_retries: 4,
-                    retry_timeout: std::time::Duration::from_secs(60),
-                };
-                let mut b = AmazonS3Builder::new()
-                    .with_bucket_name(bucket)
-                    .with_retry(retry);
-                if let Some(endpoint) = &config.s3.endpoint {
-                    b = b
-                        .with_endpoint(endpoint)
-                        .with_allow_http(endpoint.starts_with("http://"));
-                }
-                if let Some(region) = &config.s3.region {
-                    b = b.with_region(region);
-                }
-                if let (Some(id), Some(secret)) =
-                    (&config.s3.access_key_id, &config.s3.secret_access_key)
-                {
-                    b = b.with_access_key_id(id).with_secret_access_key(secret);
-                }
-                let s3 = b.build().map_err(storage_err)?;
-                let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
-                    Arc::new(s3)
-                } else {
-                    Arc::new(PrefixStore::new(s3, prefix))
-                };
-                Ok(Objects {
-                    store,
-                    location: format!("s3://{bucket}/{prefix}"),
-                    fault: None,
-                    local_root: None,
-                })
-            }
-            Some(path) => local(std::path::Path::new(path)),
+            Some(url) => Self::at(config, url),
         }
+    }
+
+    /// The storage at `url`: `s3://bucket/prefix` (with the `FASTACK_S3_*`
+    /// settings), `file:///path`, or a local path.
+    pub fn at(config: &Config, url: &str) -> Result<Self> {
+        if let Some(path) = url.strip_prefix("file://") {
+            return local(std::path::Path::new(path));
+        }
+        let Some(rest) = url.strip_prefix("s3://") else {
+            return local(std::path::Path::new(url));
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        // Bounded retries: a dead endpoint fails the job in seconds,
+        // not after object_store's default three minutes.
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: std::time::Duration::from_millis(100),
+                max_backoff: std::time::Duration::from_secs(5),
+                base: 2.0,
+            },
+            max_retries: 4,
+            retry_timeout: std::time::Duration::from_secs(60),
+        };
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_retry(retry);
+        if let Some(endpoint) = &config.s3.endpoint {
+            b = b
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"));
+        }
+        if let Some(region) = &config.s3.region {
+            b = b.with_region(region);
+        }
+        if let (Some(id), Some(secret)) =
+            (&config.s3.access_key_id, &config.s3.secret_access_key)
+        {
+            b = b.with_access_key_id(id).with_secret_access_key(secret);
+        }
+        let s3 = b.build().map_err(storage_err)?;
+        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+            Arc::new(s3)
+        } else {
+            Arc::new(PrefixStore::new(s3, prefix))
+        };
+        Ok(Objects {
+            store,
+            location: format!("s3://{bucket}/{prefix}"),
+            fault: None,
+            local_root: None,
+        })
     }
 
     /// The same storage, with every written chunk passed through `fault`.

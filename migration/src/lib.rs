@@ -20,6 +20,7 @@ mod m20261201_000008_outbox_sinks;
 mod m20261201_000009_tracking_plans;
 mod m20261201_000010_console;
 mod m20261201_000011_inbox_file;
+mod m20261205_000012_outbox_batches;
 
 pub struct Migrator;
 
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000009_tracking_plans::Migration),
             Box::new(m20261201_000010_console::Migration),
             Box::new(m20261201_000011_inbox_file::Migration),
+            Box::new(m20261205_000012_outbox_batches::Migration),
         ]
     }
 }

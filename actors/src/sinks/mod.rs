@@ -5,9 +5,12 @@
 //! link down is reconnected after a capped backoff.
 //!
 //! Adding a sink: a file here implementing [`Sink`], and a line in
-//! [`enabled`]. Outbox rows then record it by name; no migration.
+//! [`enabled`]. Outbox rows then record it by name; no migration. A sink
+//! that writes files says so with [`Sink::batches`]: it is then sent named
+//! batches that come back whole after a crash.
 
 pub mod amqp;
+pub mod mirror;
 pub mod webhooks;
 
 use std::time::Duration;
@@ -15,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fastack_core::{
     Config,
-    store::{Emit, OutboxRow, SinkName},
+    store::{Emit, OutboxBatch, OutboxRow, SinkName},
 };
 
 use crate::{context::Ctx, relay::RelayActor, root::ChildSpec};
@@ -41,6 +44,14 @@ pub struct Sent {
     pub down: Option<String>,
 }
 
+/// When a batching sink is sent its next batch: once `rows` are owed, or
+/// the oldest owed row has waited `age`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flush {
+    pub rows: u32,
+    pub age: Duration,
+}
+
 #[async_trait]
 pub trait Sink: Send + Sync + 'static {
     /// The name outbox rows owe it under.
@@ -51,6 +62,19 @@ pub trait Sink: Send + Sync + 'static {
     /// How often the relay looks without being signalled.
     fn interval(&self) -> Duration;
 
+    /// `Some` for a sink that writes files: it is sent named batches
+    /// ([`Sink::send_batch`]) when this says, each claimed again whole, under
+    /// its name, if it is not completed.
+    fn batches(&self) -> Option<Flush> {
+        None
+    }
+
+    /// How long a claim lasts: what one send may take before another relay
+    /// may take the same rows.
+    fn claim_for(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+
     /// Opens what the sink needs (a broker connection). Called before the
     /// first batch, and again after the sink reported its link down.
     async fn connect(&mut self, _ctx: &Ctx) -> Result<(), String> {
@@ -59,6 +83,12 @@ pub trait Sink: Send + Sync + 'static {
 
     /// Sends a batch of rows (oldest first) and says what became of each.
     async fn send(&mut self, ctx: &Ctx, rows: &[OutboxRow]) -> Sent;
+
+    /// Sends a named batch (a sink whose [`Sink::batches`] is `Some`): all
+    /// its rows done, or all offered again.
+    async fn send_batch(&mut self, ctx: &Ctx, batch: &OutboxBatch) -> Sent {
+        self.send(ctx, &batch.rows).await
+    }
 
     /// Closes the link, at shutdown.
     async fn close(&mut self) {}
@@ -94,6 +124,9 @@ pub fn enabled(config: &Config) -> Vec<SinkSpec> {
     )];
     if config.amqp_url.is_some() {
         sinks.push(SinkSpec::of(true, Tracked::Every, amqp::AmqpSink::new));
+    }
+    if config.mirror_url.is_some() {
+        sinks.push(SinkSpec::of(false, Tracked::Every, mirror::MirrorSink::new));
     }
     sinks
 }

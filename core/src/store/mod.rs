@@ -490,6 +490,26 @@ pub struct OutboxRow {
     pub created_at: DateTime<Utc>,
 }
 
+/// Rows a sink that writes files claimed together (see
+/// [`Storage::claim_outbox_batch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxBatch {
+    /// Given once, with the first claim; the same when the batch is claimed
+    /// again. Files named after it are written once whatever happens.
+    pub name: String,
+    /// Oldest first.
+    pub rows: Vec<OutboxRow>,
+}
+
+/// What a sink owes outside any batch (see [`Storage::outbox_owed`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owed {
+    /// Counted up to the cap asked for.
+    pub rows: i64,
+    /// When the oldest of them was written.
+    pub oldest: Option<DateTime<Utc>>,
+}
+
 /// The routing key and CloudEvents id of a job's terminal event.
 pub fn job_event(id: JobId, status: JobStatus) -> (String, String) {
     let status = status.as_str();
@@ -728,7 +748,24 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// left to send lose their pending marker — one transaction.
     async fn complete_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()>;
     /// Gives claimed rows back to the sink's queue at once (it failed).
+    /// Rows of a batch stay in it, to be claimed again together.
     async fn release_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()>;
+    /// Claims a batch, for a sink that writes files: a batch whose claim
+    /// ran out or was given back, whole and under its name, else (with
+    /// `new_up_to`) up to that many owed rows, oldest first, under a new
+    /// name (recorded durably before it is returned).
+    async fn claim_outbox_batch(
+        &self,
+        sink: SinkName,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        new_up_to: Option<u32>,
+    ) -> Result<Option<OutboxBatch>>;
+    /// Rows the sink owes outside any batch (counted up to `cap`) and the
+    /// oldest one's time: whether a batching sink should flush.
+    async fn outbox_owed(&self, sink: SinkName, cap: u32) -> Result<Owed>;
+    /// When the oldest row the sink still owes was written (its lag).
+    async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>>;
     /// Terminal jobs whose marker is still set but whose outbox row is gone
     /// (a crash between confirm and clear): writes their stored event body
     /// to the outbox again, same ce-id. Claimed, so several nodes sweeping

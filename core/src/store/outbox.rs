@@ -6,13 +6,20 @@
 //! sink adds rows under a new name: no column, no migration. The webhook
 //! fan-out ([`super::FAN_OUT`]) owes no row: [`write`] creates its
 //! deliveries in the caller's transaction.
+//!
+//! A sink that writes files claims rows as a named batch
+//! ([`claim_batch`]): the name is given once, durably, with the claim that
+//! takes the rows, and a batch whose claim ran out is claimed again whole,
+//! never mixed with other rows. A file named after its batch is then
+//! written again with the same rows after a crash, never twice with
+//! different ones.
 
 use chrono::{DateTime, Duration, Utc};
 use fastack_entities::{JobId, TenantId, db::Time};
 use uuid::Uuid;
 
 use super::{
-    Emit, OutboxRow, SinkName, Topic,
+    Emit, OutboxBatch, OutboxRow, Owed, SinkName, Topic,
     sql::{Col, Db, ListKind, Q, Row, Tx},
 };
 use crate::{
@@ -225,6 +232,159 @@ pub(crate) async fn claim(
         .await?;
     tx.commit().await?;
     rows.iter().map(row_from).collect()
+}
+
+/// Claims a batch for a sink that writes files: first a batch whose claim
+/// ran out or was given back (whole, under its name), else, with
+/// `new_up_to`, up to that many owed rows, oldest first, under a new name.
+/// `None`: nothing to claim, or another relay is taking the only stale
+/// batch right now.
+pub(crate) async fn claim_batch(
+    db: &Db,
+    sink: SinkName,
+    now: DateTime<Utc>,
+    claim_for: Duration,
+    new_up_to: Option<u32>,
+) -> Result<Option<OutboxBatch>> {
+    let d = db.dialect();
+    // Synced, not relaxed: a name lost to a crash after its file was
+    // written would let the same rows go out again under another name.
+    let mut tx = db.begin().await?;
+    let stale = tx
+        .fetch_opt(
+            Q::new(
+                "SELECT batch FROM outbox_sinks WHERE sink = $1 AND batch IS NOT NULL \
+                 AND (claimed_until IS NULL OR claimed_until < $2) LIMIT 1",
+            )
+            .bind(sink.as_str())
+            .bind(now),
+        )
+        .await?
+        .map(|r| r.text("batch"))
+        .transpose()?;
+    let name = match stale {
+        Some(name) => {
+            // Every row of the batch, locked in one order, so two relays
+            // never split it; a claim renewed meanwhile means another relay
+            // has it.
+            let claims = tx
+                .fetch(
+                    Q::new(format!(
+                        "SELECT claimed_until FROM outbox_sinks WHERE sink = $1 AND batch = $2 \
+                         ORDER BY outbox_id{}",
+                        d.lock()
+                    ))
+                    .bind(sink.as_str())
+                    .bind(name.clone()),
+                )
+                .await?;
+            for claim in &claims {
+                if claim.opt_time("claimed_until")?.is_some_and(|until| until >= now) {
+                    tx.commit().await?;
+                    return Ok(None);
+                }
+            }
+            tx.execute(
+                Q::new(
+                    "UPDATE outbox_sinks SET claimed_until = $3, attempts = attempts + 1 \
+                     WHERE sink = $1 AND batch = $2",
+                )
+                .bind(sink.as_str())
+                .bind(name.clone())
+                .bind(now + claim_for),
+            )
+            .await?;
+            name
+        }
+        None => {
+            let Some(limit) = new_up_to else {
+                tx.commit().await?;
+                return Ok(None);
+            };
+            let name = Uuid::now_v7().to_string();
+            let taken = tx
+                .execute(
+                    Q::new(format!(
+                        "UPDATE outbox_sinks SET claimed_until = $3, attempts = attempts + 1, \
+                             batch = $5 \
+                         WHERE sink = $1 AND outbox_id IN \
+                             (SELECT outbox_id FROM outbox_sinks \
+                              WHERE sink = $1 AND batch IS NULL \
+                                AND (claimed_until IS NULL OR claimed_until < $2) \
+                              ORDER BY outbox_id LIMIT $4{})",
+                        d.skip_locked("outbox_sinks")
+                    ))
+                    .bind(sink.as_str())
+                    .bind(now)
+                    .bind(now + claim_for)
+                    .bind(i64::from(limit))
+                    .bind(name.clone()),
+                )
+                .await?;
+            if taken == 0 {
+                tx.commit().await?;
+                return Ok(None);
+            }
+            name
+        }
+    };
+    let rows = tx
+        .fetch(
+            Q::new(format!(
+                "SELECT {COLUMNS} FROM outbox o JOIN outbox_sinks s ON s.outbox_id = o.id \
+                 WHERE s.sink = $1 AND s.batch = $2 ORDER BY o.id"
+            ))
+            .bind(sink.as_str())
+            .bind(name.clone()),
+        )
+        .await?
+        .iter()
+        .map(row_from)
+        .collect::<Result<Vec<_>>>()?;
+    tx.commit().await?;
+    Ok(Some(OutboxBatch { name, rows }))
+}
+
+/// What the sink owes and has not yet put in a batch: the rows (counted up
+/// to `cap`) and when the oldest was written.
+pub(crate) async fn owed(db: &Db, sink: SinkName, cap: u32) -> Result<Owed> {
+    let rows = db
+        .read_one(
+            Q::new(
+                "SELECT count(*) AS n FROM (SELECT 1 FROM outbox_sinks \
+                 WHERE sink = $1 AND batch IS NULL LIMIT $2) s",
+            )
+            .bind(sink.as_str())
+            .bind(i64::from(cap)),
+        )
+        .await?
+        .int("n")?;
+    let oldest = db
+        .read_opt(
+            Q::new(
+                "SELECT o.created_at FROM outbox_sinks s JOIN outbox o ON o.id = s.outbox_id \
+                 WHERE s.sink = $1 AND s.batch IS NULL ORDER BY s.outbox_id LIMIT 1",
+            )
+            .bind(sink.as_str()),
+        )
+        .await?
+        .map(|r| r.time("created_at"))
+        .transpose()?;
+    Ok(Owed { rows, oldest })
+}
+
+/// When the oldest row the sink still owes (batched or not) was written.
+pub(crate) async fn oldest(db: &Db, sink: SinkName) -> Result<Option<DateTime<Utc>>> {
+    db.read_opt(
+        Q::new(
+            "SELECT o.created_at FROM outbox_sinks s JOIN outbox o ON o.id = s.outbox_id \
+             WHERE s.sink = $1 ORDER BY s.outbox_id LIMIT 1",
+        )
+        .bind(sink.as_str()),
+    )
+    .await?
+    .map(|r| r.time("created_at"))
+    .transpose()
 }
 
 /// The sink is done with `ids`.

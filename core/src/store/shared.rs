@@ -33,7 +33,8 @@ use serde_json::{Map, Value};
 
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, DropOutcome, DueDelivery,
-    Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxRow, PartitionInfo,
+    Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxBatch, OutboxRow,
+    Owed, PartitionInfo,
     PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey,
     TimeRange, Topic, ingest, job_event, outbox,
     sql::{Db, Dialect, ListKind, Q, Row, Tx},
@@ -656,6 +657,24 @@ impl Storage for SqlStore {
 
     async fn release_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()> {
         outbox::release(&self.db, sink, ids).await
+    }
+
+    async fn claim_outbox_batch(
+        &self,
+        sink: SinkName,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        new_up_to: Option<u32>,
+    ) -> Result<Option<OutboxBatch>> {
+        outbox::claim_batch(&self.db, sink, now, claim_for, new_up_to).await
+    }
+
+    async fn outbox_owed(&self, sink: SinkName, cap: u32) -> Result<Owed> {
+        outbox::owed(&self.db, sink, cap).await
+    }
+
+    async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>> {
+        outbox::oldest(&self.db, sink).await
     }
 
     async fn repair_pending_events(

@@ -1,0 +1,447 @@
+//! The Parquet mirror: every `core.event.tracked` written to object storage
+//! (`FASTACK_MIRROR_URL`, `s3://bucket/prefix` or `file:///path`) as
+//! Parquet, Hive-partitioned by tenant and the UTC hour it occurred:
+//! `tenant=<id>/date=YYYY-MM-DD/hour=HH/<batch>.parquet`, zstd-compressed,
+//! typed columns ([`SCHEMA`]), for DuckDB, Polars, Spark, Trino or Athena
+//! to query where it lies.
+//!
+//! Exactly once: rows come in named outbox batches (flushed when
+//! `FASTACK_MIRROR_FLUSH_ROWS` are owed or the oldest has waited
+//! `FASTACK_MIRROR_FLUSH_SECS`). A batch's files are named after it and
+//! hold its rows in outbox order, so a batch written again — its node died
+//! before recording it, or two nodes raced for it — replaces each file with
+//! the same bytes. A failed upload gives the batch back and the link is
+//! retried with backoff; the other sinks never wait for it.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Timelike, Utc};
+use fastack_core::{
+    objects::Objects,
+    store::{OutboxBatch, OutboxRow, SinkName, Topic},
+};
+use futures::{StreamExt, TryStreamExt};
+use parquet::{
+    basic::{Compression, ZstdLevel},
+    data_type::{ByteArray, ByteArrayType, Int64Type},
+    file::{properties::WriterProperties, writer::SerializedFileWriter},
+    schema::{parser::parse_message_type, types::Type},
+};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tracing::{info, warn};
+
+use super::{Flush, Sent, Sink};
+use crate::context::Ctx;
+
+/// The columns of every file. JSON documents are text (parse them with
+/// `json_extract`, `from_json`, `json.loads`).
+pub const SCHEMA: &str = "message event {
+    REQUIRED BYTE_ARRAY id (STRING);
+    REQUIRED BYTE_ARRAY tenant_id (STRING);
+    REQUIRED BYTE_ARRAY type (STRING);
+    OPTIONAL BYTE_ARRAY event (STRING);
+    OPTIONAL BYTE_ARRAY user_id (STRING);
+    OPTIONAL BYTE_ARRAY anonymous_id (STRING);
+    REQUIRED BYTE_ARRAY contact_id (STRING);
+    REQUIRED INT64 occurred_at (TIMESTAMP(MICROS,true));
+    REQUIRED INT64 received_at (TIMESTAMP(MICROS,true));
+    OPTIONAL INT64 plan_version;
+    OPTIONAL BYTE_ARRAY properties (STRING);
+    OPTIONAL BYTE_ARRAY traits (STRING);
+    OPTIONAL BYTE_ARRAY schema_violations (STRING);
+}";
+
+/// Rows per row group: readers skip and parallelise by row group.
+const ROW_GROUP_ROWS: usize = 128 * 1024;
+/// Uploads of one batch in flight at once.
+const UPLOADS: usize = 8;
+
+pub struct MirrorSink {
+    url: String,
+    flush: Flush,
+    objects: Option<Objects>,
+    schema: Arc<Type>,
+    props: Arc<WriterProperties>,
+}
+
+impl MirrorSink {
+    /// The sink of a node with `FASTACK_MIRROR_URL` set (`None` without).
+    pub fn new(ctx: &Ctx) -> Option<Self> {
+        let url = ctx.config.mirror_url.clone()?;
+        let schema = match parse_message_type(SCHEMA) {
+            Ok(schema) => Arc::new(schema),
+            Err(error) => {
+                warn!(%error, "the mirror's schema does not parse; mirror off");
+                return None;
+            }
+        };
+        let zstd = ZstdLevel::try_new(3).ok()?;
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(zstd))
+            // The same bytes for the same rows, whichever node writes them.
+            .set_created_by(format!("fastack {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        Some(MirrorSink {
+            url,
+            flush: Flush {
+                rows: ctx.config.mirror_flush_rows,
+                age: ctx.config.mirror_flush,
+            },
+            objects: None,
+            schema,
+            props: Arc::new(props),
+        })
+    }
+}
+
+#[async_trait]
+impl Sink for MirrorSink {
+    const NAME: SinkName = SinkName("mirror");
+
+    fn interval(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn batches(&self) -> Option<Flush> {
+        Some(self.flush)
+    }
+
+    async fn connect(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let objects = Objects::at(&ctx.config, &self.url).map_err(|e| e.to_string())?;
+        info!(location = %objects.location, "mirror writing parquet");
+        self.objects = Some(objects);
+        Ok(())
+    }
+
+    async fn send(&mut self, ctx: &Ctx, rows: &[OutboxRow]) -> Sent {
+        // Not reached: a batching sink is sent batches. Written as a batch
+        // without a name would be unsafe, so the rows go back.
+        warn!(rows = rows.len(), "mirror offered rows outside a batch");
+        let _ = ctx;
+        Sent {
+            retry: rows.iter().map(|r| r.id).collect(),
+            ..Sent::default()
+        }
+    }
+
+    async fn send_batch(&mut self, ctx: &Ctx, batch: &OutboxBatch) -> Sent {
+        let ids: Vec<i64> = batch.rows.iter().map(|r| r.id).collect();
+        let Some(objects) = self.objects.clone() else {
+            return Sent {
+                retry: ids,
+                down: Some("not connected".to_owned()),
+                ..Sent::default()
+            };
+        };
+        let files = match encode_batch(&batch.name, &batch.rows, &self.schema, &self.props) {
+            Ok(files) => files,
+            Err(why) => {
+                warn!(batch = %batch.name, %why, "mirror cannot encode a batch; it is offered again");
+                return Sent {
+                    retry: ids,
+                    down: Some(why),
+                    ..Sent::default()
+                };
+            }
+        };
+        let events: usize = files.iter().map(|f| f.rows).sum();
+        let count = files.len();
+        let uploaded = futures::stream::iter(files)
+            .map(|file| {
+                let objects = objects.clone();
+                async move { objects.put(&file.path, file.bytes).await }
+            })
+            .buffer_unordered(UPLOADS)
+            .try_collect::<Vec<()>>()
+            .await;
+        match uploaded {
+            Ok(_) => {
+                ctx.metrics.mirror_events.inc_by(events as u64);
+                ctx.metrics.mirror_files.inc_by(count as u64);
+                Sent {
+                    done: ids,
+                    ..Sent::default()
+                }
+            }
+            Err(error) => Sent {
+                retry: ids,
+                down: Some(format!("upload failed: {error}")),
+                ..Sent::default()
+            },
+        }
+    }
+}
+
+/// One Parquet file of a batch.
+struct File {
+    path: String,
+    bytes: Vec<u8>,
+    rows: usize,
+}
+
+/// The body of a `core.event.tracked` (the event JSON), as the mirror
+/// reads it.
+#[derive(Deserialize)]
+struct Body<'a> {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    event: Option<String>,
+    contact_id: String,
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+    #[serde(borrow)]
+    properties: Option<&'a RawValue>,
+    #[serde(borrow)]
+    traits: Option<&'a RawValue>,
+    occurred_at: String,
+    received_at: String,
+    plan_version: Option<i64>,
+    #[serde(borrow)]
+    schema_violations: Option<&'a RawValue>,
+}
+
+/// An event as a row of the files.
+struct Event {
+    id: String,
+    tenant_id: String,
+    kind: String,
+    event: Option<String>,
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+    contact_id: String,
+    occurred_at: DateTime<Utc>,
+    received_at: DateTime<Utc>,
+    plan_version: Option<i64>,
+    properties: Option<String>,
+    traits: Option<String>,
+    schema_violations: Option<String>,
+}
+
+fn time(field: &str, text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{field} `{text}`: {e}"))
+}
+
+fn event_of(row: &OutboxRow) -> Result<Event, String> {
+    let body: Body<'_> =
+        serde_json::from_str(&row.body).map_err(|e| format!("outbox row {}: {e}", row.id))?;
+    Ok(Event {
+        occurred_at: time("occurred_at", &body.occurred_at)?,
+        received_at: time("received_at", &body.received_at)?,
+        id: body.id,
+        tenant_id: row.tenant_id.to_string(),
+        kind: body.kind,
+        event: body.event,
+        user_id: body.user_id,
+        anonymous_id: body.anonymous_id,
+        contact_id: body.contact_id,
+        plan_version: body.plan_version,
+        properties: body.properties.map(|v| v.get().to_owned()),
+        traits: body.traits.map(|v| v.get().to_owned()),
+        schema_violations: body.schema_violations.map(|v| v.get().to_owned()),
+    })
+}
+
+/// The batch's files: one per tenant and hour, rows in outbox order.
+fn encode_batch(
+    name: &str,
+    rows: &[OutboxRow],
+    schema: &Arc<Type>,
+    props: &Arc<WriterProperties>,
+) -> Result<Vec<File>, String> {
+    let mut parts: BTreeMap<String, Vec<Event>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.topic == Topic::Core) {
+        let event = event_of(row)?;
+        let at = event.occurred_at;
+        let dir = format!(
+            "tenant={}/date={}/hour={:02}",
+            event.tenant_id,
+            at.format("%Y-%m-%d"),
+            at.hour()
+        );
+        parts.entry(dir).or_default().push(event);
+    }
+    parts
+        .into_iter()
+        .map(|(dir, events)| {
+            Ok(File {
+                path: format!("{dir}/{name}.parquet"),
+                rows: events.len(),
+                bytes: encode(&events, schema, props).map_err(|e| format!("{dir}: {e}"))?,
+            })
+        })
+        .collect()
+}
+
+/// Values of an optional column and their definition levels.
+fn optional(values: impl Iterator<Item = Option<Vec<u8>>>) -> (Vec<ByteArray>, Vec<i16>) {
+    let mut present = Vec::new();
+    let mut levels = Vec::new();
+    for v in values {
+        levels.push(i16::from(v.is_some()));
+        if let Some(v) = v {
+            present.push(ByteArray::from(v));
+        }
+    }
+    (present, levels)
+}
+
+fn required<'a>(values: impl Iterator<Item = &'a str>) -> Vec<ByteArray> {
+    values.map(|v| ByteArray::from(v.as_bytes().to_vec())).collect()
+}
+
+fn encode(
+    events: &[Event],
+    schema: &Arc<Type>,
+    props: &Arc<WriterProperties>,
+) -> parquet::errors::Result<Vec<u8>> {
+    let mut writer = SerializedFileWriter::new(Vec::new(), schema.clone(), props.clone())?;
+    for group in events.chunks(ROW_GROUP_ROWS) {
+        let mut rg = writer.next_row_group()?;
+        let text = |f: fn(&Event) -> &str| required(group.iter().map(f));
+        let opt = |f: fn(&Event) -> Option<&str>| {
+            optional(group.iter().map(|e| f(e).map(|s| s.as_bytes().to_vec())))
+        };
+        let micros = |f: fn(&Event) -> DateTime<Utc>| -> Vec<i64> {
+            group.iter().map(|e| f(e).timestamp_micros()).collect()
+        };
+        let mut column = 0;
+        while let Some(mut col) = rg.next_column()? {
+            match column {
+                0 => write_bytes(&mut col, &text(|e| &e.id), None)?,
+                1 => write_bytes(&mut col, &text(|e| &e.tenant_id), None)?,
+                2 => write_bytes(&mut col, &text(|e| &e.kind), None)?,
+                3 => write_opt(&mut col, opt(|e| e.event.as_deref()))?,
+                4 => write_opt(&mut col, opt(|e| e.user_id.as_deref()))?,
+                5 => write_opt(&mut col, opt(|e| e.anonymous_id.as_deref()))?,
+                6 => write_bytes(&mut col, &text(|e| &e.contact_id), None)?,
+                7 => {
+                    col.typed::<Int64Type>()
+                        .write_batch(&micros(|e| e.occurred_at), None, None)?;
+                }
+                8 => {
+                    col.typed::<Int64Type>()
+                        .write_batch(&micros(|e| e.received_at), None, None)?;
+                }
+                9 => {
+                    let present: Vec<i64> = group.iter().filter_map(|e| e.plan_version).collect();
+                    let levels: Vec<i16> = group
+                        .iter()
+                        .map(|e| i16::from(e.plan_version.is_some()))
+                        .collect();
+                    col.typed::<Int64Type>()
+                        .write_batch(&present, Some(&levels), None)?;
+                }
+                10 => write_opt(&mut col, opt(|e| e.properties.as_deref()))?,
+                11 => write_opt(&mut col, opt(|e| e.traits.as_deref()))?,
+                12 => write_opt(&mut col, opt(|e| e.schema_violations.as_deref()))?,
+                _ => {
+                    return Err(parquet::errors::ParquetError::General(format!(
+                        "the schema has a column {column} the mirror does not write"
+                    )));
+                }
+            }
+            col.close()?;
+            column += 1;
+        }
+        rg.close()?;
+    }
+    writer.into_inner()
+}
+
+fn write_bytes(
+    col: &mut parquet::file::writer::SerializedColumnWriter<'_>,
+    values: &[ByteArray],
+    levels: Option<&[i16]>,
+) -> parquet::errors::Result<()> {
+    col.typed::<ByteArrayType>()
+        .write_batch(values, levels, None)
+        .map(drop)
+}
+
+fn write_opt(
+    col: &mut parquet::file::writer::SerializedColumnWriter<'_>,
+    (values, levels): (Vec<ByteArray>, Vec<i16>),
+) -> parquet::errors::Result<()> {
+    write_bytes(col, &values, Some(&levels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastack_entities::TenantId;
+
+    fn row(id: i64, occurred: &str) -> OutboxRow {
+        OutboxRow {
+            id,
+            tenant_id: TenantId(uuid::Uuid::nil()),
+            topic: Topic::Core,
+            routing_key: "core.event.tracked".into(),
+            ce_id: format!("fastack.event.tracked.{id}"),
+            subject: id.to_string(),
+            body: format!(
+                r#"{{"id":"e{id}","type":"track","event":"Order Completed","contact_id":"c1",
+                    "user_id":"u1","properties":{{"total":{id}}},"occurred_at":"{occurred}",
+                    "received_at":"2026-12-05T10:00:00Z","plan_version":3}}"#
+            ),
+            job_id: None,
+            created_at: Utc::now(),
+        }
+    }
+
+    fn setup() -> (Arc<Type>, Arc<WriterProperties>) {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))
+            .set_created_by("fastack test".into())
+            .build();
+        (
+            Arc::new(parse_message_type(SCHEMA).unwrap()),
+            Arc::new(props),
+        )
+    }
+
+    #[test]
+    fn a_batch_is_one_file_per_tenant_hour_and_the_same_bytes_twice() {
+        let (schema, props) = setup();
+        // 09:59 at +02:00 is 07:59 UTC: the hour is UTC.
+        let rows = vec![
+            row(1, "2026-12-05T09:59:00+02:00"),
+            row(2, "2026-12-05T08:00:00Z"),
+            row(3, "2026-12-05T07:30:00Z"),
+        ];
+        let files = encode_batch("b1", &rows, &schema, &props).unwrap();
+        let paths: Vec<(&str, usize)> = files.iter().map(|f| (f.path.as_str(), f.rows)).collect();
+        let tenant = uuid::Uuid::nil();
+        assert_eq!(
+            paths,
+            vec![
+                (
+                    format!("tenant={tenant}/date=2026-12-05/hour=07/b1.parquet").as_str(),
+                    2
+                ),
+                (
+                    format!("tenant={tenant}/date=2026-12-05/hour=08/b1.parquet").as_str(),
+                    1
+                ),
+            ]
+        );
+        assert!(files[0].bytes.starts_with(b"PAR1"));
+        let again = encode_batch("b1", &rows, &schema, &props).unwrap();
+        assert_eq!(files[0].bytes, again[0].bytes);
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_event_is_an_error_not_a_row() {
+        let (schema, props) = setup();
+        let mut bad = row(1, "2026-12-05T07:30:00Z");
+        bad.body = "{}".into();
+        let err = encode_batch("b1", &[bad], &schema, &props)
+            .err()
+            .expect("refused");
+        assert!(err.contains("outbox row 1"), "{err}");
+    }
+}
