@@ -14,6 +14,7 @@ mod hostile;
 mod identity;
 mod ingest;
 mod isolation;
+mod mirror;
 mod multinode;
 mod netfault;
 mod ops;

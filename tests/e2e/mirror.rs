@@ -1,0 +1,574 @@
+//! The Parquet mirror as an analyst meets it: files under
+//! `tenant=/date=/hour=` read back (by the parquet crate here, and by
+//! pyarrow's dataset API through `tests/mirror/check.py` when
+//! `FASTACK_TEST_PYTHON` names a Python with pyarrow: CI always does), on
+//! both backends, on a directory and on S3 (moto); every event exactly once
+//! after a `kill -9` in the middle of a 100k-event load and with two nodes
+//! writing at once; a mirror that cannot write holds its rows and shows its
+//! lag while the rest of the node goes on.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use chrono::{DateTime, Timelike, Utc};
+use fastack_entities::Plan;
+use futures::future::join_all;
+use parquet::{
+    file::reader::{FileReader, SerializedFileReader},
+    record::RowAccessor,
+};
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    Backend, Node, S3Bucket, TestDb, answer, eventually, make_tenant, services_required, spawn_on,
+};
+
+/// A row of the mirror as read back, with the file it lies in.
+#[derive(Clone, Debug)]
+struct LakeRow {
+    id: String,
+    tenant_id: String,
+    kind: String,
+    occurred_at: DateTime<Utc>,
+    properties: Option<String>,
+    traits: Option<String>,
+    /// The file's path under the mirror's root.
+    file: String,
+}
+
+fn opt_string(row: &parquet::record::Row, i: usize) -> Option<String> {
+    row.get_string(i).ok().cloned()
+}
+
+/// Every row of one Parquet file.
+fn read_file(file: &str, bytes: bytes::Bytes) -> Vec<LakeRow> {
+    let reader = SerializedFileReader::new(bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let columns: Vec<String> = reader
+        .metadata()
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    let at = |name: &str| columns.iter().position(|c| c == name).unwrap();
+    reader
+        .get_row_iter(None)
+        .unwrap()
+        .map(|row| {
+            let row = row.unwrap();
+            LakeRow {
+                id: row.get_string(at("id")).unwrap().clone(),
+                tenant_id: row.get_string(at("tenant_id")).unwrap().clone(),
+                kind: row.get_string(at("type")).unwrap().clone(),
+                occurred_at: DateTime::from_timestamp_micros(
+                    row.get_timestamp_micros(at("occurred_at")).unwrap(),
+                )
+                .unwrap(),
+                properties: opt_string(&row, at("properties")),
+                traits: opt_string(&row, at("traits")),
+                file: file.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Every `.parquet` file under `root`, relative paths.
+fn files_under(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                out.push(
+                    path.strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn read_dir(root: &Path) -> Vec<LakeRow> {
+    files_under(root)
+        .iter()
+        .flat_map(|f| read_file(f, std::fs::read(root.join(f)).unwrap().into()))
+        .collect()
+}
+
+/// Checks the rows against the file each lies in: the partition is the
+/// row's tenant and the UTC hour it occurred.
+fn assert_partitioned(rows: &[LakeRow]) {
+    for r in rows {
+        let dir = format!(
+            "tenant={}/date={}/hour={:02}/",
+            r.tenant_id,
+            r.occurred_at.format("%Y-%m-%d"),
+            r.occurred_at.hour()
+        );
+        assert!(
+            r.file.starts_with(&dir),
+            "{} lies in {}, not under {dir}",
+            r.id,
+            r.file
+        );
+    }
+}
+
+/// Asserts every accepted id is in the mirror exactly once (and nothing
+/// else is).
+fn assert_exactly_once(rows: &[LakeRow], accepted: &HashSet<String>) {
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    for r in rows {
+        if let Some(first) = seen.insert(&r.id, &r.file) {
+            panic!("{} is in the mirror twice: {first} and {}", r.id, r.file);
+        }
+    }
+    let missing: Vec<&String> = accepted
+        .iter()
+        .filter(|id| !seen.contains_key(id.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} accepted events are missing from the mirror, e.g. {:?}",
+        missing.len(),
+        missing.iter().take(3).collect::<Vec<_>>()
+    );
+    assert_eq!(rows.len(), accepted.len(), "rows nobody sent");
+}
+
+/// The mirror as pyarrow reads it (`tests/mirror/check.py`), or `None` when
+/// no Python with pyarrow is configured (an error where services are
+/// required).
+fn pyarrow(root: &Path) -> Option<Value> {
+    let Ok(python) = std::env::var("FASTACK_TEST_PYTHON") else {
+        assert!(
+            !services_required(),
+            "FASTACK_TEST_PYTHON (a Python with pyarrow) is required with the services"
+        );
+        eprintln!("pyarrow check skipped: FASTACK_TEST_PYTHON is not set");
+        return None;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mirror/check.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(root)
+        .output()
+        .expect("run check.py");
+    assert!(
+        out.status.success(),
+        "check.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).expect("check.py prints JSON"))
+}
+
+/// What pyarrow must see: the rows, each once, typed, in their partitions.
+fn assert_pyarrow(root: &Path, rows: usize) {
+    let Some(seen) = pyarrow(root) else { return };
+    assert_eq!(seen["rows"], rows, "{seen}");
+    assert_eq!(seen["distinct_ids"], rows, "{seen}");
+    assert_eq!(seen["partition_mismatches"], 0, "{seen}");
+    assert_eq!(seen["bad_json"], 0, "{seen}");
+    let schema = &seen["schema"];
+    for (column, ty) in [
+        ("id", "string"),
+        ("tenant_id", "string"),
+        ("type", "string"),
+        ("event", "string"),
+        ("user_id", "string"),
+        ("anonymous_id", "string"),
+        ("contact_id", "string"),
+        ("occurred_at", "timestamp[us, tz=UTC]"),
+        ("received_at", "timestamp[us, tz=UTC]"),
+        ("plan_version", "int64"),
+        ("properties", "string"),
+        ("traits", "string"),
+        ("schema_violations", "string"),
+    ] {
+        assert_eq!(schema[column], ty, "column {column}: {seen}");
+    }
+}
+
+fn track_item(key: &str, at: DateTime<Utc>) -> Value {
+    json!({
+        "type": "track",
+        "event": "Order Completed",
+        "user_id": format!("user-{}", key.len() % 7),
+        "properties": {"total": 42.5, "key": key},
+        "occurred_at": at.to_rfc3339(),
+        "idempotency_key": key,
+    })
+}
+
+fn identify_item(key: &str, at: DateTime<Utc>) -> Value {
+    json!({
+        "type": "identify",
+        "anonymous_id": format!("anon-{key}"),
+        "traits": {"plan": "pro"},
+        "occurred_at": at.to_rfc3339(),
+        "idempotency_key": key,
+    })
+}
+
+/// Sends `requests` batches of `per` events (spread over the last three
+/// hours, every tenth an identify) from 4 clients; returns the accepted ids.
+async fn send(
+    addrs: &[SocketAddr],
+    key: &str,
+    prefix: &str,
+    requests: usize,
+    per: usize,
+) -> HashSet<String> {
+    let http = reqwest::Client::new();
+    let now = Utc::now();
+    let accepted = Arc::new(parking_lot::Mutex::new(HashSet::new()));
+    let clients = 4;
+    join_all((0..clients).map(|c| {
+        let http = http.clone();
+        let accepted = accepted.clone();
+        let key = key.to_owned();
+        let prefix = prefix.to_owned();
+        let addrs = addrs.to_vec();
+        async move {
+            for r in (c..requests).step_by(clients) {
+                let items: Vec<Value> = (0..per)
+                    .map(|i| {
+                        let k = format!("{prefix}-{r}-{i}");
+                        let at = now
+                            - chrono::Duration::seconds(((r * per + i) * 10 % 10_800) as i64);
+                        if i % 10 == 9 {
+                            identify_item(&k, at)
+                        } else {
+                            track_item(&k, at)
+                        }
+                    })
+                    .collect();
+                let addr = addrs[r % addrs.len()];
+                let resp = http
+                    .post(format!("http://{addr}/v1/core/batch"))
+                    .bearer_auth(&key)
+                    .json(&json!({ "batch": items }))
+                    .send()
+                    .await
+                    .expect("send");
+                let a = answer(resp).await;
+                assert_eq!(a.status, 202, "{}", a.body);
+                let mut acc = accepted.lock();
+                for it in a.body["items"].as_array().unwrap() {
+                    acc.insert(it["id"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+    }))
+    .await;
+    Arc::try_unwrap(accepted).unwrap().into_inner()
+}
+
+/// Waits until the mirror under `root` holds at least `n` rows.
+async fn mirrored(root: &Path, n: usize, within: Duration) -> Vec<LakeRow> {
+    eventually("the mirror to hold every event", within, || async {
+        let rows = read_dir(root);
+        (rows.len() >= n).then_some(rows)
+    })
+    .await
+}
+
+fn lake(db: &TestDb) -> PathBuf {
+    db.dir.path().join("lake")
+}
+
+async fn writes_typed_partitioned_parquet(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let root = lake(&db);
+    let url = format!("file://{}", root.display());
+    let app = spawn_on(Arc::new(db), |c| {
+        c.mirror_url = Some(url);
+        c.mirror_flush_rows = 500;
+        c.mirror_flush = Duration::from_secs(1);
+    })
+    .await;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let accepted = send(&[addr], &app.t.key, "lake", 12, 100).await;
+    let rows = mirrored(&root, accepted.len(), Duration::from_secs(30)).await;
+    assert_exactly_once(&rows, &accepted);
+    assert_partitioned(&rows);
+    let tenant = app.t.tenant.id.to_string();
+    for r in &rows {
+        assert_eq!(r.tenant_id, tenant);
+        match r.kind.as_str() {
+            "track" => assert!(r.properties.is_some() && r.traits.is_none(), "{r:?}"),
+            "identify" => assert!(r.traits.is_some() && r.properties.is_none(), "{r:?}"),
+            other => panic!("type {other}"),
+        }
+    }
+    // Three hours of events: several partitions, each file named by batch.
+    let hours: HashSet<&str> = rows
+        .iter()
+        .map(|r| r.file.rsplit_once('/').unwrap().0)
+        .collect();
+    assert!(hours.len() >= 3, "{hours:?}");
+    assert_pyarrow(&root, accepted.len());
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_mirror_writes_typed_partitioned_parquet() {
+    writes_typed_partitioned_parquet(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_mirror_writes_typed_partitioned_parquet() {
+    writes_typed_partitioned_parquet(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mirror_to_s3() {
+    let Some(bucket) = S3Bucket::create().await else {
+        return;
+    };
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let url = format!("s3://{}/lake", bucket.bucket);
+    let mut config = db.config();
+    bucket.apply(&mut config);
+    // Objects are read back signed, as any S3 client reads them.
+    let objects = fastack_core::objects::Objects::at(&config, &url).unwrap();
+    let app = spawn_on(Arc::new(db), |c| {
+        bucket.apply(c);
+        c.storage_url = None;
+        c.mirror_url = Some(url.clone());
+        c.mirror_flush_rows = 400;
+        c.mirror_flush = Duration::from_secs(1);
+    })
+    .await;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let accepted = send(&[addr], &app.t.key, "s3", 8, 100).await;
+    // Downloaded as they are listed, into a directory pyarrow reads too.
+    let local = tempfile::tempdir().unwrap();
+    let rows = eventually(
+        "the bucket to hold every event",
+        Duration::from_secs(30),
+        || async {
+            let mut rows = Vec::new();
+            for key in bucket.keys().await {
+                let file = key.strip_prefix("lake/").expect("under the prefix");
+                let bytes = objects.get(file).await.unwrap();
+                let path = local.path().join(file);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &bytes).unwrap();
+                rows.extend(read_file(file, bytes));
+            }
+            (rows.len() >= accepted.len()).then_some(rows)
+        },
+    )
+    .await;
+    assert_exactly_once(&rows, &accepted);
+    assert_partitioned(&rows);
+    assert_pyarrow(local.path(), accepted.len());
+    app.cleanup().await;
+}
+
+/// A node process mirroring to `root`.
+async fn mirror_node(db: &TestDb, root: &Path) -> Node {
+    let url = format!("file://{}", root.display());
+    Node::start(
+        db,
+        &[
+            ("FASTACK_LEASE_TTL_MS", "2000"),
+            ("FASTACK_MIRROR_URL", &url),
+            ("FASTACK_MIRROR_FLUSH_ROWS", "5000"),
+            ("FASTACK_MIRROR_FLUSH_SECS", "1"),
+        ],
+    )
+    .await
+}
+
+/// Batches claimed and not completed (a batch in flight).
+/// (The store has no reader for this: the test looks at the table.)
+async fn batches_in_flight(db: &TestDb) -> i64 {
+    const SQL: &str = "SELECT count(DISTINCT batch) FROM outbox_sinks \
+                       WHERE sink = 'mirror' AND batch IS NOT NULL";
+    match db.backend {
+        Backend::Postgres => sqlx::query_scalar::<_, i64>(SQL)
+            .fetch_one(&db.pg_pool().await)
+            .await
+            .unwrap(),
+        Backend::Sqlite => {
+            let path = db.dir.path().join("fastack.db");
+            let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .unwrap();
+            sqlx::query_scalar::<_, i64>(SQL)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    }
+}
+
+/// `kill -9` as a batch's first file lands: its other files and its record
+/// are missing. After the restart the batch is written again whole, under
+/// its name: 100,000 events, each in the mirror once.
+async fn exactly_once_across_kill_9(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "lake", Plan::Enterprise, None).await;
+    drop(store);
+    let root = lake(&db);
+    let mut node = mirror_node(&db, &root).await;
+    let mut accepted = send(&[node.addr], &t.key, "before", 250, 200).await;
+    // Kill the node the moment a new file appears.
+    let files_before = files_under(&root).len();
+    eventually(
+        "a file of a batch to land",
+        Duration::from_secs(60),
+        || async { (files_under(&root).len() > files_before).then_some(()) },
+    )
+    .await;
+    node.child.start_kill().expect("SIGKILL");
+    let _ = node.child.wait().await;
+    let in_flight = batches_in_flight(&db).await;
+    let files_at_kill = files_under(&root).len();
+
+    let node = mirror_node(&db, &root).await;
+    accepted.extend(send(&[node.addr], &t.key, "after", 250, 200).await);
+    assert_eq!(accepted.len(), 100_000);
+    // A batch whose claim the dead node held is taken again after 30 s.
+    let rows = mirrored(&root, accepted.len(), Duration::from_secs(150)).await;
+    // Let a late writer (there must be none) show itself.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rows = if read_dir(&root).len() == rows.len() {
+        rows
+    } else {
+        read_dir(&root)
+    };
+    println!(
+        "mirror kill -9 ({backend:?}): batches in flight at the kill {in_flight}, files then \
+         {files_at_kill}, files now {}, rows {}",
+        files_under(&root).len(),
+        rows.len()
+    );
+    assert_exactly_once(&rows, &accepted);
+    assert_partitioned(&rows);
+    assert_pyarrow(&root, accepted.len());
+    node.terminate().await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_mirror_exactly_once_across_kill_9() {
+    exactly_once_across_kill_9(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_mirror_exactly_once_across_kill_9() {
+    exactly_once_across_kill_9(Backend::Postgres).await;
+}
+
+/// Two nodes run the mirror at once on one database: each batch is written
+/// by one of them, each event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_two_nodes_mirror_each_event_once() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "lake", Plan::Enterprise, None).await;
+    drop(store);
+    let root = lake(&db);
+    let a = mirror_node(&db, &root).await;
+    let b = mirror_node(&db, &root).await;
+    let accepted = send(&[a.addr, b.addr], &t.key, "two", 100, 200).await;
+    let rows = mirrored(&root, accepted.len(), Duration::from_secs(60)).await;
+    assert_exactly_once(&rows, &accepted);
+    assert_pyarrow(&root, accepted.len());
+    a.terminate().await;
+    b.terminate().await;
+    db.drop_db().await;
+}
+
+/// A mirror whose storage does not answer keeps its rows owed, shows how
+/// far behind it is, and the node goes on accepting and storing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let app = spawn_on(Arc::new(db), |c| {
+        c.mirror_url = Some("s3://nowhere/lake".to_owned());
+        c.s3.endpoint = Some("http://127.0.0.1:9".to_owned());
+        c.s3.region = Some("us-east-1".to_owned());
+        c.s3.access_key_id = Some("test".to_owned());
+        c.s3.secret_access_key = Some("test".to_owned());
+        c.mirror_flush_rows = 10;
+        c.mirror_flush = Duration::from_secs(1);
+    })
+    .await;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let accepted = send(&[addr], &app.t.key, "held", 2, 50).await;
+    let from = (Utc::now() - chrono::Duration::hours(4)).to_rfc3339();
+    let to = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let stored = app.events(&app.t.key, &from, &to, "").await;
+    assert!(stored.len() <= accepted.len());
+    eventually(
+        "every event stored while the mirror cannot write",
+        Duration::from_secs(20),
+        || async { (app.events(&app.t.key, &from, &to, "").await.len() == accepted.len()).then_some(()) },
+    )
+    .await;
+    let metrics = eventually(
+        "the mirror's lag to show",
+        Duration::from_secs(30),
+        || async {
+            let text = app
+                .http
+                .get(app.url("/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let lag = text
+                .lines()
+                .find(|l| l.starts_with("fastack_sink_lag_seconds{sink=\"mirror\"}"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<i64>().ok())?;
+            (lag >= 3).then_some(text)
+        },
+    )
+    .await;
+    assert!(
+        metrics.contains(&format!(
+            "fastack_outbox_depth{{sink=\"mirror\"}} {}",
+            accepted.len()
+        )),
+        "every event still owed to the mirror:\n{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("mirror"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    app.cleanup().await;
+}

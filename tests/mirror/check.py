@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Reads a fastack Parquet mirror as an analyst would, with pyarrow's
+dataset API and Hive partitioning, and prints what it found as one JSON
+object: rows, distinct event ids, each column's type, rows whose
+partition (tenant, date, hour) disagrees with their own columns, and JSON
+columns that do not parse.
+
+    check.py <directory of the mirror>
+"""
+
+import json
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+
+def main(root: str) -> None:
+    data = ds.dataset(root, format="parquet", partitioning="hive")
+    table = data.to_table()
+    occurred = table.column("occurred_at")
+    tenant_ok = pc.equal(
+        pc.cast(table.column("tenant"), pa.string()), table.column("tenant_id")
+    )
+    date_ok = pc.equal(
+        pc.cast(table.column("date"), pa.string()),
+        pc.strftime(occurred, format="%Y-%m-%d"),
+    )
+    hour_ok = pc.equal(
+        pc.cast(table.column("hour"), pa.int64()), pc.cast(pc.hour(occurred), pa.int64())
+    )
+    agree = pc.and_(pc.and_(tenant_ok, date_ok), hour_ok)
+    bad_json = 0
+    for column in ("properties", "traits", "schema_violations"):
+        for value in table.column(column).to_pylist():
+            if value is None:
+                continue
+            try:
+                json.loads(value)
+            except ValueError:
+                bad_json += 1
+    kinds = pc.value_counts(table.column("type")).to_pylist()
+    print(
+        json.dumps(
+            {
+                "rows": table.num_rows,
+                "distinct_ids": len(pc.unique(table.column("id"))),
+                "files": len(data.files),
+                "schema": {f.name: str(f.type) for f in data.schema},
+                "partition_mismatches": table.num_rows - pc.sum(agree).as_py()
+                if table.num_rows
+                else 0,
+                "bad_json": bad_json,
+                "types": {k["values"]: k["counts"] for k in kinds},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
