@@ -7,6 +7,9 @@
 #
 # Usage: benches/scripts/ab-pairs.sh BASE_BIN NEW_BIN BACKEND PROFILE [PAIRS]
 #   BACKEND sqlite|postgres; PROFILE track (32 connections) | batch (8)
+# A setting against its absence, with one build: the same binary twice and
+# NEW_SERVER_ENV="KEY=VALUE ..." for the new side (`{dir}` in a value is
+# the run's own directory, emptied after each run).
 set -uo pipefail
 base=$1 new=$2 backend=$3 profile=$4 pairs=${5:-2}
 conns=32
@@ -16,9 +19,15 @@ trap 'rm -rf "$dir"' EXIT
 for pair in $(seq "$pairs"); do
   for which in base new new base; do
     bin=$base
-    [ "$which" = new ] && bin=$new
+    extra=()
+    if [ "$which" = new ]; then
+      bin=$new
+      for kv in ${NEW_SERVER_ENV:-}; do extra+=(--server-env "${kv//\{dir\}/$dir/run}"); done
+    fi
+    mkdir -p "$dir/run"
     (cd "$dir" && "$bin" bench --backend "$backend" --profile "$profile" --connections "$conns" \
-      --duration 8 --warmup 2 --no-baseline --out "$dir/run.json" >/dev/null 2>&1)
+      --duration 8 --warmup 2 --no-baseline --out "$dir/run.json" "${extra[@]}" >/dev/null 2>&1)
+    rm -rf "$dir/run"
     figures=$(python3 - "$dir/run.json" <<'PY' 2>/dev/null || echo "failed"
 import json, sys
 f = json.load(open(sys.argv[1]))["fastack"]

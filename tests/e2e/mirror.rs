@@ -438,19 +438,26 @@ async fn exactly_once_across_kill_9(backend: Backend) {
     let root = lake(&db);
     let mut node = mirror_node(&db, &root).await;
     let mut accepted = send(&[node.addr], &t.key, "before", 250, 200).await;
-    // Kill the node the moment a new file appears.
-    let files_before = files_under(&root).len();
-    eventually(
-        "a file of a batch to land",
-        Duration::from_secs(60),
-        || async { (files_under(&root).len() > files_before).then_some(()) },
-    )
-    .await;
-    node.child.start_kill().expect("SIGKILL");
-    let _ = node.child.wait().await;
-    let in_flight = batches_in_flight(&db).await;
-    let files_at_kill = files_under(&root).len();
-
+    // Kill the node the moment a new file appears: up to four times, until
+    // a kill lands while a batch is written and not yet recorded.
+    let mut kills = Vec::new();
+    for _ in 0..4 {
+        let files_before = files_under(&root).len();
+        eventually(
+            "a file of a batch to land",
+            Duration::from_secs(60),
+            || async { (files_under(&root).len() > files_before).then_some(()) },
+        )
+        .await;
+        node.child.start_kill().expect("SIGKILL");
+        let _ = node.child.wait().await;
+        let in_flight = batches_in_flight(&db).await;
+        kills.push((in_flight, files_under(&root).len()));
+        if in_flight > 0 {
+            break;
+        }
+        node = mirror_node(&db, &root).await;
+    }
     let node = mirror_node(&db, &root).await;
     accepted.extend(send(&[node.addr], &t.key, "after", 250, 200).await);
     assert_eq!(accepted.len(), 100_000);
@@ -464,8 +471,8 @@ async fn exactly_once_across_kill_9(backend: Backend) {
         read_dir(&root)
     };
     println!(
-        "mirror kill -9 ({backend:?}): batches in flight at the kill {in_flight}, files then \
-         {files_at_kill}, files now {}, rows {}",
+        "mirror kill -9 ({backend:?}): (batches in flight, files) at each kill {kills:?}, \
+         files now {}, rows {}",
         files_under(&root).len(),
         rows.len()
     );

@@ -356,6 +356,8 @@ def environment(work: Path) -> dict[str, str]:
     env["README_REDIS_URL"] = os.environ.get("FASTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
     env["README_AMQP_URL"] = os.environ.get("FASTACK_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
     env["README_S3_ENDPOINT"] = os.environ.get("FASTACK_TEST_S3_ENDPOINT", "")
+    # A Python with pyarrow, for the lake's reading example.
+    env["README_PYTHON"] = os.environ.get("FASTACK_TEST_PYTHON", "python3")
     return env
 
 
