@@ -105,6 +105,9 @@ enum AdminCommand {
     /// Retention: archive, verify and drop partitions past their retention.
     #[command(subcommand)]
     Retention(RetentionCommand),
+    /// The Parquet mirror (FASTACK_MIRROR_URL).
+    #[command(subcommand)]
+    Mirror(MirrorCommand),
     /// Webhook endpoints (only here and on the admin listener, never
     /// through the tenant API).
     #[command(subcommand)]
@@ -235,6 +238,24 @@ enum RetentionCommand {
         /// Only say what would be archived and dropped.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum MirrorCommand {
+    /// Write a tenant's stored events of [from, to) that the mirror neither
+    /// holds nor owes (events stored before it was switched on), as a
+    /// `backfill` job, here, with a progress bar.
+    Backfill {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// Start of the range (RFC 3339, by when events occurred).
+        #[arg(long)]
+        from: chrono::DateTime<chrono::Utc>,
+        /// End of the range, excluded.
+        #[arg(long)]
+        to: chrono::DateTime<chrono::Utc>,
     },
 }
 
@@ -489,6 +510,9 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         }
         AdminCommand::Retention(RetentionCommand::Run { dry_run }) => {
             retention_run(config_ref, store, json, dry_run).await
+        }
+        AdminCommand::Mirror(MirrorCommand::Backfill { tenant, from, to }) => {
+            mirror_backfill(config_ref, store, json, &tenant, from, to).await
         }
         AdminCommand::Key(KeyCommand::Revoke { key }) => {
             let key = key_to_revoke(store, &key).await?;
@@ -820,6 +844,111 @@ async fn retention_run(
     }
     if failures > 0 {
         anyhow::bail!("{failures} partition(s) could not be archived; they were kept");
+    }
+    Ok(())
+}
+
+/// Queues a backfill job and runs it here (the oldest queued backfill
+/// first: a node's job runner takes any this command leaves), with a
+/// progress bar on a terminal; then prints the job's result.
+async fn mirror_backfill(
+    config: &Config,
+    store: &dyn fastack_core::store::Storage,
+    json: bool,
+    tenant: &str,
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+
+    use fastack_actors::sinks::mirror;
+    use fastack_core::{jobs, store::TimeRange};
+    use fastack_entities::{JobKind, NodeId};
+
+    if config.mirror_url.is_none() {
+        anyhow::bail!(
+            "the mirror is off: run this with the server's FASTACK_MIRROR_URL (and FASTACK_S3_* settings)"
+        );
+    }
+    let Some(range) = TimeRange::new(from, to) else {
+        anyhow::bail!("--to must be after --from");
+    };
+    let t = admin::resolve_tenant(store, tenant).await?;
+    let queued = mirror::backfill_job(t.id, range, chrono::Utc::now());
+    store.insert_job(&queued).await?;
+    let node = NodeId::new();
+    let emit = fastack_actors::sinks::Routing::for_config(config).jobs;
+    let terminal = std::io::stderr().is_terminal() && !json;
+    while let Some(mut job) = store
+        .claim_job(
+            node,
+            chrono::Utc::now(),
+            chrono::Duration::minutes(30),
+            Some(JobKind::Backfill),
+        )
+        .await?
+    {
+        let bar = terminal.then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg:24} [{bar:40}] {pos}/{len} hours ({eta})",
+                )
+                .expect("static template")
+                .progress_chars("=> "),
+            );
+            bar.set_message("backfilling the mirror");
+            bar
+        });
+        let started = std::time::Instant::now();
+        let outcome = mirror::backfill(store, config, &job, &|done, total| {
+            if let Some(bar) = &bar {
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+        })
+        .await;
+        if let Some(bar) = &bar {
+            bar.finish_and_clear();
+        }
+        jobs::conclude(&mut job, outcome, chrono::Utc::now(), started.elapsed());
+        store.finish_job(&job, node, &emit).await?;
+        if job.id == queued.id {
+            break;
+        }
+    }
+    // A node's runner may have taken it first: wait for its end.
+    let job = loop {
+        match store.get_job(queued.tenant_id, queued.id).await? {
+            Some(job) if job.status.is_terminal() => break job,
+            Some(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+            None => anyhow::bail!("backfill job {} vanished", queued.id),
+        }
+    };
+    let document: serde_json::Value = serde_json::from_str(&job.document())?;
+    print(json, &document, |d| match d["status"].as_str() {
+        Some("completed") => {
+            let r = &d["result"];
+            format!(
+                "backfill {}: {} events written in {} files, {} already in the mirror ({} hours, {})",
+                job.id,
+                r["events_written"],
+                r["files"],
+                r["already_mirrored"],
+                r["hours"],
+                r["location"]
+            )
+        }
+        _ => format!(
+            "backfill {} failed: {}",
+            job.id,
+            d["metadata"]["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+        ),
+    })?;
+    if job.status != fastack_entities::JobStatus::Completed {
+        anyhow::bail!("the backfill failed");
     }
     Ok(())
 }

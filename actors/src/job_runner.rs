@@ -1,6 +1,7 @@
-//! JobRunnerActor: runs jobs (exports; retention archives) claimed from the
-//! `jobs` table. A claim is a lease renewed while the job runs; a job whose
-//! runner died is claimed again by any node once its lease expires. The
+//! JobRunnerActor: runs jobs (exports; retention archives; mirror
+//! backfills) claimed from the `jobs` table. A claim is a lease renewed
+//! while the job runs; a job whose runner died is claimed again by any node
+//! once its lease expires. The
 //! terminal state, the pending-event marker and the outbox row are written
 //! in one transaction, guarded by the claim, so each job ends exactly once.
 
@@ -146,6 +147,20 @@ async fn run_job(ctx: &Arc<Ctx>, mut job: Job) {
             JobKind::Retention => run_retention(ctx, &job)
                 .await
                 .map_err(|e| jobs::error_chain(&e)),
+            JobKind::Backfill => {
+                let id = job.id;
+                crate::sinks::mirror::backfill(
+                    ctx.store.as_ref(),
+                    &ctx.config,
+                    &job,
+                    &|done, total| {
+                        if done > 0 && done % 24 == 0 {
+                            info!(job = %id, hours = done, of = total, "backfilling the mirror");
+                        }
+                    },
+                )
+                .await
+            }
         }
     };
     heartbeat.abort();

@@ -108,9 +108,9 @@ impl<S: Sink> RelayActor<S> {
                 let now = ctx.now();
                 let owed = ctx.store.outbox_owed(S::NAME, flush.rows).await?;
                 let due = owed.rows >= i64::from(flush.rows)
-                    || owed.oldest.is_some_and(|t| {
-                        (now - t).to_std().unwrap_or_default() >= flush.age
-                    });
+                    || owed
+                        .oldest
+                        .is_some_and(|t| (now - t).to_std().unwrap_or_default() >= flush.age);
                 let Some(batch) = ctx
                     .store
                     .claim_outbox_batch(S::NAME, now, claim_for, due.then_some(flush.rows))
@@ -142,7 +142,12 @@ impl<S: Sink> RelayActor<S> {
             sink: S::NAME.as_str(),
         };
         if let Ok(depth) = state.ctx.store.outbox_depth(S::NAME).await {
-            state.ctx.metrics.outbox_depth.get_or_create(&labels).set(depth);
+            state
+                .ctx
+                .metrics
+                .outbox_depth
+                .get_or_create(&labels)
+                .set(depth);
         }
         if let Ok(oldest) = state.ctx.store.outbox_oldest(S::NAME).await {
             let lag = oldest

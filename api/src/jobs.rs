@@ -360,21 +360,13 @@ impl JobsApi {
         body: JsonBody<ExportRequest>,
     ) -> Result<ExportCreated, Errors<ExportErrors>> {
         let (params, metadata) = parse_export(&body.bytes)?;
-        let job = Job {
-            id: JobId::new(),
-            tenant_id: auth.0.shared.tenant().id,
-            kind: JobKind::Export,
-            status: JobStatus::Queued,
-            params: serde_json::to_value(&params).expect("params serialise"),
+        let job = Job::queued(
+            auth.0.shared.tenant().id,
+            JobKind::Export,
+            serde_json::to_value(&params).expect("params serialise"),
             metadata,
-            result: None,
-            execution_time_ms: None,
-            created_at: state.clock.now(),
-            finished_at: None,
-            event_body: None,
-            event_pending: false,
-            attempts: 0,
-        };
+            state.clock.now(),
+        );
         state.store.insert_job(&job).await?;
         state.runtime.job_queued();
         Ok(ExportCreated::Accepted(Json(ExportAccepted {

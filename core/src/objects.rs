@@ -105,9 +105,7 @@ impl Objects {
         if let Some(region) = &config.s3.region {
             b = b.with_region(region);
         }
-        if let (Some(id), Some(secret)) =
-            (&config.s3.access_key_id, &config.s3.secret_access_key)
-        {
+        if let (Some(id), Some(secret)) = (&config.s3.access_key_id, &config.s3.secret_access_key) {
             b = b.with_access_key_id(id).with_secret_access_key(secret);
         }
         let s3 = b.build().map_err(storage_err)?;
@@ -163,6 +161,22 @@ impl Objects {
             .await
             .map_err(storage_err)?;
         Ok(got.into_stream().map(|c| c.map_err(storage_err)))
+    }
+
+    /// The paths of every object under `prefix` (a directory, without its
+    /// trailing slash).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        use futures::TryStreamExt;
+        let prefix = ObjectPath::from(prefix);
+        let mut paths: Vec<String> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|meta| meta.location.to_string())
+            .try_collect()
+            .await
+            .map_err(storage_err)?;
+        paths.sort();
+        Ok(paths)
     }
 
     pub async fn delete(&self, path: &str) -> Result<()> {

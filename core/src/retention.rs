@@ -17,7 +17,7 @@
 use std::io::Write;
 
 use chrono::{DateTime, Months, Utc};
-use fastack_entities::{Job, JobId, JobKind, JobStatus, TenantId};
+use fastack_entities::{Job, JobId, JobKind, TenantId};
 use flate2::{Compression, write::GzEncoder};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -183,25 +183,17 @@ impl Report {
 
 /// A queued retention job for a partition.
 pub fn new_job(key: &PartitionKey, now: DateTime<Utc>) -> Job {
-    Job {
-        id: JobId::new(),
-        tenant_id: SYSTEM_TENANT,
-        kind: JobKind::Retention,
-        status: JobStatus::Queued,
-        params: json!({
+    Job::queued(
+        SYSTEM_TENANT,
+        JobKind::Retention,
+        json!({
             "partition": key.table_name(),
             "month": format!("{:04}-{:02}", key.month.year, key.month.month),
             "retention_class": key.retention_class,
         }),
-        metadata: serde_json::Map::new(),
-        result: None,
-        execution_time_ms: None,
-        created_at: now,
-        finished_at: None,
-        event_body: None,
-        event_pending: false,
-        attempts: 0,
-    }
+        serde_json::Map::new(),
+        now,
+    )
 }
 
 pub fn job_partition(job: &Job) -> Result<PartitionKey> {

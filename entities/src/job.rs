@@ -1,5 +1,5 @@
-//! Jobs: long work (exports, retention archives) that ends in exactly one
-//! terminal event.
+//! Jobs: long work (exports, retention archives, mirror backfills) that
+//! ends in exactly one terminal event.
 
 use std::{fmt, str::FromStr};
 
@@ -14,6 +14,8 @@ use crate::ids::{JobId, TenantId};
 pub enum JobKind {
     Export,
     Retention,
+    /// Writes a tenant's stored events to the Parquet mirror.
+    Backfill,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -54,7 +56,7 @@ macro_rules! str_enum {
     };
 }
 
-str_enum!(JobKind { Export => "export", Retention => "retention" });
+str_enum!(JobKind { Export => "export", Retention => "retention", Backfill => "backfill" });
 str_enum!(JobStatus {
     Queued => "queued",
     Processing => "processing",
@@ -114,6 +116,31 @@ struct JobDoc<'a> {
 }
 
 impl Job {
+    /// A new job, queued.
+    pub fn queued(
+        tenant_id: TenantId,
+        kind: JobKind,
+        params: Value,
+        metadata: Map<String, Value>,
+        now: DateTime<Utc>,
+    ) -> Job {
+        Job {
+            id: JobId::new(),
+            tenant_id,
+            kind,
+            status: JobStatus::Queued,
+            params,
+            metadata,
+            result: None,
+            execution_time_ms: None,
+            created_at: now,
+            finished_at: None,
+            event_body: None,
+            event_pending: false,
+            attempts: 0,
+        }
+    }
+
     /// The job document. A failed job has no `result` and no
     /// `completed_at`; a terminal job answers its stored event body.
     pub fn document(&self) -> String {

@@ -250,8 +250,8 @@ async fn send(
                 let items: Vec<Value> = (0..per)
                     .map(|i| {
                         let k = format!("{prefix}-{r}-{i}");
-                        let at = now
-                            - chrono::Duration::seconds(((r * per + i) * 10 % 10_800) as i64);
+                        let at =
+                            now - chrono::Duration::seconds(((r * per + i) * 10 % 10_800) as i64);
                         if i % 10 == 9 {
                             identify_item(&k, at)
                         } else {
@@ -541,7 +541,9 @@ async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
     eventually(
         "every event stored while the mirror cannot write",
         Duration::from_secs(20),
-        || async { (app.events(&app.t.key, &from, &to, "").await.len() == accepted.len()).then_some(()) },
+        || async {
+            (app.events(&app.t.key, &from, &to, "").await.len() == accepted.len()).then_some(())
+        },
     )
     .await;
     let metrics = eventually(
@@ -578,4 +580,96 @@ async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
             .join("\n")
     );
     app.cleanup().await;
+}
+
+/// `fastack admin mirror backfill` on `db` mirroring to `root`:
+/// (succeeded, stdout, stderr).
+fn backfill_cli(
+    db: &TestDb,
+    root: &Path,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> (bool, String, String) {
+    let out = std::process::Command::new(crate::helpers::bin_path())
+        .args(["admin", "mirror", "backfill", "--tenant", "acme"])
+        .args(["--from", &from.to_rfc3339(), "--to", &to.to_rfc3339()])
+        .env_clear()
+        .envs(db.env())
+        .env("FASTACK_MIRROR_URL", format!("file://{}", root.display()))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Events stored before the mirror was switched on are written by a
+/// backfill, beside what the live mirror wrote since, each once; a second
+/// backfill of the same range writes nothing.
+async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let db = Arc::new(db);
+    let root = lake(&db);
+    let before = spawn_on(db.clone(), |_| {}).await;
+    let addr: SocketAddr = before.base.trim_start_matches("http://").parse().unwrap();
+    let mut accepted = send(&[addr], &before.t.key, "old", 10, 100).await;
+    let from = Utc::now() - chrono::Duration::hours(4);
+    eventually("the old events stored", Duration::from_secs(30), || async {
+        let to = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+        (before
+            .events(&before.t.key, &from.to_rfc3339(), &to, "")
+            .await
+            .len()
+            == 1_000)
+            .then_some(())
+    })
+    .await;
+    before.stop().await;
+
+    let url = format!("file://{}", root.display());
+    let app = spawn_on(db.clone(), |c| {
+        c.mirror_url = Some(url);
+        c.mirror_flush_rows = 200;
+        c.mirror_flush = Duration::from_secs(1);
+    })
+    .await;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let live = send(&[addr], &app.t.key, "new", 5, 100).await;
+    mirrored(&root, live.len(), Duration::from_secs(30)).await;
+    accepted.extend(live);
+
+    let to = Utc::now() + chrono::Duration::hours(1);
+    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("1000 events written") && stdout.contains("500 already in the mirror"),
+        "{stdout}"
+    );
+    let rows = read_dir(&root);
+    assert_exactly_once(&rows, &accepted);
+    assert_partitioned(&rows);
+    assert_pyarrow(&root, accepted.len());
+
+    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("0 events written") && stdout.contains("1500 already in the mirror"),
+        "{stdout}"
+    );
+    assert_eq!(read_dir(&root).len(), accepted.len());
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_mirror_backfill_writes_what_the_mirror_lacks() {
+    backfill_writes_what_the_mirror_lacks(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_mirror_backfill_writes_what_the_mirror_lacks() {
+    backfill_writes_what_the_mirror_lacks(Backend::Postgres).await;
 }

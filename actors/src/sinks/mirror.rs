@@ -12,15 +12,27 @@
 //! before recording it, or two nodes raced for it — replaces each file with
 //! the same bytes. A failed upload gives the batch back and the link is
 //! retried with backoff; the other sinks never wait for it.
+//!
+//! Backfill ([`backfill`], the `backfill` job): a tenant's stored events of
+//! a time range that the mirror neither holds nor owes, written hour by
+//! hour beside what the live mirror wrote.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use async_trait::async_trait;
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, DurationRound, Timelike, Utc};
 use fastack_core::{
+    Config,
     objects::Objects,
-    store::{OutboxBatch, OutboxRow, SinkName, Topic},
+    store::{
+        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, tracked_body,
+    },
 };
+use fastack_entities::{EventId, Job, TenantId};
 use futures::{StreamExt, TryStreamExt};
 use parquet::{
     basic::{Compression, ZstdLevel},
@@ -29,7 +41,7 @@ use parquet::{
     schema::{parser::parse_message_type, types::Type},
 };
 use serde::Deserialize;
-use serde_json::value::RawValue;
+use serde_json::{Value, json, value::RawValue};
 use tracing::{info, warn};
 
 use super::{Flush, Sent, Sink};
@@ -227,13 +239,18 @@ fn time(field: &str, text: &str) -> Result<DateTime<Utc>, String> {
 }
 
 fn event_of(row: &OutboxRow) -> Result<Event, String> {
-    let body: Body<'_> =
-        serde_json::from_str(&row.body).map_err(|e| format!("outbox row {}: {e}", row.id))?;
+    event_from(row.tenant_id, &row.body).map_err(|e| format!("outbox row {}: {e}", row.id))
+}
+
+/// An event from its JSON (the `core.event.tracked` body): the live mirror
+/// and the backfill read the same document.
+fn event_from(tenant: TenantId, json: &str) -> Result<Event, String> {
+    let body: Body<'_> = serde_json::from_str(json).map_err(|e| e.to_string())?;
     Ok(Event {
         occurred_at: time("occurred_at", &body.occurred_at)?,
         received_at: time("received_at", &body.received_at)?,
         id: body.id,
-        tenant_id: row.tenant_id.to_string(),
+        tenant_id: tenant.to_string(),
         kind: body.kind,
         event: body.event,
         user_id: body.user_id,
@@ -256,14 +273,10 @@ fn encode_batch(
     let mut parts: BTreeMap<String, Vec<Event>> = BTreeMap::new();
     for row in rows.iter().filter(|r| r.topic == Topic::Core) {
         let event = event_of(row)?;
-        let at = event.occurred_at;
-        let dir = format!(
-            "tenant={}/date={}/hour={:02}",
-            event.tenant_id,
-            at.format("%Y-%m-%d"),
-            at.hour()
-        );
-        parts.entry(dir).or_default().push(event);
+        parts
+            .entry(hour_dir(&event.tenant_id, event.occurred_at))
+            .or_default()
+            .push(event);
     }
     parts
         .into_iter()
@@ -275,6 +288,188 @@ fn encode_batch(
             })
         })
         .collect()
+}
+
+/// The directory of a tenant's hour: `tenant=T/date=YYYY-MM-DD/hour=HH`.
+fn hour_dir(tenant: &str, at: DateTime<Utc>) -> String {
+    format!(
+        "tenant={tenant}/date={}/hour={:02}",
+        at.format("%Y-%m-%d"),
+        at.hour()
+    )
+}
+
+/// A queued backfill of the tenant's events of `[from, to)`: an
+/// operator's job, like retention's (the tenant does not see it in its job
+/// list; its terminal event goes to the operator's streams).
+pub fn backfill_job(tenant: TenantId, range: TimeRange, now: DateTime<Utc>) -> Job {
+    Job::queued(
+        fastack_core::retention::SYSTEM_TENANT,
+        fastack_entities::JobKind::Backfill,
+        json!({
+            "tenant": tenant.to_string(),
+            "from": range.from.to_rfc3339(),
+            "to": range.to.to_rfc3339(),
+        }),
+        serde_json::Map::new(),
+        now,
+    )
+}
+
+/// Events read per page while backfilling.
+const BACKFILL_PAGE: u32 = 5_000;
+/// Rows per backfill file.
+const BACKFILL_FILE_ROWS: usize = 500_000;
+
+/// Writes the job's tenant's stored events of `[from, to)` (its params)
+/// that the mirror neither holds nor owes, hour by hour, as
+/// `backfill-<job>-<attempt>-<n>.parquet` beside the live files. Per hour it
+/// reads the stored events, then what the mirror owes, then the ids in the
+/// hour's files: an event a live batch completes in between was written
+/// before it was completed, so it is in a listed file; an event still owed
+/// is left to the live mirror. A run after a crash (a new attempt, new
+/// names) finds the files of the one before. `progress(hours done, hours)`.
+pub async fn backfill(
+    store: &dyn Storage,
+    config: &Config,
+    job: &Job,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Value, String> {
+    let url = config
+        .mirror_url
+        .as_deref()
+        .ok_or("the mirror is off: set FASTACK_MIRROR_URL")?;
+    let objects = Objects::at(config, url).map_err(|e| e.to_string())?;
+    let time = |field: &str| -> Result<DateTime<Utc>, String> {
+        job.params[field]
+            .as_str()
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&Utc))
+            .ok_or_else(|| format!("backfill job {} has no `{field}`", job.id))
+    };
+    let (from, to) = (time("from")?, time("to")?);
+    let tenant: TenantId = job.params["tenant"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("backfill job {} has no `tenant`", job.id))?;
+    let range = TimeRange::new(from, to).ok_or("the range is empty: `to` must be after `from`")?;
+    let schema = Arc::new(parse_message_type(SCHEMA).map_err(|e| e.to_string())?);
+    let props = Arc::new(
+        WriterProperties::builder()
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(3).map_err(|e| e.to_string())?,
+            ))
+            .set_created_by(format!("fastack {}", env!("CARGO_PKG_VERSION")))
+            .build(),
+    );
+    let first = range
+        .from
+        .duration_trunc(chrono::Duration::hours(1))
+        .map_err(|e| e.to_string())?;
+    let hours = (range.to - first).num_hours() as u64 + 1;
+    let tenant_text = tenant.to_string();
+    let (mut written, mut held, mut files) = (0u64, 0u64, 0u64);
+    for h in 0..hours {
+        progress(h, hours);
+        let start = first + chrono::Duration::hours(h as i64);
+        let Some(hour) = TimeRange::new(
+            start.max(range.from),
+            (start + chrono::Duration::hours(1)).min(range.to),
+        ) else {
+            continue;
+        };
+        let stored = read_hour(store, tenant, hour).await?;
+        if stored.is_empty() {
+            continue;
+        }
+        let owed = store
+            .outbox_owed_subjects(MirrorSink::NAME, tenant)
+            .await
+            .map_err(|e| e.to_string())?;
+        let dir = hour_dir(&tenant_text, start);
+        let mirrored = ids_in(&objects, &dir).await?;
+        let (todo, have): (Vec<Event>, Vec<Event>) = stored
+            .into_iter()
+            .partition(|e| !owed.contains(&e.id) && !mirrored.contains(&e.id));
+        held += have.len() as u64;
+        for (n, chunk) in todo.chunks(BACKFILL_FILE_ROWS).enumerate() {
+            let bytes = encode(chunk, &schema, &props).map_err(|e| format!("{dir}: {e}"))?;
+            let path = format!("{dir}/backfill-{}-{}-{n}.parquet", job.id, job.attempts);
+            objects.put(&path, bytes).await.map_err(|e| e.to_string())?;
+            written += chunk.len() as u64;
+            files += 1;
+        }
+    }
+    progress(hours, hours);
+    Ok(json!({
+        "from": range.from.to_rfc3339(),
+        "to": range.to.to_rfc3339(),
+        "hours": hours,
+        "events_written": written,
+        "already_mirrored": held,
+        "files": files,
+        "location": objects.location,
+    }))
+}
+
+/// The tenant's stored events of one hour, as mirror rows.
+async fn read_hour(
+    store: &dyn Storage,
+    tenant: TenantId,
+    range: TimeRange,
+) -> Result<Vec<Event>, String> {
+    let mut out = Vec::new();
+    let mut after: Option<(DateTime<Utc>, EventId)> = None;
+    loop {
+        let page = store
+            .query_events(&EventQuery {
+                tenant_id: tenant,
+                range,
+                contact_ids: None,
+                event: None,
+                after,
+                limit: BACKFILL_PAGE,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        for ev in &page {
+            out.push(event_from(tenant, &tracked_body(ev))?);
+        }
+        match page.last() {
+            Some(last) if page.len() == BACKFILL_PAGE as usize => {
+                after = Some((last.occurred_at.with_timezone(&Utc), last.id));
+            }
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// The event ids in the Parquet files of a directory.
+async fn ids_in(objects: &Objects, dir: &str) -> Result<HashSet<String>, String> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::RowAccessor;
+    let projection = parse_message_type("message event { REQUIRED BYTE_ARRAY id (STRING); }")
+        .map_err(|e| e.to_string())?;
+    let mut ids = HashSet::new();
+    for path in objects.list(dir).await.map_err(|e| e.to_string())? {
+        if !path.ends_with(".parquet") {
+            continue;
+        }
+        let bytes = objects.get(&path).await.map_err(|e| e.to_string())?;
+        let reader = SerializedFileReader::new(bytes).map_err(|e| format!("{path}: {e}"))?;
+        let rows = reader
+            .get_row_iter(Some(projection.clone()))
+            .map_err(|e| format!("{path}: {e}"))?;
+        for row in rows {
+            let row = row.map_err(|e| format!("{path}: {e}"))?;
+            ids.insert(
+                row.get_string(0)
+                    .map_err(|e| format!("{path}: {e}"))?
+                    .clone(),
+            );
+        }
+    }
+    Ok(ids)
 }
 
 /// Values of an optional column and their definition levels.
@@ -291,7 +486,9 @@ fn optional(values: impl Iterator<Item = Option<Vec<u8>>>) -> (Vec<ByteArray>, V
 }
 
 fn required<'a>(values: impl Iterator<Item = &'a str>) -> Vec<ByteArray> {
-    values.map(|v| ByteArray::from(v.as_bytes().to_vec())).collect()
+    values
+        .map(|v| ByteArray::from(v.as_bytes().to_vec()))
+        .collect()
 }
 
 fn encode(

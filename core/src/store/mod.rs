@@ -766,6 +766,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn outbox_owed(&self, sink: SinkName, cap: u32) -> Result<Owed>;
     /// When the oldest row the sink still owes was written (its lag).
     async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>>;
+    /// The subjects (event ids, job ids) of the tenant's rows the sink
+    /// still owes.
+    async fn outbox_owed_subjects(
+        &self,
+        sink: SinkName,
+        tenant: TenantId,
+    ) -> Result<std::collections::HashSet<String>>;
     /// Terminal jobs whose marker is still set but whose outbox row is gone
     /// (a crash between confirm and clear): writes their stored event body
     /// to the outbox again, same ce-id. Claimed, so several nodes sweeping

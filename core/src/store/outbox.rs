@@ -279,7 +279,10 @@ pub(crate) async fn claim_batch(
                 )
                 .await?;
             for claim in &claims {
-                if claim.opt_time("claimed_until")?.is_some_and(|until| until >= now) {
+                if claim
+                    .opt_time("claimed_until")?
+                    .is_some_and(|until| until >= now)
+                {
                     tx.commit().await?;
                     return Ok(None);
                 }
@@ -371,6 +374,27 @@ pub(crate) async fn owed(db: &Db, sink: SinkName, cap: u32) -> Result<Owed> {
         .map(|r| r.time("created_at"))
         .transpose()?;
     Ok(Owed { rows, oldest })
+}
+
+/// The subjects (event or job ids) of the tenant's rows the sink still
+/// owes: what it is going to send, so another writer must not.
+pub(crate) async fn owed_subjects(
+    db: &Db,
+    sink: SinkName,
+    tenant: TenantId,
+) -> Result<std::collections::HashSet<String>> {
+    db.read(
+        Q::new(
+            "SELECT o.subject FROM outbox_sinks s JOIN outbox o ON o.id = s.outbox_id \
+             WHERE s.sink = $1 AND o.tenant_id = $2",
+        )
+        .bind(sink.as_str())
+        .bind(tenant.0),
+    )
+    .await?
+    .iter()
+    .map(|r| r.text("subject"))
+    .collect()
 }
 
 /// When the oldest row the sink still owes (batched or not) was written.

@@ -34,9 +34,8 @@ use serde_json::{Map, Value};
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, DropOutcome, DueDelivery,
     Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxBatch, OutboxRow,
-    Owed, PartitionInfo,
-    PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey,
-    TimeRange, Topic, ingest, job_event, outbox,
+    Owed, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, SinkName,
+    Storage, TakenKey, TimeRange, Topic, ingest, job_event, outbox,
     sql::{Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::error::{Error, Result};
@@ -675,6 +674,14 @@ impl Storage for SqlStore {
 
     async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>> {
         outbox::oldest(&self.db, sink).await
+    }
+
+    async fn outbox_owed_subjects(
+        &self,
+        sink: SinkName,
+        tenant: TenantId,
+    ) -> Result<std::collections::HashSet<String>> {
+        outbox::owed_subjects(&self.db, sink, tenant).await
     }
 
     async fn repair_pending_events(
