@@ -17,12 +17,11 @@ use fastack_core::{
 };
 use fastack_entities::{EventId, NodeId, Tenant, TenantId};
 use parking_lot::{Mutex, RwLock};
-use ractor::ActorCell;
 
 use crate::{
-    ingest_writer::IngestQueue,
+    ingest_queue::IngestQueue,
+    routing::Routing,
     signal::{Signal, Signals},
-    sinks::Routing,
 };
 
 pub struct Ctx {
@@ -82,8 +81,13 @@ pub struct TenantShared {
     last_activity_ms: AtomicI64,
     /// Raised when work is pending; the tenant's supervisor listens.
     pub(crate) work: Signal,
-    supervisor: Mutex<Option<ActorCell>>,
+    /// Stops the tenant's supervisor, while one runs (set by it).
+    stop: Mutex<Option<Stop>>,
 }
+
+/// Stops a running actor, with a reason for its log (the context holds no
+/// actor handle).
+pub type Stop = Box<dyn FnOnce(String) + Send>;
 
 impl std::fmt::Debug for TenantShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -143,7 +147,7 @@ impl TenantShared {
             pending: AtomicBool::new(false),
             last_activity_ms: AtomicI64::new(now_ms()),
             work: Signal::default(),
-            supervisor: Mutex::new(None),
+            stop: Mutex::new(None),
         }
     }
 
@@ -163,14 +167,16 @@ impl TenantShared {
         now_ms() - self.last_activity_ms.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_supervisor(&self, sup: Option<ActorCell>) {
-        *self.supervisor.lock() = sup;
+    /// How to stop the tenant's supervisor while it runs (`None` once it
+    /// stopped).
+    pub(crate) fn set_supervisor(&self, stop: Option<Stop>) {
+        *self.stop.lock() = stop;
     }
 
     /// Stops the tenant's supervisor, if one runs.
     pub(crate) fn stop_supervisor(&self, reason: &str) {
-        if let Some(sup) = self.supervisor.lock().take() {
-            sup.stop(Some(reason.to_owned()));
+        if let Some(stop) = self.stop.lock().take() {
+            stop(reason.to_owned());
         }
     }
 

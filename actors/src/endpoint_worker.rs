@@ -32,7 +32,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tracing::{debug, warn};
 
-use crate::{context::Ctx, webhook_dispatcher::WebhookDispatcherMsg};
+use crate::context::Ctx;
 
 /// Requests in flight to one endpoint when it is new.
 pub const INITIAL_CONCURRENCY: f64 = 4.0;
@@ -151,18 +151,22 @@ pub fn http_client(
 
 pub struct EndpointWorkerActor;
 
+/// Where a worker reports each finished attempt (its dispatcher, which
+/// records them in batches): a callback, so the worker knows no dispatcher.
+pub type Report = Arc<dyn Fn(EndpointId, AttemptRecord) + Send + Sync>;
+
 pub struct EndpointWorkerArgs {
     pub ctx: Arc<Ctx>,
     pub endpoint: EndpointId,
     pub client: reqwest::Client,
-    pub dispatcher: ActorRef<WebhookDispatcherMsg>,
+    pub report: Report,
 }
 
 pub struct EndpointWorkerState {
     ctx: Arc<Ctx>,
     endpoint: EndpointId,
     client: reqwest::Client,
-    dispatcher: ActorRef<WebhookDispatcherMsg>,
+    report: Report,
     limit: Limit,
     in_flight: usize,
     /// Deliveries waiting for a slot (at most the dispatcher's backlog).
@@ -195,7 +199,7 @@ impl Actor for EndpointWorkerActor {
             ctx: args.ctx,
             endpoint: args.endpoint,
             client: args.client,
-            dispatcher: args.dispatcher,
+            report: args.report,
             in_flight: 0,
             waiting: VecDeque::new(),
             warned: Arc::default(),
@@ -224,7 +228,7 @@ impl Actor for EndpointWorkerActor {
                 state.client.clone(),
                 state.warned.clone(),
             );
-            let (dispatcher, worker) = (state.dispatcher.clone(), myself.clone());
+            let (report, worker) = (state.report.clone(), myself.clone());
             let endpoint = state.endpoint;
             // The attempt runs beside the mailbox: a hanging receiver holds
             // one slot, not the worker.
@@ -235,10 +239,7 @@ impl Actor for EndpointWorkerActor {
                     ok: record.outcome == AttemptOutcome::Delivered,
                     latency: started.elapsed(),
                 });
-                let _ = dispatcher.cast(WebhookDispatcherMsg::Done {
-                    endpoint,
-                    record: Box::new(record),
-                });
+                report(endpoint, record);
             });
         }
         Ok(())

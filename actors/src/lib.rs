@@ -20,10 +20,12 @@
 //! shared state without a message round trip and submits rows to the group
 //! commit.
 
+pub mod child;
 pub mod clock_watch;
 pub mod context;
 pub mod endpoint_worker;
 pub mod error;
+pub mod ingest_queue;
 pub mod ingest_writer;
 pub mod job_runner;
 pub mod partition_manager;
@@ -33,6 +35,7 @@ pub mod processor;
 pub mod relay;
 pub mod repairer;
 pub mod root;
+pub mod routing;
 pub mod signal;
 pub mod sinks;
 pub mod tenant_registry;

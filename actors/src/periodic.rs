@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::{
+    child::ChildSpec,
     context::Ctx,
-    root::ChildSpec,
     signal::{Signal, Wakes},
 };
 

@@ -17,7 +17,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::{context::Ctx, root::ChildSpec, signal::Wakes, sinks::Sink};
+use crate::{child::ChildSpec, context::Ctx, signal::Wakes, sinks::sink::Sink};
 use fastack_core::backoff::Backoff;
 
 /// How often the depth and lag gauges are refreshed.

@@ -76,7 +76,9 @@ impl Actor for TenantSupervisorActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        args.shared.set_supervisor(Some(myself.get_cell()));
+        let cell = myself.get_cell();
+        args.shared
+            .set_supervisor(Some(Box::new(move |reason| cell.stop(Some(reason)))));
         Ok(TenantSupervisorState {
             ctx: args.ctx,
             shared: args.shared,

@@ -162,7 +162,15 @@ impl WebhookDispatcherActor {
                             ctx: ctx.clone(),
                             endpoint,
                             client: state.client.clone(),
-                            dispatcher: myself.clone(),
+                            report: {
+                                let me = myself.clone();
+                                Arc::new(move |endpoint, record| {
+                                    let _ = me.cast(WebhookDispatcherMsg::Done {
+                                        endpoint,
+                                        record: Box::new(record),
+                                    });
+                                })
+                            },
                         },
                         myself.get_cell(),
                     )
