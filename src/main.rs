@@ -357,8 +357,8 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
     }
-    let store = store::open(config).await.context("opening storage")?;
-    let store = store.as_ref();
+    let shared = store::open(config).await.context("opening storage")?;
+    let store = shared.as_ref();
     let json = args.json;
     match args.command {
         AdminCommand::Tenant(TenantCommand::Create {
@@ -509,10 +509,10 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             })
         }
         AdminCommand::Retention(RetentionCommand::Run { dry_run }) => {
-            retention_run(config_ref, store, json, dry_run).await
+            retention_run(config_ref, &shared, json, dry_run).await
         }
         AdminCommand::Mirror(MirrorCommand::Backfill { tenant, from, to }) => {
-            mirror_backfill(config_ref, store, json, &tenant, from, to).await
+            mirror_backfill(config_ref, &shared, json, &tenant, from, to).await
         }
         AdminCommand::Key(KeyCommand::Revoke { key }) => {
             let key = key_to_revoke(store, &key).await?;
@@ -725,14 +725,12 @@ async fn webhook_command(
 /// otherwise.
 async fn retention_run(
     config: &Config,
-    store: &dyn fastack_core::store::Storage,
+    store: &fastack_core::store::Store,
     json: bool,
     dry_run: bool,
 ) -> anyhow::Result<()> {
-    use std::io::IsTerminal;
-
-    use fastack_core::{jobs, objects::Objects, retention};
-    use fastack_entities::{JobKind, NodeId};
+    use fastack_core::retention;
+    use fastack_entities::{JobKind, JobStatus};
 
     let now = chrono::Utc::now();
     if dry_run {
@@ -757,71 +755,29 @@ async fn retention_run(
                 .join("\n")
         });
     }
-    let objects = Objects::from_config(config)?;
-    let maintenance = retention::maintain(store, config, now).await?;
-    let node = NodeId::new();
-    let emit = fastack_actors::sinks::Routing::for_config(config).jobs;
-    let terminal = std::io::stderr().is_terminal() && !json;
+    let maintenance = retention::maintain(store.as_ref(), config, now).await?;
     let mut reports = Vec::new();
     let mut failures = 0;
-    while let Some(mut job) = store
-        .claim_job(
-            node,
-            now,
-            chrono::Duration::minutes(30),
-            Some(JobKind::Retention),
-        )
-        .await?
-    {
-        let key = retention::job_partition(&job)?;
-        let table = key.table_name();
-        let bar = terminal.then(|| {
-            let bar = indicatif::ProgressBar::new(0);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{msg:32} [{bar:40}] {pos}/{len} rows ({per_sec}, {eta})",
-                )
-                .expect("static template")
-                .progress_chars("=> "),
-            );
-            bar.set_message(table.clone());
-            bar
-        });
-        if !terminal && !json {
-            out!("archiving {table}")?;
-        }
-        let started = std::time::Instant::now();
-        let outcome =
-            retention::archive_and_drop(store, &objects, key, job.id, true, &|done, total| {
-                if let Some(bar) = &bar {
-                    bar.set_length(total);
-                    bar.set_position(done);
-                }
-            })
-            .await;
-        if let Some(bar) = &bar {
-            bar.finish_and_clear();
-        }
-        let result = outcome
-            .as_ref()
-            .map(|report| report.result_json())
-            .map_err(|e| jobs::error_chain(e));
-        jobs::conclude(&mut job, result, chrono::Utc::now(), started.elapsed());
-        match outcome {
-            Ok(report) => {
+    for job in run_jobs_here(config, store, json, JobKind::Retention, "rows").await? {
+        let table = job.params["partition"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        match &job.result {
+            Some(report) if job.status == JobStatus::Completed => {
                 if !json {
                     out!(
                         "{}: {} rows archived to {} ({} -> {} bytes), verified, dropped",
-                        report.partition,
-                        report.manifest.rows,
-                        report.path,
-                        report.manifest.uncompressed_bytes,
-                        report.manifest.compressed_bytes
+                        report["partition"].as_str().unwrap_or_default(),
+                        report["row_count"],
+                        report["path"].as_str().unwrap_or_default(),
+                        report["size_bytes"],
+                        report["compressed_bytes"]
                     )?;
                 }
-                reports.push(report);
+                reports.push(report.clone());
             }
-            Err(_) => {
+            _ => {
                 failures += 1;
                 eprintln!(
                     "{table}: kept, retention failed: {}",
@@ -831,7 +787,6 @@ async fn retention_run(
                 );
             }
         }
-        store.finish_job(&job, node, &emit).await?;
     }
     if json {
         out!("{}", serde_json::to_string_pretty(&reports)?)?;
@@ -848,60 +803,69 @@ async fn retention_run(
     Ok(())
 }
 
-/// Queues a backfill job and runs it here (the oldest queued backfill
-/// first: a node's job runner takes any this command leaves), with a
-/// progress bar on a terminal; then prints the job's result.
-async fn mirror_backfill(
+/// Claims the jobs of `kind` and runs them here, one after the other, the
+/// way a node's job runner does (claim renewed, attempts counted, the end
+/// recorded with its event), with a progress bar on a terminal (`unit`:
+/// what it counts). Returns the jobs as they ended.
+async fn run_jobs_here(
     config: &Config,
-    store: &dyn fastack_core::store::Storage,
+    store: &fastack_core::store::Store,
     json: bool,
-    tenant: &str,
-    from: chrono::DateTime<chrono::Utc>,
-    to: chrono::DateTime<chrono::Utc>,
-) -> anyhow::Result<()> {
+    kind: fastack_entities::JobKind,
+    unit: &str,
+) -> anyhow::Result<Vec<fastack_entities::Job>> {
     use std::io::IsTerminal;
 
-    use fastack_actors::sinks::mirror;
-    use fastack_core::{jobs, store::TimeRange};
-    use fastack_entities::{JobKind, NodeId};
+    use fastack_actors::job_runner::{JobEnv, run_claimed};
 
-    if config.mirror_url.is_none() {
-        anyhow::bail!(
-            "the mirror is off: run this with the server's FASTACK_MIRROR_URL (and FASTACK_S3_* settings)"
-        );
-    }
-    let Some(range) = TimeRange::new(from, to) else {
-        anyhow::bail!("--to must be after --from");
-    };
-    let t = admin::resolve_tenant(store, tenant).await?;
-    let queued = mirror::backfill_job(t.id, range, chrono::Utc::now());
-    store.insert_job(&queued).await?;
-    let node = NodeId::new();
+    let objects = fastack_core::objects::Objects::from_config(config)?;
+    let keys = fastack_core::crypto::Keys::load(config)?;
+    let clock: fastack_core::clock::SharedClock =
+        std::sync::Arc::new(fastack_core::clock::SystemClock::default());
     let emit = fastack_actors::sinks::Routing::for_config(config).jobs;
+    let env = JobEnv {
+        store,
+        config,
+        objects: &objects,
+        keys: &keys,
+        clock: &clock,
+        node: fastack_entities::NodeId::new(),
+        emit: &emit,
+    };
     let terminal = std::io::stderr().is_terminal() && !json;
-    while let Some(mut job) = store
+    let mut ended = Vec::new();
+    while let Some(job) = store
         .claim_job(
-            node,
-            chrono::Utc::now(),
-            chrono::Duration::minutes(30),
-            Some(JobKind::Backfill),
+            env.node,
+            clock.now(),
+            chrono::Duration::seconds(30),
+            Some(kind),
         )
         .await?
     {
+        let what = match kind {
+            fastack_entities::JobKind::Retention => job.params["partition"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            _ => format!("{kind} {}", job.id),
+        };
+        if !terminal && !json {
+            out!("running {what}")?;
+        }
         let bar = terminal.then(|| {
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{msg:24} [{bar:40}] {pos}/{len} hours ({eta})",
-                )
-                .expect("static template")
+                indicatif::ProgressStyle::with_template(&format!(
+                    "{{msg:32}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{eta}})"
+                ))
+                .expect("a valid template")
                 .progress_chars("=> "),
             );
-            bar.set_message("backfilling the mirror");
+            bar.set_message(what);
             bar
         });
-        let started = std::time::Instant::now();
-        let outcome = mirror::backfill(store, config, &job, &|done, total| {
+        let (job, _) = run_claimed(&env, job, &|done, total| {
             if let Some(bar) = &bar {
                 bar.set_length(total);
                 bar.set_position(done);
@@ -911,12 +875,38 @@ async fn mirror_backfill(
         if let Some(bar) = &bar {
             bar.finish_and_clear();
         }
-        jobs::conclude(&mut job, outcome, chrono::Utc::now(), started.elapsed());
-        store.finish_job(&job, node, &emit).await?;
-        if job.id == queued.id {
-            break;
-        }
+        ended.push(job);
     }
+    Ok(ended)
+}
+
+/// Queues a backfill job and runs it here (with every other queued
+/// backfill: a node's job runner takes any this command leaves), then
+/// prints its result.
+async fn mirror_backfill(
+    config: &Config,
+    store: &fastack_core::store::Store,
+    json: bool,
+    tenant: &str,
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<()> {
+    use fastack_actors::sinks::mirror;
+    use fastack_core::store::TimeRange;
+    use fastack_entities::JobKind;
+
+    if config.mirror_url.is_none() {
+        anyhow::bail!(
+            "the mirror is off: run this with the server's FASTACK_MIRROR_URL (and FASTACK_S3_* settings)"
+        );
+    }
+    let Some(range) = TimeRange::new(from, to) else {
+        anyhow::bail!("--to must be after --from");
+    };
+    let t = admin::resolve_tenant(store.as_ref(), tenant).await?;
+    let queued = mirror::backfill_job(t.id, range, chrono::Utc::now());
+    store.insert_job(&queued).await?;
+    run_jobs_here(config, store, json, JobKind::Backfill, "hours").await?;
     // A node's runner may have taken it first: wait for its end.
     let job = loop {
         match store.get_job(queued.tenant_id, queued.id).await? {

@@ -8,8 +8,16 @@
 use std::{collections::HashSet, sync::Arc, time::Instant};
 
 use chrono::Duration;
-use fastack_core::{export, jobs, retention};
-use fastack_entities::{Job, JobId, JobKind};
+use fastack_core::{
+    Config,
+    clock::SharedClock,
+    crypto::Keys,
+    export, jobs,
+    objects::Objects,
+    retention,
+    store::{Emit, Store},
+};
+use fastack_entities::{Job, JobId, JobKind, NodeId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::Value;
 use tracing::{info, warn};
@@ -114,20 +122,64 @@ impl Actor for JobRunnerActor {
     }
 }
 
-/// Runs one claimed job to its terminal state.
-async fn run_job(ctx: &Arc<Ctx>, mut job: Job) {
+/// Runs one claimed job to its terminal state and tells the node's sinks.
+async fn run_job(ctx: &Arc<Ctx>, job: Job) {
+    let env = JobEnv {
+        store: &ctx.store,
+        config: &ctx.config,
+        objects: &ctx.objects,
+        keys: &ctx.keys,
+        clock: &ctx.clock,
+        node: ctx.node_id,
+        emit: &ctx.routing.jobs,
+    };
+    let id = job.id;
+    // A line at every tenth of the way.
+    let log = |done: u64, total: u64| {
+        if done > 0 && total > 0 && done * 10 / total > (done - 1) * 10 / total {
+            info!(job = %id, done, total, "job progress");
+        }
+    };
+    let (_, recorded) = run_claimed(&env, job, &log).await;
+    if recorded {
+        ctx.signals.deliveries.raise();
+        ctx.signals.outbox.raise();
+    }
+}
+
+/// What running a job needs: a node's, or the command line's (which runs
+/// retention and backfills in the foreground with a progress bar).
+pub struct JobEnv<'a> {
+    pub store: &'a Store,
+    pub config: &'a Config,
+    pub objects: &'a Objects,
+    pub keys: &'a Keys,
+    pub clock: &'a SharedClock,
+    /// Who holds the claim.
+    pub node: NodeId,
+    /// The sinks of jobs' terminal events.
+    pub emit: &'a Emit,
+}
+
+/// A job's progress: (done, total) in its own unit (rows, hours).
+pub type Progress<'p> = &'p (dyn Fn(u64, u64) + Sync);
+
+/// Runs a job `env.node` claimed to its end, wherever it was claimed: the
+/// claim is renewed while it runs, a job that started [`MAX_ATTEMPTS`]
+/// times is failed, and the terminal state with its event is written
+/// (retried briefly), only while the claim is still this runner's. Returns
+/// the job as it ended and whether this runner recorded the end.
+pub async fn run_claimed(env: &JobEnv<'_>, mut job: Job, progress: Progress<'_>) -> (Job, bool) {
     let started = Instant::now();
     info!(job = %job.id, kind = %job.kind, attempt = job.attempts, "job started");
     // Keep the claim alive while the job runs.
     let heartbeat = {
-        let ctx = ctx.clone();
-        let id = job.id;
+        let (store, clock, node, id) = (env.store.clone(), env.clock.clone(), env.node, job.id);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-                match ctx
-                    .store
-                    .renew_job_claim(id, ctx.node_id, ctx.now() + claim_ttl())
+                match store
+                    .renew_job_claim(id, node, clock.now() + claim_ttl())
                     .await
                 {
                     Ok(true) => {}
@@ -140,73 +192,53 @@ async fn run_job(ctx: &Arc<Ctx>, mut job: Job) {
     let outcome = if job.attempts > MAX_ATTEMPTS {
         Err(format!("gave up after {MAX_ATTEMPTS} attempts"))
     } else {
-        match job.kind {
-            JobKind::Export => export::run(&ctx.store, &ctx.objects, &ctx.keys, &job)
-                .await
-                .map_err(|e| jobs::error_chain(&e)),
-            JobKind::Retention => run_retention(ctx, &job)
-                .await
-                .map_err(|e| jobs::error_chain(&e)),
-            JobKind::Backfill => {
-                let id = job.id;
-                crate::sinks::mirror::backfill(
-                    ctx.store.as_ref(),
-                    &ctx.config,
-                    &job,
-                    &|done, total| {
-                        if done > 0 && done % 24 == 0 {
-                            info!(job = %id, hours = done, of = total, "backfilling the mirror");
-                        }
-                    },
-                )
-                .await
-            }
-        }
+        work(env, &job, progress).await
     };
     heartbeat.abort();
-    jobs::conclude(&mut job, outcome, ctx.now(), started.elapsed());
-    finish(ctx, &job).await;
+    jobs::conclude(&mut job, outcome, env.clock.now(), started.elapsed());
+    let recorded = finish(env, &job).await;
+    (job, recorded)
 }
 
-/// Archives, verifies and drops the job's partition.
-async fn run_retention(ctx: &Ctx, job: &Job) -> fastack_core::Result<Value> {
-    let key = retention::job_partition(job)?;
-    let table = key.table_name();
-    let report = retention::archive_and_drop(
-        ctx.store.as_ref(),
-        &ctx.objects,
-        key,
-        job.id,
-        true,
-        &|done, total| {
-            if done % 100_000 == 0 && done > 0 {
-                info!(partition = %table, done, total, "archiving");
-            }
-        },
-    )
-    .await?;
-    info!(partition = %report.partition, rows = report.manifest.rows, path = %report.path, "partition archived, verified and dropped");
-    Ok(report.result_json())
-}
-
-/// Writes the terminal state (with marker and outbox row) and kicks the
-/// relay. Retries briefly: the job's claim outlives a short database blip.
-pub async fn finish(ctx: &Ctx, job: &Job) {
-    for attempt in 0..5u32 {
-        match ctx
-            .store
-            .finish_job(job, ctx.node_id, &ctx.routing.jobs)
+/// The work of the job's kind.
+async fn work(env: &JobEnv<'_>, job: &Job, progress: Progress<'_>) -> Result<Value, String> {
+    match job.kind {
+        JobKind::Export => export::run(env.store, env.objects, env.keys, job)
             .await
-        {
+            .map_err(|e| jobs::error_chain(&e)),
+        JobKind::Retention => {
+            let key = retention::job_partition(job).map_err(|e| jobs::error_chain(&e))?;
+            let report = retention::archive_and_drop(
+                env.store.as_ref(),
+                env.objects,
+                key,
+                job.id,
+                true,
+                progress,
+            )
+            .await
+            .map_err(|e| jobs::error_chain(&e))?;
+            info!(partition = %report.partition, rows = report.manifest.rows, path = %report.path, "partition archived, verified and dropped");
+            Ok(report.result_json())
+        }
+        JobKind::Backfill => {
+            crate::sinks::mirror::backfill(env.store.as_ref(), env.config, job, progress).await
+        }
+    }
+}
+
+/// Writes the terminal state (with marker and outbox row); returns whether
+/// it did. Retries briefly: the job's claim outlives a short database blip.
+async fn finish(env: &JobEnv<'_>, job: &Job) -> bool {
+    for attempt in 0..5u32 {
+        match env.store.finish_job(job, env.node, env.emit).await {
             Ok(true) => {
                 info!(job = %job.id, status = %job.status, "job finished");
-                ctx.signals.deliveries.raise();
-                ctx.signals.outbox.raise();
-                return;
+                return true;
             }
             Ok(false) => {
                 warn!(job = %job.id, "job was taken over by another runner; not finishing it here");
-                return;
+                return false;
             }
             Err(error) => {
                 warn!(job = %job.id, %error, attempt, "could not record the job's end");
@@ -214,4 +246,5 @@ pub async fn finish(ctx: &Ctx, job: &Job) {
             }
         }
     }
+    false
 }

@@ -106,7 +106,7 @@ impl<S: Sink> RelayActor<S> {
             }
             Some(flush) => {
                 let now = ctx.now();
-                let owed = ctx.store.outbox_owed(S::NAME, flush.rows).await?;
+                let owed = ctx.store.outbox_owed(S::NAME).await?;
                 let due = owed.rows >= i64::from(flush.rows)
                     || owed
                         .oldest
@@ -198,12 +198,16 @@ impl<S: Sink> Actor for RelayActor<S> {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state.wakes = Some(Wakes::start(
-            &myself,
-            state.sink.interval(),
-            Some(&state.ctx.signals.outbox),
-            || RelayMsg::Pump,
-        ));
+        // A batching sink flushes by size or age: its timer is enough, and
+        // waking it at every commit that writes outbox rows would only ask
+        // again and again whether a batch is due.
+        let signal = match state.sink.batches() {
+            None => Some(&state.ctx.signals.outbox),
+            Some(_) => None,
+        };
+        state.wakes = Some(Wakes::start(&myself, state.sink.interval(), signal, || {
+            RelayMsg::Pump
+        }));
         myself.send_message(RelayMsg::Connect)?;
         Ok(())
     }

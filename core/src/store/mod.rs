@@ -504,7 +504,7 @@ pub struct OutboxBatch {
 /// What a sink owes outside any batch (see [`Storage::outbox_owed`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Owed {
-    /// Counted up to the cap asked for.
+    /// At most this many (the span of their ids).
     pub rows: i64,
     /// When the oldest of them was written.
     pub oldest: Option<DateTime<Utc>>,
@@ -761,9 +761,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         claim_for: Duration,
         new_up_to: Option<u32>,
     ) -> Result<Option<OutboxBatch>>;
-    /// Rows the sink owes outside any batch (counted up to `cap`) and the
-    /// oldest one's time: whether a batching sink should flush.
-    async fn outbox_owed(&self, sink: SinkName, cap: u32) -> Result<Owed>;
+    /// Rows the sink owes outside any batch (at most) and the oldest one's
+    /// time: whether a batching sink should flush.
+    async fn outbox_owed(&self, sink: SinkName) -> Result<Owed>;
     /// When the oldest row the sink still owes was written (its lag).
     async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>>;
     /// The subjects (event ids, job ids) of the tenant's rows the sink

@@ -348,32 +348,38 @@ pub(crate) async fn claim_batch(
     Ok(Some(OutboxBatch { name, rows }))
 }
 
-/// What the sink owes and has not yet put in a batch: the rows (counted up
-/// to `cap`) and when the oldest was written.
-pub(crate) async fn owed(db: &Db, sink: SinkName, cap: u32) -> Result<Owed> {
-    let rows = db
-        .read_one(
-            Q::new(
-                "SELECT count(*) AS n FROM (SELECT 1 FROM outbox_sinks \
-                 WHERE sink = $1 AND batch IS NULL LIMIT $2) s",
-            )
-            .bind(sink.as_str())
-            .bind(i64::from(cap)),
-        )
-        .await?
-        .int("n")?;
-    let oldest = db
+/// What the sink owes and has not yet put in a batch: how many rows (an
+/// upper bound: the span of their ids, which is their count while nearly
+/// every outbox row is owed to the sink, as every event is to the mirror)
+/// and when the oldest was written. Two index probes, whatever the backlog.
+pub(crate) async fn owed(db: &Db, sink: SinkName) -> Result<Owed> {
+    let first = db
         .read_opt(
             Q::new(
-                "SELECT o.created_at FROM outbox_sinks s JOIN outbox o ON o.id = s.outbox_id \
+                "SELECT s.outbox_id, o.created_at FROM outbox_sinks s \
+                 JOIN outbox o ON o.id = s.outbox_id \
                  WHERE s.sink = $1 AND s.batch IS NULL ORDER BY s.outbox_id LIMIT 1",
             )
             .bind(sink.as_str()),
         )
+        .await?;
+    let Some(first) = first else {
+        return Ok(Owed::default());
+    };
+    let last = db
+        .read_one(
+            Q::new(
+                "SELECT outbox_id FROM outbox_sinks WHERE sink = $1 AND batch IS NULL \
+                 ORDER BY outbox_id DESC LIMIT 1",
+            )
+            .bind(sink.as_str()),
+        )
         .await?
-        .map(|r| r.time("created_at"))
-        .transpose()?;
-    Ok(Owed { rows, oldest })
+        .int("outbox_id")?;
+    Ok(Owed {
+        rows: last - first.int("outbox_id")? + 1,
+        oldest: Some(first.time("created_at")?),
+    })
 }
 
 /// The subjects (event or job ids) of the tenant's rows the sink still

@@ -668,8 +668,8 @@ impl Storage for SqlStore {
         outbox::claim_batch(&self.db, sink, now, claim_for, new_up_to).await
     }
 
-    async fn outbox_owed(&self, sink: SinkName, cap: u32) -> Result<Owed> {
-        outbox::owed(&self.db, sink, cap).await
+    async fn outbox_owed(&self, sink: SinkName) -> Result<Owed> {
+        outbox::owed(&self.db, sink).await
     }
 
     async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>> {
