@@ -44,6 +44,30 @@ impl MigratorTrait for Migrator {
     }
 }
 
+/// Applies this build's pending migrations — unless a newer release has
+/// migrated the database already (a migration is applied that this build
+/// does not know). Releases only add migrations, so this build's are all
+/// applied then, and releases only expand the schema, so this build runs
+/// on it: an older node that restarts in the middle of a rolling upgrade
+/// starts instead of refusing. Returns the unknown migrations (empty when
+/// this build migrated or had nothing to do).
+pub async fn up(db: &sea_orm_migration::sea_orm::DatabaseConnection) -> Result<Vec<String>, DbErr> {
+    let known: std::collections::HashSet<String> = Migrator::migrations()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    let newer: Vec<String> = Migrator::get_migration_models(db)
+        .await?
+        .into_iter()
+        .map(|m| m.version)
+        .filter(|v| !known.contains(v))
+        .collect();
+    if newer.is_empty() {
+        Migrator::up(db, None).await?;
+    }
+    Ok(newer)
+}
+
 /// Runs a list of statements, one at a time (SQLite's driver prepares one
 /// statement per call).
 pub(crate) async fn run_all(manager: &SchemaManager<'_>, sql: &str) -> Result<(), DbErr> {

@@ -232,6 +232,38 @@ async fn check_stored<'a>(
     (keys, ids.len())
 }
 
+/// A tenant and a key made with another release's command line: the key.
+fn old_release_key(bin: &std::path::Path, env: &[(String, String)], name: &str) -> String {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .args(args)
+            .env_clear()
+            .envs(env.iter().cloned())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&[
+        "admin",
+        "tenant",
+        "create",
+        "--name",
+        name,
+        "--plan",
+        "enterprise",
+    ]);
+    let out = run(&["admin", "key", "create", "--tenant", name]);
+    out.split_whitespace()
+        .find(|w| w.starts_with("fsk_"))
+        .expect("a key")
+        .to_owned()
+}
+
 /// A tenant whose tracked events go to a webhook receiver of the test's.
 async fn probe_tenant(
     db: &TestDb,
@@ -1156,15 +1188,14 @@ async fn rolling_upgrade() {
     };
     let extra = [("FASTACK_LEASE_TTL_MS", "3000")];
     let env = Node::env(&db, &extra);
-    // The old release creates the schema; the tenants are written through
-    // this build's storage (the same tables).
+    // The old release creates the schema and the tenants (with its own
+    // command line: this build's storage would migrate the schema before
+    // the last old nodes start, which a rolling upgrade never does).
     let mut nodes = vec![Node::start_bin(&previous, env.clone()).await];
-    let store = db.store().await;
-    let tenants = [
-        make_tenant(&store, "roll-a", Plan::Enterprise, None).await,
-        make_tenant(&store, "roll-b", Plan::Enterprise, None).await,
+    let keys = [
+        old_release_key(&previous, &env, "roll-a"),
+        old_release_key(&previous, &env, "roll-b"),
     ];
-    drop(store);
     for _ in 0..2 {
         nodes.push(Node::start_bin(&previous, env.clone()).await);
     }
@@ -1182,7 +1213,7 @@ async fn rolling_upgrade() {
     let clients: Vec<JoinHandle<Vec<Routed>>> = (0..12)
         .map(|c| {
             let (http, balancer, stopped) = (http.clone(), balancer.clone(), stopped.clone());
-            let api_key = tenants[c % 2].key.clone();
+            let api_key = keys[c % 2].clone();
             tokio::spawn(async move {
                 let mut out = Vec::new();
                 let mut n = c;
@@ -1227,7 +1258,7 @@ async fn rolling_upgrade() {
             // run by whichever node's runner claims it.
             let r = http
                 .post(format!("http://{}/v1/core/exports", new.addr))
-                .bearer_auth(&tenants[0].key)
+                .bearer_auth(&keys[0])
                 .json(&serde_json::json!({
                     "from": (now - chrono::Duration::hours(1)).to_rfc3339(),
                     "to": (now + chrono::Duration::hours(1)).to_rfc3339(),
@@ -1278,7 +1309,7 @@ async fn rolling_upgrade() {
     let doc: Value = eventually("the export ends", Duration::from_secs(60), || async {
         let v: Value = http
             .get(format!("http://{addr}/v1/core/jobs/{job}"))
-            .bearer_auth(&tenants[0].key)
+            .bearer_auth(&keys[0])
             .send()
             .await
             .ok()?
@@ -1292,6 +1323,20 @@ async fn rolling_upgrade() {
 
     // Nothing lost or doubled.
     let pool = db.pg_pool().await;
+    let store = db.store().await;
+    let mut tenants = Vec::new();
+    for (name, key) in ["roll-a", "roll-b"].into_iter().zip(&keys) {
+        let tenant = store
+            .find_tenant_by_name(name)
+            .await
+            .unwrap()
+            .expect("the tenant");
+        tenants.push(TestTenant {
+            tenant,
+            key: key.clone(),
+        });
+    }
+    drop(store);
     let mut stored_total = 0;
     for (i, t) in tenants.iter().enumerate() {
         // Client `c` sent keys `roll-{c}-…` for tenant `c % 2`.

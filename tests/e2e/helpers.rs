@@ -364,6 +364,18 @@ impl TestApp {
         answer(resp).await
     }
 
+    /// The node's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn get(&self, path: &str, key: &str) -> Answer {
         let resp = self
             .http

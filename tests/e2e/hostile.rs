@@ -703,15 +703,7 @@ crate::on_both_backends!(hostile_corpus_is_answered_and_stored_as_sent);
 
 /// The Prometheus value of a metric (0 when absent).
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let text = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     text.lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

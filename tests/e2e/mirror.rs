@@ -550,15 +550,7 @@ async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
         "the mirror's lag to show",
         Duration::from_secs(30),
         || async {
-            let text = app
-                .http
-                .get(app.url("/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let text = app.metrics().await;
             let lag = text
                 .lines()
                 .find(|l| l.starts_with("fastack_sink_lag_seconds{sink=\"mirror\"}"))

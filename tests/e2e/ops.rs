@@ -16,15 +16,7 @@ async fn ops_endpoints_answer(app: TestApp) {
         .post("/v1/core/track", &app.t.key, &track("m1", "u", Utc::now()))
         .await;
     assert_eq!(a.status, 202);
-    let m = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = app.metrics().await;
     assert!(
         m.contains(
             "fastack_http_requests_total{route=\"/v1/core/track\",method=\"POST\",status=\"202\"} 1"

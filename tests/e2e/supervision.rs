@@ -37,15 +37,7 @@ async fn exec(app: &TestApp, sql: &str) {
 }
 
 async fn restarts(app: &TestApp) -> u64 {
-    let m = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = app.metrics().await;
     m.lines()
         .find(|l| l.starts_with("fastack_actor_restarts_total{actor=\"processor\"}"))
         .and_then(|l| l.rsplit(' ').next())

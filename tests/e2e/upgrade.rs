@@ -293,3 +293,52 @@ async fn sqlite_reads_what_the_release_wrote() {
 async fn postgres_reads_what_the_release_wrote() {
     reads_what_the_release_wrote(Backend::Postgres).await;
 }
+
+/// A node of this release restarting after a newer release migrated the
+/// database (a migration it does not know is applied) starts on the
+/// expanded schema and says so, instead of refusing: the rolling upgrade
+/// after this one.
+async fn a_newer_schema_does_not_stop_this_release(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    drop(db.store().await);
+    const FUTURE: &str = "INSERT INTO seaql_migrations (version, applied_at) \
+                          VALUES ('m20991231_000001_from_a_newer_release', 0)";
+    match backend {
+        Backend::Postgres => {
+            sqlx::query(FUTURE)
+                .execute(&db.pg_pool().await)
+                .await
+                .unwrap();
+        }
+        Backend::Sqlite => {
+            let path = db.dir.path().join("fastack.db");
+            let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .unwrap();
+            sqlx::query(FUTURE).execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+    }
+    let app = spawn_on(Arc::new(db), |_| {}).await;
+    let a = app
+        .post(
+            "/v1/core/track",
+            &app.t.key,
+            &crate::helpers::track("newer-schema", "u", Utc::now()),
+        )
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_newer_schema_does_not_stop_this_release() {
+    a_newer_schema_does_not_stop_this_release(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_newer_schema_does_not_stop_this_release() {
+    a_newer_schema_does_not_stop_this_release(Backend::Postgres).await;
+}

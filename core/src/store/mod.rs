@@ -510,6 +510,17 @@ pub struct Owed {
     pub oldest: Option<DateTime<Utc>>,
 }
 
+/// Says so when a newer release migrated the database past this build
+/// (see `fastack_migration::up`): the node runs on the expanded schema.
+pub(crate) fn newer_schema(unknown: Vec<String>) {
+    if !unknown.is_empty() {
+        tracing::warn!(
+            migrations = ?unknown,
+            "the database was migrated by a newer release; running on its schema (releases only expand it)"
+        );
+    }
+}
+
 /// The routing key and CloudEvents id of a job's terminal event.
 pub fn job_event(id: JobId, status: JobStatus) -> (String, String) {
     let status = status.as_str();

@@ -208,10 +208,10 @@ impl Engine for PgStore {
         sqlx::query("SELECT pg_advisory_lock(hashtext('fastack.migrate'))")
             .execute(&mut *conn)
             .await?;
-        use fastack_migration::MigratorTrait;
         let conn_db = SqlxPostgresConnector::from_sqlx_postgres_pool(self.pool.clone());
-        let result = fastack_migration::Migrator::up(&conn_db, None)
+        let result = fastack_migration::up(&conn_db)
             .await
+            .map(super::newer_schema)
             .map_err(Error::Migration);
         sqlx::query("SELECT pg_advisory_unlock(hashtext('fastack.migrate'))")
             .execute(&mut *conn)

@@ -532,11 +532,12 @@ impl Layout for SqliteStore {
 #[async_trait]
 impl Engine for SqliteStore {
     async fn migrate(&self) -> Result<()> {
-        use fastack_migration::MigratorTrait;
         let conn = SqlxSqliteConnector::from_sqlx_sqlite_pool(self.writer.clone());
-        fastack_migration::Migrator::up(&conn, None)
-            .await
-            .map_err(Error::Migration)?;
+        super::newer_schema(
+            fastack_migration::up(&conn)
+                .await
+                .map_err(Error::Migration)?,
+        );
         self.inbox.start_handoff().await?;
         self.load_partitions().await
     }
