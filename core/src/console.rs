@@ -178,7 +178,7 @@ pub async fn create_user(
         .exec_without_returning(store.records())
         .await
         .map_err(|e| {
-            crate::store::shared::unique_as_conflict(
+            crate::store::sql_store::unique_as_conflict(
                 e.into(),
                 &format!("a console user with email {email}"),
             )

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::{
     error::{Error, Result},
     store::{
-        AttemptRecord, NewDelivery, OutboxRow, Storage, shared::insert_delivery_rows, sql::Tx,
+        AttemptRecord, NewDelivery, OutboxRow, Storage, sql::Tx, sql_store::insert_delivery_rows,
     },
 };
 

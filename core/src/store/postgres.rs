@@ -12,8 +12,8 @@ use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sql::Tx,
+    sql_store::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
 };
 use chrono::{DateTime, Utc};
 use fastack_entities::{StoredEvent, TenantId};

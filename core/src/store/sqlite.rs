@@ -41,8 +41,8 @@ use async_trait::async_trait;
 
 use super::{
     processing::{self, Layout},
-    shared::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sql::Tx,
+    sql_store::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sqlite_handoff::Handoff,
     sqlite_inbox::InboxWriter,
 };
