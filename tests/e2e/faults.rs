@@ -235,18 +235,9 @@ async fn check_stored<'a>(
 /// A tenant and a key made with another release's command line: the key.
 fn old_release_key(bin: &std::path::Path, env: &[(String, String)], name: &str) -> String {
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(bin)
-            .args(args)
-            .env_clear()
-            .envs(env.iter().cloned())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let (ok, out, err) = crate::helpers::run_cli(bin, env.iter().cloned(), args);
+        assert!(ok, "{err}");
+        out
     };
     run(&[
         "admin",

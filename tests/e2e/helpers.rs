@@ -519,10 +519,20 @@ pub fn bin_path() -> PathBuf {
 /// Runs the `fastack` command with `args` on `db`'s storage, as an operator
 /// would on that node: (succeeded, stdout, stderr).
 pub fn fastack_cli(db: &TestDb, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(bin_path())
+    run_cli(&bin_path(), db.env(), args)
+}
+
+/// Runs the fastack binary at `bin` (this build's or another release's)
+/// with exactly `env`: (succeeded, stdout, stderr).
+pub fn run_cli(
+    bin: &std::path::Path,
+    env: impl IntoIterator<Item = (String, String)>,
+    args: &[&str],
+) -> (bool, String, String) {
+    let out = std::process::Command::new(bin)
         .args(args)
         .env_clear()
-        .envs(db.env())
+        .envs(env)
         .output()
         .unwrap();
     (

@@ -260,14 +260,25 @@ async fn send(
                     })
                     .collect();
                 let addr = addrs[r % addrs.len()];
-                let resp = http
-                    .post(format!("http://{addr}/v1/core/batch"))
-                    .bearer_auth(&key)
-                    .json(&json!({ "batch": items }))
-                    .send()
-                    .await
-                    .expect("send");
-                let a = answer(resp).await;
+                let body = json!({ "batch": items });
+                // A 503 (the answer budget, on a loaded machine) is sent
+                // again with the same keys, as the SDKs do.
+                let mut tries = 0;
+                let a = loop {
+                    let resp = http
+                        .post(format!("http://{addr}/v1/core/batch"))
+                        .bearer_auth(&key)
+                        .json(&body)
+                        .send()
+                        .await
+                        .expect("send");
+                    let a = answer(resp).await;
+                    tries += 1;
+                    if a.status != 503 || tries == 10 {
+                        break a;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                };
                 assert_eq!(a.status, 202, "{}", a.body);
                 let mut acc = accepted.lock();
                 for it in a.body["items"].as_array().unwrap() {
@@ -582,18 +593,18 @@ fn backfill_cli(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> (bool, String, String) {
-    let out = std::process::Command::new(crate::helpers::bin_path())
-        .args(["admin", "mirror", "backfill", "--tenant", "acme"])
-        .args(["--from", &from.to_rfc3339(), "--to", &to.to_rfc3339()])
-        .env_clear()
-        .envs(db.env())
-        .env("FASTACK_MIRROR_URL", format!("file://{}", root.display()))
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    let mut env = db.env();
+    env.push((
+        "FASTACK_MIRROR_URL".to_owned(),
+        format!("file://{}", root.display()),
+    ));
+    let (from, to) = (from.to_rfc3339(), to.to_rfc3339());
+    crate::helpers::run_cli(
+        &crate::helpers::bin_path(),
+        env,
+        &[
+            "admin", "mirror", "backfill", "--tenant", "acme", "--from", &from, "--to", &to,
+        ],
     )
 }
 

@@ -82,19 +82,13 @@ impl MirrorSink {
     /// The sink of a node with `FASTACK_MIRROR_URL` set (`None` without).
     pub fn new(ctx: &Ctx) -> Option<Self> {
         let url = ctx.config.mirror_url.clone()?;
-        let schema = match parse_message_type(SCHEMA) {
-            Ok(schema) => Arc::new(schema),
+        let (schema, props) = match writer() {
+            Ok(writer) => writer,
             Err(error) => {
-                warn!(%error, "the mirror's schema does not parse; mirror off");
+                warn!(%error, "the mirror cannot set up its Parquet writer; mirror off");
                 return None;
             }
         };
-        let zstd = ZstdLevel::try_new(3).ok()?;
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(zstd))
-            // The same bytes for the same rows, whichever node writes them.
-            .set_created_by(format!("fastack {}", env!("CARGO_PKG_VERSION")))
-            .build();
         Some(MirrorSink {
             url,
             flush: Flush {
@@ -103,7 +97,7 @@ impl MirrorSink {
             },
             objects: None,
             schema,
-            props: Arc::new(props),
+            props,
         })
     }
 }
@@ -184,6 +178,20 @@ impl Sink for MirrorSink {
             },
         }
     }
+}
+
+/// The files' schema and writer properties, the same for the live mirror
+/// and the backfill.
+fn writer() -> Result<(Arc<Type>, Arc<WriterProperties>), String> {
+    let schema = parse_message_type(SCHEMA).map_err(|e| e.to_string())?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).map_err(|e| e.to_string())?,
+        ))
+        // The same bytes for the same rows, whichever node writes them.
+        .set_created_by(format!("fastack {}", env!("CARGO_PKG_VERSION")))
+        .build();
+    Ok((Arc::new(schema), Arc::new(props)))
 }
 
 /// One Parquet file of a batch.
@@ -353,15 +361,7 @@ pub async fn backfill(
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| format!("backfill job {} has no `tenant`", job.id))?;
     let range = TimeRange::new(from, to).ok_or("the range is empty: `to` must be after `from`")?;
-    let schema = Arc::new(parse_message_type(SCHEMA).map_err(|e| e.to_string())?);
-    let props = Arc::new(
-        WriterProperties::builder()
-            .set_compression(Compression::ZSTD(
-                ZstdLevel::try_new(3).map_err(|e| e.to_string())?,
-            ))
-            .set_created_by(format!("fastack {}", env!("CARGO_PKG_VERSION")))
-            .build(),
-    );
+    let (schema, props) = writer()?;
     let first = range
         .from
         .duration_trunc(chrono::Duration::hours(1))
@@ -591,14 +591,7 @@ mod tests {
     }
 
     fn setup() -> (Arc<Type>, Arc<WriterProperties>) {
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))
-            .set_created_by("fastack test".into())
-            .build();
-        (
-            Arc::new(parse_message_type(SCHEMA).unwrap()),
-            Arc::new(props),
-        )
+        writer().unwrap()
     }
 
     #[test]
