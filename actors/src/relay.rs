@@ -106,8 +106,8 @@ impl<S: Sink> RelayActor<S> {
             }
             Some(flush) => {
                 let now = ctx.now();
-                let owed = ctx.store.outbox_owed(S::NAME).await?;
-                let due = owed.rows >= i64::from(flush.rows)
+                let owed = ctx.store.outbox_owed(S::NAME, flush.rows).await?;
+                let due = owed.events >= i64::from(flush.rows)
                     || owed
                         .oldest
                         .is_some_and(|t| (now - t).to_std().unwrap_or_default() >= flush.age);

@@ -150,7 +150,7 @@ impl Metrics {
         );
         registry.register(
             "outbox_depth",
-            "outbox rows each sink (amqp, webhooks, mirror) still owes",
+            "events each sink (amqp, webhooks, mirror) still owes in the outbox",
             outbox_depth.clone(),
         );
         registry.register(

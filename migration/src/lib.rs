@@ -21,6 +21,7 @@ mod m20261201_000009_tracking_plans;
 mod m20261201_000010_console;
 mod m20261201_000011_inbox_file;
 mod m20261205_000012_outbox_batches;
+mod m20261205_000013_outbox_events;
 
 pub struct Migrator;
 
@@ -40,6 +41,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000010_console::Migration),
             Box::new(m20261201_000011_inbox_file::Migration),
             Box::new(m20261205_000012_outbox_batches::Migration),
+            Box::new(m20261205_000013_outbox_events::Migration),
         ]
     }
 }

@@ -15,7 +15,7 @@ use fastack_core::{
     Error,
     store::{
         DropOutcome, Emit, EventQuery, Fence, IngestRow, Month, OutboxRow, PartitionKey,
-        ProcessOutcome, ProcessRequest, SinkName, Store, TimeRange, Topic,
+        ProcessOutcome, ProcessRequest, SinkName, Store, TimeRange, Topic, events_in,
     },
     validate::fingerprint,
 };
@@ -95,6 +95,7 @@ conformance!(
     quarantine_round_trip,
     tracking_plans_and_annotations,
     outbox_rows_are_announced,
+    grouped_rows_carry_a_rounds_events,
 );
 
 /// Sinks as the node names them; storage knows only the fan-out (done in
@@ -2121,4 +2122,79 @@ async fn the_inbox_wal_starts_over_under_a_steady_load() {
     );
     drop(store);
     db.drop_db().await;
+}
+
+/// A grouped sink (the mirror) is owed one row per processing round, its
+/// events one after another, while a sink beside it is owed one row per
+/// event; its batches are sized in events, and its depth counts events.
+async fn grouped_rows_carry_a_rounds_events(store: &Store) {
+    let t = tenant(store, "t").await;
+    let t0 = now();
+    let emit = Emit::to([AMQP, ARCHIVE]).grouping([ARCHIVE]);
+    let mut rounds: Vec<Vec<String>> = Vec::new();
+    for (round, n) in [(0, 5), (1, 3)] {
+        let rows: Vec<IngestRow> = (0..n)
+            .map(|i| row(t.id, &track(&format!("k{round}-{i}"), "u1", t0)))
+            .collect();
+        accept(store, &rows).await;
+        let node = take_lease(store, t.id).await;
+        let mut req = request(t.id, node, false);
+        req.tracked = emit.clone();
+        let out = store.process_batch(&req).await.expect("process");
+        store.consume_inbox(t.id, &out.to_consume).await.unwrap();
+        store.release_lease(t.id, node).await.unwrap();
+        assert_eq!(out.outboxed, n + 1, "a row per event and one for the round");
+        rounds.push(out.appended.iter().map(|(id, _)| id.to_string()).collect());
+    }
+    assert_eq!(store.outbox_depth(AMQP).await.unwrap(), 8);
+    assert_eq!(store.outbox_depth(ARCHIVE).await.unwrap(), 8);
+    let ids_of = |rows: &[OutboxRow]| -> Vec<Vec<String>> {
+        rows.iter()
+            .map(|r| {
+                events_in::<Value>(&r.body)
+                    .map(|e| e.unwrap()["id"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .collect()
+    };
+    let owed = store.outbox_owed_rows(ARCHIVE, t.id).await.unwrap();
+    assert_eq!(ids_of(&owed), rounds);
+    // Counted in events, up to what was asked (the row past it included).
+    assert_eq!(store.outbox_owed(ARCHIVE, 2).await.unwrap().events, 5);
+    assert_eq!(store.outbox_owed(ARCHIVE, 100).await.unwrap().events, 8);
+
+    // A batch of up to 6 events takes the first round only; the next takes
+    // the second even though it asks for fewer events than it holds.
+    let claim_for = Duration::seconds(30);
+    let first = store
+        .claim_outbox_batch(ARCHIVE, Utc::now(), claim_for, Some(6))
+        .await
+        .unwrap()
+        .expect("a batch");
+    assert_eq!(ids_of(&first.rows), rounds[..1]);
+    let second = store
+        .claim_outbox_batch(ARCHIVE, Utc::now(), claim_for, Some(1))
+        .await
+        .unwrap()
+        .expect("a batch");
+    assert_eq!(ids_of(&second.rows), rounds[1..]);
+    let done: Vec<i64> = first
+        .rows
+        .iter()
+        .chain(&second.rows)
+        .map(|r| r.id)
+        .collect();
+    store.complete_outbox(ARCHIVE, &done).await.unwrap();
+    assert_eq!(store.outbox_depth(ARCHIVE).await.unwrap(), 0);
+    // The per-event sink still owes its own rows, one event each.
+    let single = store
+        .claim_outbox(AMQP, Utc::now(), claim_for, 100)
+        .await
+        .unwrap();
+    assert_eq!(single.len(), 8);
+    assert!(
+        single
+            .iter()
+            .all(|r| events_in::<Value>(&r.body).count() == 1)
+    );
 }

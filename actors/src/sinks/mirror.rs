@@ -29,7 +29,8 @@ use fastack_core::{
     Config,
     objects::Objects,
     store::{
-        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, tracked_body,
+        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, events_in,
+        tracked_body,
     },
 };
 use fastack_entities::{EventId, Job, TenantId};
@@ -105,6 +106,7 @@ impl MirrorSink {
 #[async_trait]
 impl Sink for MirrorSink {
     const NAME: SinkName = SinkName("mirror");
+    const GROUPED: bool = true;
 
     fn interval(&self) -> Duration {
         Duration::from_secs(1)
@@ -246,14 +248,25 @@ fn time(field: &str, text: &str) -> Result<DateTime<Utc>, String> {
         .map_err(|e| format!("{field} `{text}`: {e}"))
 }
 
-fn event_of(row: &OutboxRow) -> Result<Event, String> {
-    event_from(row.tenant_id, &row.body).map_err(|e| format!("outbox row {}: {e}", row.id))
+/// The events a row carries (a grouped row carries several).
+fn events_of(row: &OutboxRow) -> impl Iterator<Item = Result<Event, String>> + '_ {
+    events_in::<Body<'_>>(&row.body).map(move |body| {
+        body.map_err(|e| e.to_string())
+            .and_then(|body| event_of(row.tenant_id, body))
+            .map_err(|e| format!("outbox row {}: {e}", row.id))
+    })
 }
 
 /// An event from its JSON (the `core.event.tracked` body): the live mirror
 /// and the backfill read the same document.
 fn event_from(tenant: TenantId, json: &str) -> Result<Event, String> {
-    let body: Body<'_> = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    event_of(
+        tenant,
+        serde_json::from_str(json).map_err(|e| e.to_string())?,
+    )
+}
+
+fn event_of(tenant: TenantId, body: Body<'_>) -> Result<Event, String> {
     Ok(Event {
         occurred_at: time("occurred_at", &body.occurred_at)?,
         received_at: time("received_at", &body.received_at)?,
@@ -280,11 +293,13 @@ fn encode_batch(
 ) -> Result<Vec<File>, String> {
     let mut parts: BTreeMap<String, Vec<Event>> = BTreeMap::new();
     for row in rows.iter().filter(|r| r.topic == Topic::Core) {
-        let event = event_of(row)?;
-        parts
-            .entry(hour_dir(&event.tenant_id, event.occurred_at))
-            .or_default()
-            .push(event);
+        for event in events_of(row) {
+            let event = event?;
+            parts
+                .entry(hour_dir(&event.tenant_id, event.occurred_at))
+                .or_default()
+                .push(event);
+        }
     }
     parts
         .into_iter()
@@ -382,10 +397,7 @@ pub async fn backfill(
         if stored.is_empty() {
             continue;
         }
-        let owed = store
-            .outbox_owed_subjects(MirrorSink::NAME, tenant)
-            .await
-            .map_err(|e| e.to_string())?;
+        let owed = owed_ids(store, tenant).await?;
         let dir = hour_dir(&tenant_text, start);
         let mirrored = ids_in(&objects, &dir).await?;
         let (todo, have): (Vec<Event>, Vec<Event>) = stored
@@ -410,6 +422,26 @@ pub async fn backfill(
         "files": files,
         "location": objects.location,
     }))
+}
+
+/// The ids of the tenant's events the live mirror still owes: it is going
+/// to write them, so the backfill must not.
+async fn owed_ids(store: &dyn Storage, tenant: TenantId) -> Result<HashSet<String>, String> {
+    #[derive(Deserialize)]
+    struct Id {
+        id: String,
+    }
+    let mut ids = HashSet::new();
+    for row in store
+        .outbox_owed_rows(MirrorSink::NAME, tenant)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        for id in events_in::<Id>(&row.body) {
+            ids.insert(id.map_err(|e| format!("outbox row {}: {e}", row.id))?.id);
+        }
+    }
+    Ok(ids)
 }
 
 /// The tenant's stored events of one hour, as mirror rows.
@@ -622,6 +654,23 @@ mod tests {
         assert!(files[0].bytes.starts_with(b"PAR1"));
         let again = encode_batch("b1", &rows, &schema, &props).unwrap();
         assert_eq!(files[0].bytes, again[0].bytes);
+    }
+
+    #[test]
+    fn a_grouped_row_is_all_its_events() {
+        let (schema, props) = setup();
+        let mut grouped = row(1, "2026-12-05T07:10:00Z");
+        let second = row(2, "2026-12-05T07:20:00Z");
+        grouped.body = format!("{}\n{}", grouped.body, second.body);
+        let files = encode_batch(
+            "b1",
+            &[grouped, row(3, "2026-12-05T08:00:00Z")],
+            &schema,
+            &props,
+        )
+        .unwrap();
+        let rows: Vec<usize> = files.iter().map(|f| f.rows).collect();
+        assert_eq!(rows, vec![2, 1]);
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct SinkSpec {
     /// Takes jobs' terminal events.
     pub jobs: bool,
     pub tracked: Tracked,
+    /// Owed grouped rows ([`Sink::GROUPED`]).
+    pub grouped: bool,
     /// Starts its relay under the root.
     pub child: ChildSpec,
 }
@@ -49,6 +51,7 @@ impl SinkSpec {
             name: S::NAME,
             jobs,
             tracked,
+            grouped: S::GROUPED,
             child: RelayActor::<S>::child(make),
         }
     }
@@ -72,8 +75,10 @@ pub fn enabled(config: &Config) -> Vec<SinkSpec> {
 
 impl Routing {
     pub fn of(sinks: &[SinkSpec]) -> Routing {
-        let pick =
-            |f: &dyn Fn(&SinkSpec) -> bool| Emit::to(sinks.iter().filter(|s| f(s)).map(|s| s.name));
+        let grouped = sinks.iter().filter(|s| s.grouped).map(|s| s.name);
+        let pick = |f: &dyn Fn(&SinkSpec) -> bool| {
+            Emit::to(sinks.iter().filter(|s| f(s)).map(|s| s.name)).grouping(grouped.clone())
+        };
         Routing {
             jobs: pick(&|s| s.jobs),
             tracked: pick(&|s| s.tracked == Tracked::Every),

@@ -37,6 +37,7 @@ pub mod sqlite_pcache;
 
 pub(crate) use encoding::{annotations, decode_payload, plan_of};
 pub use encoding::{archive_row, tracked_body, v7_floor};
+pub use outbox::events_in;
 pub use records::*;
 pub use sql::Db;
 
@@ -195,8 +196,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn release_outbox(&self, sink: SinkName, ids: &[i64]) -> Result<()>;
     /// Claims a batch, for a sink that writes files: a batch whose claim
     /// ran out or was given back, whole and under its name, else (with
-    /// `new_up_to`) up to that many owed rows, oldest first, under a new
-    /// name (recorded durably before it is returned).
+    /// `new_up_to`) the oldest owed rows holding up to that many events,
+    /// under a new name (recorded durably before it is returned).
     async fn claim_outbox_batch(
         &self,
         sink: SinkName,
@@ -204,18 +205,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         claim_for: Duration,
         new_up_to: Option<u32>,
     ) -> Result<Option<OutboxBatch>>;
-    /// Rows the sink owes outside any batch (at most) and the oldest one's
-    /// time: whether a batching sink should flush.
-    async fn outbox_owed(&self, sink: SinkName) -> Result<Owed>;
+    /// Events the sink owes outside any batch (counted up to `up_to`) and
+    /// the oldest one's time: whether a batching sink should flush.
+    async fn outbox_owed(&self, sink: SinkName, up_to: u32) -> Result<Owed>;
     /// When the oldest row the sink still owes was written (its lag).
     async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>>;
-    /// The subjects (event ids, job ids) of the tenant's rows the sink
-    /// still owes.
-    async fn outbox_owed_subjects(
-        &self,
-        sink: SinkName,
-        tenant: TenantId,
-    ) -> Result<std::collections::HashSet<String>>;
+    /// The tenant's rows the sink still owes, oldest first.
+    async fn outbox_owed_rows(&self, sink: SinkName, tenant: TenantId) -> Result<Vec<OutboxRow>>;
     /// Terminal jobs whose marker is still set but whose outbox row is gone
     /// (a crash between confirm and clear): writes their stored event body
     /// to the outbox again, same ce-id. Claimed, so several nodes sweeping
@@ -227,7 +223,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         emit: &Emit,
         limit: u32,
     ) -> Result<Vec<JobId>>;
-    /// Rows the sink still owes (metric).
+    /// Events the sink still owes (metric).
     async fn outbox_depth(&self, sink: SinkName) -> Result<i64>;
 
     // --- partitions and retention -----------------------------------------

@@ -92,8 +92,8 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
             .unwrap_or_else(Utc::now);
         written.deliveries = deliveries::fan_out(tx, &events, Time(now)).await?;
     }
-    let sinks: Vec<SinkName> = emit.relayed().collect();
-    if sinks.is_empty() {
+    let rows = rows_for(entries, emit);
+    if rows.is_empty() {
         return Ok(written);
     }
     let d = tx.dialect();
@@ -107,7 +107,8 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         Vec::new(),
         Vec::new(),
     );
-    for e in entries {
+    let mut owed = Vec::with_capacity(rows.len());
+    for (e, sinks, events) in rows {
         cols.0.push(e.tenant_id.0);
         cols.1.push(e.topic.as_str().to_owned());
         cols.2.push(e.routing_key);
@@ -116,6 +117,7 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         cols.5.push(e.body);
         cols.6.push(e.job_id.map(|j| j.0));
         cols.7.push(e.created_at);
+        owed.push((sinks, events));
     }
     let ids: Vec<i64> = tx
         .insert(d.insert(
@@ -137,13 +139,21 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         .map(|r| r.int("id"))
         .collect::<Result<_>>()?;
     written.outboxed = ids.len();
-    let (sinks, owed): (Vec<String>, Vec<i64>) = sinks
-        .iter()
-        .flat_map(|s| ids.iter().map(move |id| (s.as_str().to_owned(), *id)))
-        .unzip();
+    let (mut sinks, mut outbox_ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, (owed_to, events)) in ids.iter().zip(owed) {
+        for sink in owed_to {
+            sinks.push(sink.as_str().to_owned());
+            outbox_ids.push(*id);
+            counts.push(events);
+        }
+    }
     tx.insert(d.insert(
         "outbox_sinks",
-        &[("sink", Col::Text(sinks)), ("outbox_id", Col::Int(owed))],
+        &[
+            ("sink", Col::Text(sinks)),
+            ("outbox_id", Col::Int(outbox_ids)),
+            ("events", Col::Int(counts)),
+        ],
         "",
     ))
     .await?;
@@ -153,6 +163,56 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         tx.execute(notify).await?;
     }
     Ok(written)
+}
+
+/// The outbox rows for `entries`, each with the sinks that owe it and how
+/// many events it carries: one row per event for the sinks that take events
+/// one by one; for a grouped sink one row per tenant and topic, the events'
+/// bodies one after another (read back with [`events_in`]). A job's event is
+/// never grouped: its row clears the job's pending marker.
+fn rows_for(entries: Vec<Entry>, emit: &Emit) -> Vec<(Entry, Vec<SinkName>, i64)> {
+    let (grouped, single): (Vec<SinkName>, Vec<SinkName>) =
+        emit.relayed().partition(|s| emit.groups(*s));
+    let mut rows = Vec::new();
+    let mut groups: Vec<(Entry, i64)> = Vec::new();
+    for e in entries {
+        if grouped.is_empty() || e.job_id.is_some() {
+            let owed_to: Vec<SinkName> = if e.job_id.is_some() {
+                single.iter().chain(&grouped).copied().collect()
+            } else {
+                single.clone()
+            };
+            if !owed_to.is_empty() {
+                rows.push((e, owed_to, 1));
+            }
+            continue;
+        }
+        match groups
+            .iter_mut()
+            .find(|(g, _)| g.tenant_id == e.tenant_id && g.topic == e.topic)
+        {
+            Some((group, n)) => {
+                group.body.push('\n');
+                group.body.push_str(&e.body);
+                group.created_at = group.created_at.max(e.created_at);
+                *n += 1;
+            }
+            None => groups.push((e.clone(), 1)),
+        }
+        if !single.is_empty() {
+            rows.push((e, single.clone(), 1));
+        }
+    }
+    rows.extend(groups.into_iter().map(|(g, n)| (g, grouped.clone(), n)));
+    rows
+}
+
+/// The events a row's body carries (one, or a grouped row's several), in
+/// the order they were written, each decoded as `T`.
+pub fn events_in<'a, T: serde::Deserialize<'a> + 'a>(
+    body: &'a str,
+) -> impl Iterator<Item = serde_json::Result<T>> + 'a {
+    serde_json::Deserializer::from_str(body).into_iter::<T>()
 }
 
 /// The notification channel of new outbox rows (PostgreSQL).
@@ -236,7 +296,8 @@ pub(crate) async fn claim(
 
 /// Claims a batch for a sink that writes files: first a batch whose claim
 /// ran out or was given back (whole, under its name), else, with
-/// `new_up_to`, up to that many owed rows, oldest first, under a new name.
+/// `new_up_to`, the oldest owed rows holding up to that many events (at
+/// least one row), under a new name.
 /// `None`: nothing to claim, or another relay is taking the only stale
 /// batch right now.
 pub(crate) async fn claim_batch(
@@ -304,6 +365,21 @@ pub(crate) async fn claim_batch(
                 tx.commit().await?;
                 return Ok(None);
             };
+            // As many of the oldest rows as hold up to `limit` events (at
+            // least one): a grouped row carries a transaction's events.
+            let mut rows = 0i64;
+            let mut events = 0i64;
+            for (_, n) in unbatched(db, sink, Some(now), limit).await? {
+                if rows > 0 && events + n > i64::from(limit) {
+                    break;
+                }
+                rows += 1;
+                events += n;
+            }
+            if rows == 0 {
+                tx.commit().await?;
+                return Ok(None);
+            }
             let name = Uuid::now_v7().to_string();
             let taken = tx
                 .execute(
@@ -320,7 +396,7 @@ pub(crate) async fn claim_batch(
                     .bind(sink.as_str())
                     .bind(now)
                     .bind(now + claim_for)
-                    .bind(i64::from(limit))
+                    .bind(rows)
                     .bind(name.clone()),
                 )
                 .await?;
@@ -348,15 +424,14 @@ pub(crate) async fn claim_batch(
     Ok(Some(OutboxBatch { name, rows }))
 }
 
-/// What the sink owes and has not yet put in a batch: how many rows (an
-/// upper bound: the span of their ids, which is their count while nearly
-/// every outbox row is owed to the sink, as every event is to the mirror)
-/// and when the oldest was written. Two index probes, whatever the backlog.
-pub(crate) async fn owed(db: &Db, sink: SinkName) -> Result<Owed> {
+/// What the sink owes and has not yet put in a batch: how many events,
+/// counted up to `up_to` (the oldest rows only: bounded whatever the
+/// backlog), and when the oldest was written.
+pub(crate) async fn owed(db: &Db, sink: SinkName, up_to: u32) -> Result<Owed> {
     let first = db
         .read_opt(
             Q::new(
-                "SELECT s.outbox_id, o.created_at FROM outbox_sinks s \
+                "SELECT o.created_at FROM outbox_sinks s \
                  JOIN outbox o ON o.id = s.outbox_id \
                  WHERE s.sink = $1 AND s.batch IS NULL ORDER BY s.outbox_id LIMIT 1",
             )
@@ -366,40 +441,72 @@ pub(crate) async fn owed(db: &Db, sink: SinkName) -> Result<Owed> {
     let Some(first) = first else {
         return Ok(Owed::default());
     };
-    let last = db
-        .read_one(
-            Q::new(
-                "SELECT outbox_id FROM outbox_sinks WHERE sink = $1 AND batch IS NULL \
-                 ORDER BY outbox_id DESC LIMIT 1",
-            )
-            .bind(sink.as_str()),
-        )
-        .await?
-        .int("outbox_id")?;
+    let events = unbatched(db, sink, None, up_to).await?;
     Ok(Owed {
-        rows: last - first.int("outbox_id")? + 1,
+        events: events.iter().map(|(_, n)| n).sum(),
         oldest: Some(first.time("created_at")?),
     })
 }
 
-/// The subjects (event or job ids) of the tenant's rows the sink still
-/// owes: what it is going to send, so another writer must not.
-pub(crate) async fn owed_subjects(
+/// The oldest rows the sink owes outside any batch (with `now`: those not
+/// claimed), with the events each carries: as many as hold `up_to` events
+/// (the first row past it included). Read a page at a time, so a backlog of
+/// grouped rows costs one page.
+async fn unbatched(
     db: &Db,
     sink: SinkName,
-    tenant: TenantId,
-) -> Result<std::collections::HashSet<String>> {
+    now: Option<DateTime<Utc>>,
+    up_to: u32,
+) -> Result<Vec<(i64, i64)>> {
+    const PAGE: i64 = 1000;
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    let mut events = 0i64;
+    loop {
+        let after = out.last().map_or(0, |(id, _)| *id);
+        let mut q = Q::new(format!(
+            "SELECT outbox_id, events FROM outbox_sinks \
+             WHERE sink = $1 AND batch IS NULL AND outbox_id > $2{} \
+             ORDER BY outbox_id LIMIT {PAGE}",
+            if now.is_some() {
+                " AND (claimed_until IS NULL OR claimed_until < $3)"
+            } else {
+                ""
+            }
+        ))
+        .bind(sink.as_str())
+        .bind(after);
+        if let Some(now) = now {
+            q = q.bind(now);
+        }
+        let page = db.read(q).await?;
+        for r in &page {
+            let n = r.int("events")?;
+            out.push((r.int("outbox_id")?, n));
+            events += n;
+            if events >= i64::from(up_to) {
+                return Ok(out);
+            }
+        }
+        if (page.len() as i64) < PAGE {
+            return Ok(out);
+        }
+    }
+}
+
+/// The tenant's rows the sink still owes: what it is going to send, so
+/// another writer must not.
+pub(crate) async fn owed_rows(db: &Db, sink: SinkName, tenant: TenantId) -> Result<Vec<OutboxRow>> {
     db.read(
-        Q::new(
-            "SELECT o.subject FROM outbox_sinks s JOIN outbox o ON o.id = s.outbox_id \
-             WHERE s.sink = $1 AND o.tenant_id = $2",
-        )
+        Q::new(format!(
+            "SELECT {COLUMNS} FROM outbox_sinks s JOIN outbox o ON o.id = s.outbox_id \
+             WHERE s.sink = $1 AND o.tenant_id = $2 ORDER BY o.id"
+        ))
         .bind(sink.as_str())
         .bind(tenant.0),
     )
     .await?
     .iter()
-    .map(|r| r.text("subject"))
+    .map(row_from)
     .collect()
 }
 
@@ -494,10 +601,11 @@ pub(crate) async fn release(db: &Db, sink: SinkName, ids: &[i64]) -> Result<()> 
     Ok(())
 }
 
-/// Rows the sink owes.
+/// Events the sink owes (a grouped row counts its events).
 pub(crate) async fn depth(db: &Db, sink: SinkName) -> Result<i64> {
     db.read_one(
-        Q::new("SELECT count(*) AS n FROM outbox_sinks WHERE sink = $1").bind(sink.as_str()),
+        Q::new("SELECT coalesce(sum(events), 0) AS n FROM outbox_sinks WHERE sink = $1")
+            .bind(sink.as_str()),
     )
     .await?
     .int("n")

@@ -370,23 +370,34 @@ pub const FAN_OUT: SinkName = SinkName("webhooks");
 
 /// The sinks an event is written for. The fan-out ([`FAN_OUT`]) takes it
 /// in the writing transaction; every other sink owes an outbox row until it
-/// completes it. A row no relayed sink takes is not written.
+/// completes it. A row no relayed sink takes is not written. A grouped
+/// sink (one that only reads its rows back in batches: the mirror) is owed
+/// one row per writing transaction holding all its events, not one per
+/// event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Emit {
     sinks: Vec<SinkName>,
+    grouped: Vec<SinkName>,
 }
 
 impl Emit {
     pub fn to(sinks: impl IntoIterator<Item = SinkName>) -> Self {
-        let mut sinks: Vec<SinkName> = sinks.into_iter().collect();
-        sinks.sort();
-        sinks.dedup();
-        Emit { sinks }
+        Emit {
+            sinks: sorted(sinks),
+            grouped: Vec::new(),
+        }
+    }
+
+    /// These sinks, those of `grouped` among them owed grouped rows.
+    pub fn grouping(mut self, grouped: impl IntoIterator<Item = SinkName>) -> Self {
+        self.grouped = sorted(grouped.into_iter().filter(|s| self.sinks.contains(s)));
+        self
     }
 
     /// These sinks and `more`.
     pub fn and(&self, more: &Emit) -> Emit {
         Emit::to(self.sinks.iter().chain(&more.sinks).copied())
+            .grouping(self.grouped.iter().chain(&more.grouped).copied())
     }
 
     pub fn any(&self) -> bool {
@@ -412,6 +423,18 @@ impl Emit {
     pub fn relayed(&self) -> impl Iterator<Item = SinkName> + '_ {
         self.sinks.iter().copied().filter(|s| *s != FAN_OUT)
     }
+
+    /// Whether `sink` is owed grouped rows.
+    pub fn groups(&self, sink: SinkName) -> bool {
+        self.grouped.contains(&sink)
+    }
+}
+
+fn sorted(sinks: impl IntoIterator<Item = SinkName>) -> Vec<SinkName> {
+    let mut sinks: Vec<SinkName> = sinks.into_iter().collect();
+    sinks.sort();
+    sinks.dedup();
+    sinks
 }
 
 /// The stream an outbox row goes to.
@@ -472,8 +495,9 @@ pub struct OutboxBatch {
 /// What a sink owes outside any batch (see [`Storage::outbox_owed`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Owed {
-    /// At most this many (the span of their ids).
-    pub rows: i64,
+    /// Events owed, counted up to the limit asked (a grouped row carries
+    /// several).
+    pub events: i64,
     /// When the oldest of them was written.
     pub oldest: Option<DateTime<Utc>>,
 }

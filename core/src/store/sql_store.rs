@@ -668,20 +668,16 @@ impl Storage for SqlStore {
         outbox::claim_batch(&self.db, sink, now, claim_for, new_up_to).await
     }
 
-    async fn outbox_owed(&self, sink: SinkName) -> Result<Owed> {
-        outbox::owed(&self.db, sink).await
+    async fn outbox_owed(&self, sink: SinkName, up_to: u32) -> Result<Owed> {
+        outbox::owed(&self.db, sink, up_to).await
     }
 
     async fn outbox_oldest(&self, sink: SinkName) -> Result<Option<DateTime<Utc>>> {
         outbox::oldest(&self.db, sink).await
     }
 
-    async fn outbox_owed_subjects(
-        &self,
-        sink: SinkName,
-        tenant: TenantId,
-    ) -> Result<std::collections::HashSet<String>> {
-        outbox::owed_subjects(&self.db, sink, tenant).await
+    async fn outbox_owed_rows(&self, sink: SinkName, tenant: TenantId) -> Result<Vec<OutboxRow>> {
+        outbox::owed_rows(&self.db, sink, tenant).await
     }
 
     async fn repair_pending_events(
