@@ -1,6 +1,6 @@
 //! WebhookDispatcherActor: hands due deliveries to one EndpointWorker per
 //! endpoint (the deliveries are created by the transaction that writes each
-//! event, `fastack_core::deliveries::fan_out`).
+//! event, `fastack_core::store::deliveries::fan_out`).
 //!
 //! Dispatch runs every 100 ms and when the deliveries signal is raised. It
 //! claims due deliveries — a retry's due time is a column, so a

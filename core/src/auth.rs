@@ -131,18 +131,9 @@ impl KeyCache {
     /// Records that a key was used, off the request's path (a lookup happens
     /// once per key per cache lifetime, so this is one small write each).
     fn touch(&self, id: ApiKeyId) {
-        use fastack_entities::db::{Time, api_key};
-        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
         let store = self.store.clone();
         tokio::spawn(async move {
-            let done = api_key::Entity::update_many()
-                .col_expr(
-                    api_key::Column::LastUsedAt,
-                    Expr::value(Time(chrono::Utc::now())),
-                )
-                .filter(api_key::Column::Id.eq(id))
-                .exec(store.records())
-                .await;
+            let done = store.touch_api_key(id, chrono::Utc::now()).await;
             if let Err(error) = done {
                 tracing::debug!(%error, key = %id, "could not record the key's last use");
             }

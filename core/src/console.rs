@@ -2,8 +2,8 @@
 //! viewer of one tenant), one-time links that set a password, sessions
 //! kept in the database behind a random cookie token, and the rules of
 //! signing in (argon2id passwords, a per-account lockout, idle and absolute
-//! expiry, CSRF tokens bound to the session). Records are sea-orm entities
-//! (`fastack_entities::db::console_*`) written once for both backends.
+//! expiry, CSRF tokens bound to the session). Its rows are read and written
+//! by `store::console` (`Storage::console`).
 //!
 //! Tokens (links, sessions) are 32 random bytes; only their SHA-256 is
 //! stored, so a copy of the database signs no one in.
@@ -21,9 +21,6 @@ use fastack_entities::{
     db::{Time, console_link, console_session, console_user, unsigned},
 };
 use rand::RngCore;
-use sea_orm::{
-    ColumnTrait, EntityTrait, ExprTrait, IntoActiveModel, QueryFilter, QueryOrder, sea_query::Expr,
-};
 use sha2::{Digest, Sha256};
 
 use crate::{
@@ -174,15 +171,7 @@ pub async fn create_user(
         locked_until: None,
         created_at: Time(now),
     };
-    console_user::Entity::insert(row.clone().into_active_model())
-        .exec_without_returning(store.records())
-        .await
-        .map_err(|e| {
-            crate::store::sql_store::unique_as_conflict(
-                e.into(),
-                &format!("a console user with email {email}"),
-            )
-        })?;
+    store.console().insert_user(row.clone()).await?;
     let token = new_link(store, row.id, now).await?;
     Ok((row.try_into()?, token))
 }
@@ -204,17 +193,15 @@ pub async fn reset_user(
 
 async fn new_link(store: &dyn Storage, user: UserId, now: DateTime<Utc>) -> Result<Token> {
     let token = Token::generate();
-    console_link::Entity::insert(
-        console_link::Model {
+    store
+        .console()
+        .insert_link(console_link::Model {
             token_hash: token.hash(),
             user_id: user,
             expires_at: Time(now + LINK_TTL),
             used_at: None,
-        }
-        .into_active_model(),
-    )
-    .exec_without_returning(store.records())
-    .await?;
+        })
+        .await?;
     Ok(token)
 }
 
@@ -222,27 +209,22 @@ async fn find_user(store: &dyn Storage, email: &str) -> Result<Option<console_us
     let Ok(email) = normalise_email(email) else {
         return Ok(None);
     };
-    Ok(console_user::Entity::find()
-        .filter(console_user::Column::Email.eq(email))
-        .one(store.records())
-        .await?)
+    store.console().user_by_email(&email).await
 }
 
 pub async fn get_user(store: &dyn Storage, id: UserId) -> Result<Option<User>> {
-    console_user::Entity::find_by_id(id)
-        .one(store.records())
+    store
+        .console()
+        .user(id)
         .await?
         .map(User::try_from)
         .transpose()
 }
 
 pub async fn list_users(store: &dyn Storage, tenant: Option<TenantId>) -> Result<Vec<User>> {
-    use console_user::Column as C;
-    let mut q = console_user::Entity::find().order_by_asc(C::Email);
-    if let Some(t) = tenant {
-        q = q.filter(C::TenantId.eq(t));
-    }
-    q.all(store.records())
+    store
+        .console()
+        .users(tenant)
         .await?
         .into_iter()
         .map(User::try_from)
@@ -254,13 +236,7 @@ pub async fn remove_user(store: &dyn Storage, email: &str) -> Result<User> {
         what: "console user",
     })?;
     sign_out_everywhere(store, user.id).await?;
-    console_link::Entity::delete_many()
-        .filter(console_link::Column::UserId.eq(user.id))
-        .exec(store.records())
-        .await?;
-    console_user::Entity::delete_by_id(user.id)
-        .exec(store.records())
-        .await?;
+    store.console().delete_user(user.id).await?;
     user.try_into()
 }
 
@@ -270,10 +246,7 @@ pub async fn link_user(
     token: &Token,
     now: DateTime<Utc>,
 ) -> Result<Option<User>> {
-    let Some(link) = console_link::Entity::find_by_id(token.hash())
-        .one(store.records())
-        .await?
-    else {
+    let Some(link) = store.console().link(token.hash()).await? else {
         return Ok(None);
     };
     if link.used_at.is_some() || link.expires_at.0 <= now {
@@ -306,30 +279,16 @@ pub async fn redeem_link(
     password: &str,
     now: DateTime<Utc>,
 ) -> Result<User> {
-    use console_link::Column as L;
     check_password(password)?;
     let spent = || Error::NotFound {
         what: "valid sign-in link",
     };
     let user = link_user(store, token, now).await?.ok_or_else(spent)?;
     let hash = hash_password(password.to_owned()).await?;
-    let used = console_link::Entity::update_many()
-        .col_expr(L::UsedAt, Expr::value(Time(now)))
-        .filter(L::TokenHash.eq(token.hash()))
-        .filter(L::UsedAt.is_null())
-        .exec(store.records())
-        .await?;
-    if used.rows_affected != 1 {
+    if !store.console().use_link(token.hash(), now).await? {
         return Err(spent());
     }
-    use console_user::Column as U;
-    console_user::Entity::update_many()
-        .col_expr(U::PasswordHash, Expr::value(hash))
-        .col_expr(U::FailedSignins, Expr::value(0))
-        .col_expr(U::LockedUntil, Expr::value(Option::<Time>::None))
-        .filter(U::Id.eq(user.id))
-        .exec(store.records())
-        .await?;
+    store.console().set_password(user.id, hash).await?;
     // A new password ends every earlier sign-in.
     sign_out_everywhere(store, user.id).await?;
     Ok(User {
@@ -358,7 +317,6 @@ pub async fn sign_in(
     password: &str,
     now: DateTime<Utc>,
 ) -> Result<SignIn> {
-    use console_user::Column as U;
     let found = find_user(store, email).await?;
     let stored = found.as_ref().and_then(|u| u.password_hash.clone());
     // Unknown accounts cost the same KDF run as known ones.
@@ -373,30 +331,13 @@ pub async fn sign_in(
     }
     if matches && user.password_hash.is_some() {
         if user.failed_signins != 0 || user.locked_until.is_some() {
-            console_user::Entity::update_many()
-                .col_expr(U::FailedSignins, Expr::value(0))
-                .col_expr(U::LockedUntil, Expr::value(Option::<Time>::None))
-                .filter(U::Id.eq(user.id))
-                .exec(store.records())
-                .await?;
+            store.console().clear_failures(user.id).await?;
         }
         return Ok(SignIn::Ok(user.try_into()?));
     }
     let failures = unsigned(user.failed_signins) + 1;
     let lock = (failures >= MAX_FAILED_SIGNINS).then(|| now + LOCKOUT);
-    console_user::Entity::update_many()
-        .col_expr(
-            U::FailedSignins,
-            if lock.is_some() {
-                Expr::value(0)
-            } else {
-                Expr::col(U::FailedSignins).add(1)
-            },
-        )
-        .col_expr(U::LockedUntil, Expr::value(lock.map(Time)))
-        .filter(U::Id.eq(user.id))
-        .exec(store.records())
-        .await?;
+    store.console().count_failure(user.id, lock).await?;
     Ok(match lock {
         Some(until) => SignIn::Locked { until },
         None => SignIn::Refused,
@@ -414,18 +355,16 @@ pub struct Session {
 pub async fn open_session(store: &dyn Storage, user: User, now: DateTime<Utc>) -> Result<Session> {
     let token = Token::generate();
     let expires_at = now + SESSION_ABSOLUTE;
-    console_session::Entity::insert(
-        console_session::Model {
+    store
+        .console()
+        .insert_session(console_session::Model {
             token_hash: token.hash(),
             user_id: user.id,
             created_at: Time(now),
             last_seen_at: Time(now),
             expires_at: Time(expires_at),
-        }
-        .into_active_model(),
-    )
-    .exec_without_returning(store.records())
-    .await?;
+        })
+        .await?;
     Ok(Session {
         token,
         user,
@@ -440,11 +379,7 @@ pub async fn session(
     token: &Token,
     now: DateTime<Utc>,
 ) -> Result<Option<Session>> {
-    use console_session::Column as S;
-    let Some(row) = console_session::Entity::find_by_id(token.hash())
-        .one(store.records())
-        .await?
-    else {
+    let Some(row) = store.console().session(token.hash()).await? else {
         return Ok(None);
     };
     if row.expires_at.0 <= now || row.last_seen_at.0 + SESSION_IDLE <= now {
@@ -455,11 +390,7 @@ pub async fn session(
         return Ok(None);
     };
     if now - row.last_seen_at.0 >= TOUCH_EVERY {
-        console_session::Entity::update_many()
-            .col_expr(S::LastSeenAt, Expr::value(Time(now)))
-            .filter(S::TokenHash.eq(token.hash()))
-            .exec(store.records())
-            .await?;
+        store.console().touch_session(token.hash(), now).await?;
     }
     Ok(Some(Session {
         token: token.clone(),
@@ -469,19 +400,12 @@ pub async fn session(
 }
 
 pub async fn sign_out(store: &dyn Storage, token: &Token) -> Result<()> {
-    console_session::Entity::delete_by_id(token.hash())
-        .exec(store.records())
-        .await?;
-    Ok(())
+    store.console().delete_session(token.hash()).await
 }
 
 /// Ends every session of a user.
 pub async fn sign_out_everywhere(store: &dyn Storage, user: UserId) -> Result<u64> {
-    Ok(console_session::Entity::delete_many()
-        .filter(console_session::Column::UserId.eq(user))
-        .exec(store.records())
-        .await?
-        .rows_affected)
+    store.console().delete_sessions_of(user).await
 }
 
 /// The CSRF token of a session's forms: bound to the session (an HMAC of

@@ -9,7 +9,6 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod crypto;
-pub mod deliveries;
 pub mod error;
 pub mod export;
 pub mod faults;

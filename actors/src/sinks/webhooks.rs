@@ -32,7 +32,7 @@ impl Sink for WebhookSink {
 
     async fn send(&mut self, ctx: &Ctx, rows: &[OutboxRow]) -> Sent {
         let ids = rows.iter().map(|r| r.id).collect();
-        match fastack_core::deliveries::fan_out_rows(ctx.store.as_ref(), rows, ctx.now()).await {
+        match ctx.store.deliveries().fan_out_rows(rows, ctx.now()).await {
             Ok(_) => {
                 ctx.signals.deliveries.raise();
                 Sent {

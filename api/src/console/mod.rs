@@ -12,9 +12,9 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use fastack_core::{
     admin,
     console::{self, SESSION_ABSOLUTE, SignIn, Token},
-    deliveries::{self, Replayed},
     export,
     ratelimit::{ClientLimiter, Quota},
+    store::Replayed,
 };
 use fastack_entities::{ApiKeyId, DeliveryId, DeliveryStatus, EndpointId, EventId, JobId};
 use guard::{Fail, Fields, Me, PRE_COOKIE, SESSION_COOKIE, field, fields, me, same_origin};
@@ -347,7 +347,7 @@ async fn sign_out_everywhere(
 async fn endpoints(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
     let me = me(&state, req).await?;
     let list = state.store.list_endpoints(Some(me.tenant())).await?;
-    let last = deliveries::latest_status(state.store.as_ref(), me.tenant()).await?;
+    let last = state.store.deliveries().latest_status(me.tenant()).await?;
     page(views::endpoints(
         &me,
         &list,
@@ -397,7 +397,7 @@ async fn add_endpoint(req: &Request, state: Data<&SharedState>, Form(f): Form<Fi
             tracing::info!(tenant = %me.tenant(), %detail, "an endpoint address was refused in the console");
             // The same page again, the address kept, the reason at the form.
             let list = state.store.list_endpoints(Some(me.tenant())).await?;
-            let last = deliveries::latest_status(state.store.as_ref(), me.tenant()).await?;
+            let last = state.store.deliveries().latest_status(me.tenant()).await?;
             return Ok(views::html(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 views::endpoints(
@@ -430,7 +430,11 @@ async fn endpoint(
 ) -> Page {
     let me = me(&state, req).await?;
     let id: EndpointId = id(&raw, "endpoint")?;
-    let e = deliveries::tenant_endpoint(state.store.as_ref(), me.tenant(), id).await?;
+    let e = state
+        .store
+        .deliveries()
+        .tenant_endpoint(me.tenant(), id)
+        .await?;
     let filter: Option<DeliveryStatus> = match q.status.as_deref() {
         None | Some("") => None,
         Some(s) => Some(s.parse().map_err(|m: String| {
@@ -455,7 +459,11 @@ async fn endpoint_action(
 ) -> Page {
     let me = owner_form(&state, req, &f).await?;
     let id: EndpointId = id(&raw, "endpoint")?;
-    deliveries::tenant_endpoint(state.store.as_ref(), me.tenant(), id).await?;
+    state
+        .store
+        .deliveries()
+        .tenant_endpoint(me.tenant(), id)
+        .await?;
     let store = state.store.as_ref();
     let notice = match action.as_str() {
         "rotate" => {
@@ -478,13 +486,16 @@ async fn endpoint_action(
             "disabled".to_owned()
         }
         "delete" => {
-            deliveries::delete_endpoint(store, me.tenant(), id).await?;
+            store.deliveries().delete_endpoint(me.tenant(), id).await?;
             return see_other("/endpoints?notice=deleted");
         }
         "replay-failed" => {
             let since = parse_since(field(&f, "since"))?;
             let now = state.clock.now();
-            let n = deliveries::replay_failed_since(store, me.tenant(), id, since, now).await?;
+            let n = store
+                .deliveries()
+                .replay_failed_since(me.tenant(), id, since, now)
+                .await?;
             if n > 0 {
                 state.runtime.deliveries_queued();
             }
@@ -537,8 +548,11 @@ async fn replay(
 ) -> Page {
     let me = owner_form(&state, req, &f).await?;
     let id: DeliveryId = id(&raw, "delivery")?;
-    let (outcome, back_to) =
-        deliveries::replay(state.store.as_ref(), me.tenant(), id, state.clock.now()).await?;
+    let (outcome, back_to) = state
+        .store
+        .deliveries()
+        .replay(me.tenant(), id, state.clock.now())
+        .await?;
     let notice = match outcome {
         Replayed::Queued => {
             state.runtime.deliveries_queued();

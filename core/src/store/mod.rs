@@ -19,6 +19,8 @@ use crate::{
     error::{Error, Result},
 };
 
+pub mod console;
+pub mod deliveries;
 mod encoding;
 mod ingest;
 mod outbox;
@@ -35,6 +37,8 @@ mod sqlite_inbox;
 #[allow(unsafe_code)]
 pub mod sqlite_pcache;
 
+pub use console::ConsoleRecords;
+pub use deliveries::{Deliveries, Replayed};
 pub(crate) use encoding::{annotations, decode_payload, plan_of};
 pub use encoding::{archive_row, tracked_body, v7_floor};
 pub use outbox::events_in;
@@ -47,10 +51,18 @@ pub type Store = Arc<dyn Storage>;
 pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     fn backend(&self) -> Backend;
 
-    /// The connection sea-orm's queries run on: a new record kind (an
-    /// entity of `fastack_entities::db`) is read and written through it
-    /// without a method here.
-    fn records(&self) -> &Db;
+    /// Webhook deliveries as people act on them: replays, endpoint
+    /// deletion, latest outcomes ([`deliveries`]).
+    fn deliveries(&self) -> Deliveries<'_>;
+
+    /// The account console's users, links and sessions ([`console`]). A
+    /// new record kind is a module here with a handle like these.
+    fn console(&self) -> ConsoleRecords<'_>;
+
+    /// The connection itself, for tests that inspect its session settings;
+    /// nothing else reads or writes through it.
+    #[doc(hidden)]
+    fn connection_for_tests(&self) -> &Db;
 
     /// Cheap round trip for readiness.
     async fn ping(&self) -> Result<()>;
@@ -75,6 +87,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>>;
     async fn revoke_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<bool>;
     async fn lookup_api_key(&self, hash: &[u8; 32]) -> Result<Option<KeyRecord>>;
+    /// Records when a key was last used.
+    async fn touch_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<()>;
 
     // --- the accept path --------------------------------------------------
 

@@ -18,14 +18,12 @@ use chrono::{DateTime, Duration, Utc};
 use fastack_entities::{JobId, TenantId, db::Time};
 use uuid::Uuid;
 
+use super::deliveries::{self, Outgoing};
 use super::{
     Emit, OutboxBatch, OutboxRow, Owed, SinkName, Topic,
     sql::{Col, Db, ListKind, Q, Row, Tx},
 };
-use crate::{
-    deliveries::{self, Outgoing},
-    error::Result,
-};
+use crate::error::Result;
 
 const COLUMNS: &str = "o.id, o.tenant_id, o.topic, o.routing_key, o.ce_id, o.subject, o.body, \
                        o.job_id, o.created_at";
@@ -60,7 +58,8 @@ fn row_from(r: &Row) -> Result<OutboxRow> {
 /// What [`write`] wrote.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Written {
-    /// Outbox rows (owed to the relayed sinks).
+    /// Outbox rows owed to sinks woken at commit (a grouped sink, which
+    /// flushes by size or age, is not).
     pub outboxed: usize,
     /// Webhook deliveries (the fan-out).
     pub deliveries: usize,
@@ -108,7 +107,13 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         Vec::new(),
     );
     let mut owed = Vec::with_capacity(rows.len());
-    for (e, sinks, events) in rows {
+    for NewRow {
+        entry: e,
+        owed_to,
+        events,
+        grouped,
+    } in rows
+    {
         cols.0.push(e.tenant_id.0);
         cols.1.push(e.topic.as_str().to_owned());
         cols.2.push(e.routing_key);
@@ -117,7 +122,7 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         cols.5.push(e.body);
         cols.6.push(e.job_id.map(|j| j.0));
         cols.7.push(e.created_at);
-        owed.push((sinks, events));
+        owed.push((owed_to, events, grouped));
     }
     let ids: Vec<i64> = tx
         .insert(d.insert(
@@ -138,9 +143,9 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         .iter()
         .map(|r| r.int("id"))
         .collect::<Result<_>>()?;
-    written.outboxed = ids.len();
+    written.outboxed = owed.iter().filter(|(_, _, grouped)| !grouped).count();
     let (mut sinks, mut outbox_ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-    for (id, (owed_to, events)) in ids.iter().zip(owed) {
+    for (id, (owed_to, events, _)) in ids.iter().zip(owed) {
         for sink in owed_to {
             sinks.push(sink.as_str().to_owned());
             outbox_ids.push(*id);
@@ -158,19 +163,30 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
     ))
     .await?;
     // Other nodes' relays hear of the rows when the transaction commits
-    // (this node's are woken by the caller).
-    if let Some(notify) = d.notify(OUTBOX_CHANNEL) {
+    // (this node's are woken by the caller); a grouped sink flushes on its
+    // timer, so its rows alone wake no one.
+    if written.outboxed > 0
+        && let Some(notify) = d.notify(OUTBOX_CHANNEL)
+    {
         tx.execute(notify).await?;
     }
     Ok(written)
 }
 
-/// The outbox rows for `entries`, each with the sinks that owe it and how
-/// many events it carries: one row per event for the sinks that take events
-/// one by one; for a grouped sink one row per tenant and topic, the events'
-/// bodies one after another (read back with [`events_in`]). A job's event is
-/// never grouped: its row clears the job's pending marker.
-fn rows_for(entries: Vec<Entry>, emit: &Emit) -> Vec<(Entry, Vec<SinkName>, i64)> {
+/// An outbox row to write: the sinks that owe it, how many events it
+/// carries, and whether it is a grouped sink's.
+struct NewRow {
+    entry: Entry,
+    owed_to: Vec<SinkName>,
+    events: i64,
+    grouped: bool,
+}
+
+/// The outbox rows for `entries`: one row per event for the sinks that take
+/// events one by one; for a grouped sink one row per tenant and topic, the
+/// events' bodies one after another (read back with [`events_in`]). A job's
+/// event is never grouped: its row clears the job's pending marker.
+fn rows_for(entries: Vec<Entry>, emit: &Emit) -> Vec<NewRow> {
     let (grouped, single): (Vec<SinkName>, Vec<SinkName>) =
         emit.relayed().partition(|s| emit.groups(*s));
     let mut rows = Vec::new();
@@ -183,7 +199,12 @@ fn rows_for(entries: Vec<Entry>, emit: &Emit) -> Vec<(Entry, Vec<SinkName>, i64)
                 single.clone()
             };
             if !owed_to.is_empty() {
-                rows.push((e, owed_to, 1));
+                rows.push(NewRow {
+                    entry: e,
+                    owed_to,
+                    events: 1,
+                    grouped: false,
+                });
             }
             continue;
         }
@@ -200,10 +221,20 @@ fn rows_for(entries: Vec<Entry>, emit: &Emit) -> Vec<(Entry, Vec<SinkName>, i64)
             None => groups.push((e.clone(), 1)),
         }
         if !single.is_empty() {
-            rows.push((e, single.clone(), 1));
+            rows.push(NewRow {
+                entry: e,
+                owed_to: single.clone(),
+                events: 1,
+                grouped: false,
+            });
         }
     }
-    rows.extend(groups.into_iter().map(|(g, n)| (g, grouped.clone(), n)));
+    rows.extend(groups.into_iter().map(|(entry, events)| NewRow {
+        entry,
+        owed_to: grouped.clone(),
+        events,
+        grouped: true,
+    }));
     rows
 }
 

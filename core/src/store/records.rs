@@ -574,7 +574,9 @@ pub struct ProcessOutcome {
     pub received: Vec<DateTime<Utc>>,
     /// Highest inbox `seq` consumed.
     pub last_seq: Option<i64>,
-    /// Outbox rows written (events on their way to relayed sinks).
+    /// Outbox rows written for sinks woken at commit (events on their way
+    /// to relayed sinks; a grouped sink's rows wait for its timer and are
+    /// not counted).
     pub outboxed: usize,
     /// Webhook deliveries created (the fan-out, in the same transaction).
     pub deliveries: usize,

@@ -32,10 +32,10 @@ use sea_orm::{
 use serde_json::{Map, Value};
 
 use super::{
-    ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, DropOutcome, DueDelivery,
-    Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery, OutboxBatch, OutboxRow,
-    Owed, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest, SealedSecrets, SinkName,
-    Storage, TakenKey, TimeRange, Topic, ingest, job_event, outbox,
+    ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, ConsoleRecords, Deliveries,
+    DropOutcome, DueDelivery, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery,
+    OutboxBatch, OutboxRow, Owed, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest,
+    SealedSecrets, SinkName, Storage, TakenKey, TimeRange, Topic, ingest, job_event, outbox,
     sql::{Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::error::{Error, Result};
@@ -211,7 +211,7 @@ impl SqlStore {
             .await?;
         if changed == 1 {
             Self::fail_pending(tx, id).await?;
-            crate::deliveries::notify_disabled(tx, id, reason, at).await?;
+            super::deliveries::notify_disabled(tx, id, reason, at).await?;
         }
         Ok(changed == 1)
     }
@@ -233,8 +233,19 @@ impl SqlStore {
 
 #[async_trait]
 impl Storage for SqlStore {
-    fn records(&self) -> &Db {
+    fn connection_for_tests(&self) -> &Db {
         &self.db
+    }
+
+    fn console(&self) -> ConsoleRecords<'_> {
+        ConsoleRecords { db: &self.db }
+    }
+
+    fn deliveries(&self) -> Deliveries<'_> {
+        Deliveries {
+            store: self,
+            db: &self.db,
+        }
     }
 
     fn backend(&self) -> Backend {
@@ -334,6 +345,15 @@ impl Storage for SqlStore {
             .exec(&self.db)
             .await?;
         Ok(r.rows_affected == 1)
+    }
+
+    async fn touch_api_key(&self, id: ApiKeyId, at: DateTime<Utc>) -> Result<()> {
+        api_key::Entity::update_many()
+            .col_expr(api_key::Column::LastUsedAt, Expr::value(Time(at)))
+            .filter(api_key::Column::Id.eq(id))
+            .exec(&self.db)
+            .await?;
+        Ok(())
     }
 
     async fn lookup_api_key(&self, hash: &[u8; 32]) -> Result<Option<KeyRecord>> {
@@ -1064,7 +1084,7 @@ impl Storage for SqlStore {
                 _ => {}
             }
         }
-        crate::deliveries::notify_exhausted(&mut tx, &exhausted).await?;
+        super::deliveries::notify_exhausted(&mut tx, &exhausted).await?;
         tx.commit().await
     }
 
