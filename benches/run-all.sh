@@ -5,10 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target/release/fastack
+bench=${FASTACK_BENCH:-$(dirname "$bin")/fastack-bench}   # the load tool, beside the server by default
 out=benches/results
 mkdir -p "$out"
 d=${DURATION:-15}
-run() { name=$1; shift; echo "== $name"; "$bin" bench --duration "${DURATION:-$d}" --warmup 3 --out "$out/$name.json" "$@" | grep -E '^\||readable|RSS|inbox' ; }
+run() { name=$1; shift; echo "== $name"; "$bench" --server "$bin" --duration "${DURATION:-$d}" --warmup 3 --out "$out/$name.json" "$@" | grep -E '^\||readable|RSS|inbox' ; }
 for backend in sqlite postgres; do
   run "$backend-track-open5000" --backend "$backend" --profile track --rate 5000 --visibility
   run "$backend-track-closed" --backend "$backend" --profile track --connections 32
@@ -45,6 +46,6 @@ run postgres-track-closed128 --backend postgres --profile track --connections 12
 # means the second does not grow past the first).
 for m in 1 2; do
   echo "== postgres-memory-${m}m-1000tenants"
-  "$bin" bench --backend postgres --profile batch --tenants 1000 --events "${m}000000" --connections 8 \
+  "$bench" --server "$bin" --backend postgres --profile batch --tenants 1000 --events "${m}000000" --connections 8 \
     --no-baseline --duration 900 --warmup 0 --out "$out/postgres-memory-${m}m-1000tenants.json" | grep -E '^\||RSS'
 done

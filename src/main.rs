@@ -10,7 +10,6 @@ macro_rules! out {
     }};
 }
 
-mod bench;
 mod taxonomy;
 mod users;
 
@@ -59,15 +58,6 @@ enum Command {
     /// Derived keys consumers need to verify what fastack sends.
     #[command(subcommand)]
     Keys(KeysCommand),
-    /// Load tool: drives a real server and a bare poem baseline with the
-    /// same profile (see benches/README.md).
-    Bench(bench::BenchArgs),
-    /// The bare baseline endpoint of `fastack bench` (202, fixed body).
-    #[command(hide = true)]
-    BenchBaseline {
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: std::net::SocketAddr,
-    },
 }
 
 #[derive(Subcommand)]
@@ -977,8 +967,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             out!("migrations applied")?;
             Ok(())
         }
-        Command::Bench(args) => bench::run(args).await,
-        Command::BenchBaseline { listen } => bench::baseline(listen).await,
         Command::Keys(KeysCommand::ExternalHmac { tenant }) => {
             let config = Config::from_env().context("reading configuration")?;
             init_logging(&format!("warn,{}", config.log.replace("info", "warn")));

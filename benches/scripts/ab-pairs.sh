@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Two builds of fastack against each other on one box, alternating
 # base, new, new, base (so neither build always runs after the other):
-# `fastack bench` closed loop, 8 s after a 2 s warm-up, each build serving
-# its own load. Prints one line a run: backend, profile, pair, build,
-# req/s, events/s, p99 ms, errors.
+# `fastack-bench` closed loop, 8 s after a 2 s warm-up, each build serving
+# its own load (one load tool for both: FASTACK_BENCH, by default the
+# fastack-bench beside NEW_BIN, else the one in target/release). Prints
+# one line a run: backend, profile, pair, build, req/s, events/s, p99 ms,
+# errors.
 #
 # Usage: benches/scripts/ab-pairs.sh BASE_BIN NEW_BIN BACKEND PROFILE [PAIRS]
 #   BACKEND sqlite|postgres; PROFILE track (32 connections) | batch (8)
@@ -13,6 +15,8 @@
 set -uo pipefail
 base=$1 new=$2 backend=$3 profile=$4 pairs=${5:-2}
 conns=32
+bench=${FASTACK_BENCH:-$(dirname "$new")/fastack-bench}
+[ -x "$bench" ] || bench=${CARGO_TARGET_DIR:-target}/release/fastack-bench
 [ "$profile" = batch ] && conns=8
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -25,7 +29,7 @@ for pair in $(seq "$pairs"); do
       for kv in ${NEW_SERVER_ENV:-}; do extra+=(--server-env "${kv//\{dir\}/$dir/run}"); done
     fi
     mkdir -p "$dir/run"
-    (cd "$dir" && "$bin" bench --backend "$backend" --profile "$profile" --connections "$conns" \
+    (cd "$dir" && "$bench" --server "$bin" --backend "$backend" --profile "$profile" --connections "$conns" \
       --duration 8 --warmup 2 --no-baseline --out "$dir/run.json" "${extra[@]}" >/dev/null 2>&1)
     rm -rf "$dir/run"
     figures=$(python3 - "$dir/run.json" <<'PY' 2>/dev/null || echo "failed"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the two cores go during a load run: CPU seconds per process group
 (fastack server, load tool, PostgreSQL, Redis, RabbitMQ, kernel writeback)
-over a 10 s window in the middle of `fastack bench`, and, with --perf, the
+over a 10 s window in the middle of `fastack-bench`, and, with --perf, the
 server's hottest symbols from `perf record`.
 
 With --flamegraph FILE.svg the server is sampled with DWARF call stacks
@@ -12,13 +12,15 @@ in it) is printed in every case, and split by thread (tokio workers, the
 inbox writer, sqlx's workers…) into user and system time and the bytes each
 wrote, per request.
 
-Usage: benches/scripts/cpu-split.py [--perf | --flamegraph FILE.svg] -- <fastack bench args...>
+Usage: benches/scripts/cpu-split.py [--perf | --flamegraph FILE.svg] -- <fastack-bench args...>
 e.g.   benches/scripts/cpu-split.py --perf -- --backend postgres --profile track --connections 32
 """
 import os, subprocess, sys, time
 
 # FASTACK_BIN: another build to measure (e.g. a copy of the build before a change).
 BIN = os.environ.get("FASTACK_BIN") or os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "fastack")
+# FASTACK_BENCH: the load tool (default: fastack-bench beside BIN).
+BENCH = os.environ.get("FASTACK_BENCH") or os.path.join(os.path.dirname(BIN), "fastack-bench")
 args = sys.argv[1:]
 use_perf = "--perf" in args
 flamegraph = args[args.index("--flamegraph") + 1] if "--flamegraph" in args else None
@@ -65,8 +67,8 @@ def threads(pid):
 def group(comm, cmd):
     if "fastack serve" in cmd or cmd.endswith("fastack serve "):
         return "fastack server"
-    if " bench " in cmd and "fastack" in cmd:
-        return "load tool (fastack bench)"
+    if "fastack-bench" in cmd:
+        return "load tool (fastack-bench)"
     if comm.startswith("postgres") or "postgres:" in cmd:
         return "postgresql"
     if comm.startswith("redis"):
@@ -78,7 +80,7 @@ def group(comm, cmd):
     return "other"
 
 
-bench = subprocess.Popen([BIN, "bench", "--no-baseline", "--duration", "25", "--warmup", "2", *bench_args],
+bench = subprocess.Popen([BENCH, "--server", BIN, "--no-baseline", "--duration", "25", "--warmup", "2", *bench_args],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 time.sleep(9)
 server_pid = (subprocess.run(["pgrep", "-f", "fastack serve"], capture_output=True, text=True).stdout.split() or [None])[0]

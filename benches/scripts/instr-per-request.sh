@@ -7,7 +7,7 @@
 # leave out is the kernel's side of system calls and the I/O itself.
 #
 # Usage: benches/scripts/instr-per-request.sh [sqlite|postgres|baseline] [seconds]
-#   baseline: the bare poem 202 endpoint of `fastack bench` (the floor)
+#   baseline: the bare poem 202 endpoint of `fastack-bench` (the floor)
 #   FASTACK_BIN   the build to measure (default $CARGO_TARGET_DIR or
 #                 target, then release/fastack)
 #   CONNS         wrk connections (default 32)
@@ -41,7 +41,8 @@ if [ "$backend" = postgres ]; then
     FASTACK_REDIS_URL=redis://127.0.0.1:6379 FASTACK_REDIS_PREFIX=instr$$
 fi
 if [ "$backend" = baseline ]; then
-  key=none serve=bench-baseline marker='baseline listening'
+  key=none serve=baseline marker='baseline listening'
+  bin=${FASTACK_BENCH:-$(dirname "$bin")/fastack-bench}
 else
   "$bin" admin tenant create --name instr --plan enterprise --json >/dev/null
   key=$("$bin" admin key create --tenant instr --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')

@@ -16,6 +16,7 @@ which measures throughput; with one, the latency at that load)
 import json, os, re, subprocess, sys, time, urllib.request, uuid
 
 BIN = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "fastack")
+BENCH = os.path.join(os.path.dirname(BIN), "fastack-bench")
 EVENTS = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
 RATE = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 run = "o" + uuid.uuid4().hex[:10]
@@ -37,8 +38,8 @@ env = {
     "FASTACK_LOG": "info",
 }
 
-def spawn(args, marker, extra=None):
-    p = subprocess.Popen([BIN] + args, env={**env, **(extra or {})}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+def spawn(args, marker, extra=None, exe=BIN):
+    p = subprocess.Popen([exe] + args, env={**env, **(extra or {})}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     for line in p.stderr:
         if marker in line and "addr=" in line:
             addr = line.split("addr=")[1].split()[0]
@@ -53,7 +54,7 @@ def admin(*args):
 
 admin("tenant", "create", "--name", "out", "--plan", "enterprise")
 key = admin("key", "create", "--tenant", "out")["secret"]
-receiver, raddr = spawn(["bench-baseline"], "baseline listening")
+receiver, raddr = spawn(["baseline"], "baseline listening", exe=BENCH)
 admin("webhook", "add", "--tenant", "out", "--url", f"http://{raddr}/hook", "--events", "core.event.tracked")
 server, addr = spawn(["serve"], "fastack listening")
 

@@ -12,6 +12,7 @@
 # The counters are the whole server's: run nothing else against it meanwhile.
 set -euo pipefail
 bin=${1:-target/release/fastack}
+bench=${FASTACK_BENCH:-$(dirname "$bin")/fastack-bench}   # the load tool, beside the server by default
 shift || true
 extra=("$@")
 [ ${#extra[@]} -gt 0 ] || extra=(--profile track --connections 32)
@@ -21,7 +22,7 @@ q() { psql "$pg" -X -q -v ON_ERROR_STOP=1 "$@"; }
 q -tAc "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 q -tAc "SELECT pg_stat_statements_reset()" >/dev/null
 q -tAc "SELECT pg_stat_reset_shared('wal')" >/dev/null
-"$bin" bench --backend postgres --postgres "$pg" --duration 8 --warmup 0 --no-baseline "${extra[@]}"
+"$bench" --server "$bin" --backend postgres --postgres "$pg" --duration 8 --warmup 0 --no-baseline "${extra[@]}"
 
 # Events processed = rows inserted into tracked_events during the run.
 q <<'SQL'

@@ -12,7 +12,8 @@ cd "$(dirname "$0")/../.."
 out=$1
 shift
 bin=target/release/fastack
-"$bin" bench --no-baseline --duration 20 --warmup 3 --profile batch --connections 8 \
+bench=${FASTACK_BENCH:-$(dirname "$bin")/fastack-bench}   # the load tool, beside the server by default
+"$bench" --server "$bin" --no-baseline --duration 20 --warmup 3 --profile batch --connections 8 \
   --wrk benches/wrk/events.lua "$@" >"$out.bench.txt" 2>&1 &
 bench=$!
 pid=""

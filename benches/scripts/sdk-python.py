@@ -14,14 +14,14 @@ Starts `fastack serve` (embedded SQLite, or PostgreSQL + Redis with
       offered rate, half of what (a) reached by default, closer to an
       application).
 
-The same event as `fastack bench --profile batch` (an "Order Completed" with
+The same event as `fastack-bench --profile batch` (an "Order Completed" with
 four properties), so the figures compare with:
 
-  target/release/fastack bench --profile batch --connections 8 --no-baseline --backend sqlite
-  target/release/fastack bench --profile batch --connections 8 --no-baseline --backend postgres
+  target/release/fastack-bench --profile batch --connections 8 --no-baseline --backend sqlite
+  target/release/fastack-bench --profile batch --connections 8 --no-baseline --backend postgres
 
 (printed at the end; --compare runs the one of the chosen backend right after,
-on the same binary). Targets: (a) >= 80 % of `fastack bench --profile batch`,
+on the same binary). Targets: (a) >= 80 % of `fastack-bench --profile batch`,
 (b) < 20 µs.
 
 Usage (the SDK's virtualenv has its dependencies; any Python >= 3.9 with httpx
@@ -101,13 +101,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--compare",
         action="store_true",
-        help="then run `fastack bench --profile batch` (same backend)",
+        help="then run `fastack-bench --profile batch` (same backend)",
     )
     p.add_argument(
         "--duration",
         type=int,
         default=15,
-        help="--duration of the compared fastack bench",
+        help="--duration of the compared fastack-bench",
     )
     return p.parse_args()
 
@@ -294,8 +294,9 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     cmd = [
+        str(Path(binary).with_name("fastack-bench")),
+        "--server",
         binary,
-        "bench",
         "--profile",
         "batch",
         "--connections",
@@ -320,7 +321,7 @@ def main() -> None:
         report = json.loads(out.stdout)
         runs = report if isinstance(report, list) else report.get("runs", [report])
         eps = max(float(r.get("events_per_sec", 0)) for r in _walk(runs))
-        print(f"fastack bench --profile batch: {eps:,.0f} events/s")
+        print(f"fastack-bench --profile batch: {eps:,.0f} events/s")
         for inflight, value in results.items():
             print(
                 f"  Tracker max_inflight={inflight}: {value:,.0f} events/s = {value / eps:.0%} of it"

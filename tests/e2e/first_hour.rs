@@ -575,20 +575,23 @@ async fn a_key_is_revoked_by_its_prefix(app: TestApp) {
 
 crate::on_both_backends!(a_key_is_revoked_by_its_prefix);
 
-/// The admin CLI's help names every flag and lists the values of choices.
+/// The admin CLI's and the load tool's help name every flag and list the
+/// values of choices; the server binary has no load tool in it.
 #[test]
 fn cli_help_describes_every_flag() {
-    let help = |args: &[&str]| -> String {
-        let out = std::process::Command::new(bin_path())
+    let load_tool = std::path::PathBuf::from(env!("CARGO_BIN_EXE_fastack-bench"));
+    let help_of = |bin: &std::path::Path, args: &[&str]| -> String {
+        let out = std::process::Command::new(bin)
             .args(args)
             .arg("--help")
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    let help = |args: &[&str]| help_of(&bin_path(), args);
     let admin = help(&["admin"]);
     assert!(!admin.contains("Tenants and API keys\n\nUsage"), "{admin}");
-    for cmd in [
+    for (bin, cmd) in [
         vec!["admin", "webhook", "add"],
         vec!["admin", "webhook", "enable"],
         vec!["admin", "webhook", "disable"],
@@ -597,9 +600,12 @@ fn cli_help_describes_every_flag() {
         vec!["admin", "key", "create"],
         vec!["admin", "key", "revoke"],
         vec!["admin", "quarantine", "retry"],
-        vec!["bench"],
-    ] {
-        let text = help(&cmd);
+    ]
+    .into_iter()
+    .map(|cmd| (bin_path(), cmd))
+    .chain([(load_tool.clone(), vec![])])
+    {
+        let text = help_of(&bin, &cmd);
         let options = text.split("Options:").nth(1).unwrap_or_default();
         for line in options.lines().filter(|l| l.trim_start().starts_with("--")) {
             let flag = line.split_whitespace().next().unwrap();
@@ -620,6 +626,8 @@ fn cli_help_describes_every_flag() {
         help(&["admin", "tenant", "create"]).contains("[possible values: free, pro, enterprise]")
     );
     assert!(help(&["serve"]).contains("fastack config"));
+    assert!(help_of(&load_tool, &[]).contains("--server <PATH>"));
+    assert!(!help(&[]).contains("bench"), "{}", help(&[]));
 }
 
 /// `fastack openapi | head`: the reader leaving early ends the command

@@ -1,9 +1,9 @@
-//! `fastack bench`: the load tool.
+//! The load tool's run.
 //!
 //! It starts the real server (`fastack serve`, a child process, on embedded
 //! SQLite in a temporary directory or on a fresh PostgreSQL database with a
 //! Redis prefix of its own) and a bare poem endpoint that answers 202 with a
-//! fixed body (`fastack bench-baseline`, also a child process: no auth, no
+//! fixed body (`fastack-bench baseline`, also a child process: no auth, no
 //! validation, no storage), then drives both with the same profile over
 //! HTTP on loopback and reports every figure as fastack / baseline.
 //!
@@ -59,6 +59,9 @@ pub enum Backend {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// The fastack binary to load (default: `fastack` beside this one).
+    #[arg(long, value_name = "PATH")]
+    pub server: Option<std::path::PathBuf>,
     /// What each request is (see benches/README.md).
     #[arg(long, value_enum, default_value = "track")]
     pub profile: Profile,
@@ -248,11 +251,11 @@ impl Served {
 }
 
 async fn spawn_served(
+    exe: &std::path::Path,
     args: &[&str],
     env: &[(String, String)],
     marker: &str,
 ) -> anyhow::Result<Served> {
-    let exe = std::env::current_exe().context("locating the fastack binary")?;
     let mut child = Command::new(exe)
         .args(args)
         .env_clear()
@@ -962,6 +965,23 @@ fn table(report: &Report) -> String {
     out
 }
 
+/// The server under test: `--server`, or the `fastack` built beside this
+/// binary.
+fn server_bin(args: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
+    if let Some(path) = &args.server {
+        return Ok(path.clone());
+    }
+    let me = std::env::current_exe().context("locating fastack-bench")?;
+    let beside = me.with_file_name("fastack");
+    if !beside.exists() {
+        bail!(
+            "no fastack binary beside {}: build it (cargo build --release) or pass --server",
+            me.display()
+        );
+    }
+    Ok(beside)
+}
+
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let run_id = format!("b{}", uuid::Uuid::new_v4().simple());
     let dir = tempfile_dir()?;
@@ -1068,7 +1088,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let baseline_report = if args.no_baseline {
         None
     } else {
-        let b = spawn_served(&["bench-baseline"], &[], "baseline listening").await?;
+        let me = std::env::current_exe().context("locating fastack-bench")?;
+        let b = spawn_served(&me, &["baseline"], &[], "baseline listening").await?;
         let gen_b = Arc::new(Generator {
             profile: args.profile,
             tenants,
@@ -1108,7 +1129,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         env.push(("FASTACK_CORE_EVENTS_EXCHANGE".into(), core_exchange.clone()));
         env.push(("FASTACK_JOB_EVENTS_EXCHANGE".into(), job_exchange.clone()));
     }
-    let server = spawn_served(&["serve"], &env, "fastack listening").await?;
+    let server = spawn_served(&server_bin(&args)?, &["serve"], &env, "fastack listening").await?;
     let rss_before = server.rss_mib();
     let base = format!("http://{}", server.addr);
     let mut samples = Vec::new();
