@@ -235,7 +235,8 @@ enum RetentionCommand {
 enum MirrorCommand {
     /// Write a tenant's stored events of [from, to) that the mirror neither
     /// holds nor owes (events stored before it was switched on), as a
-    /// `backfill` job, here, with a progress bar.
+    /// `backfill` job, here, with a progress bar; with --rewrite, replace
+    /// the files of the hours the range touches instead.
     Backfill {
         /// Tenant id or name.
         #[arg(long)]
@@ -246,6 +247,12 @@ enum MirrorCommand {
         /// End of the range, excluded.
         #[arg(long)]
         to: chrono::DateTime<chrono::Utc>,
+        /// Replace the mirror's files of every hour the range touches with
+        /// files of what storage holds (events the live mirror still owes
+        /// are left to it); refused for an hour holding events storage no
+        /// longer has.
+        #[arg(long)]
+        rewrite: bool,
     },
 }
 
@@ -501,9 +508,12 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Retention(RetentionCommand::Run { dry_run }) => {
             retention_run(config_ref, &shared, json, dry_run).await
         }
-        AdminCommand::Mirror(MirrorCommand::Backfill { tenant, from, to }) => {
-            mirror_backfill(config_ref, &shared, json, &tenant, from, to).await
-        }
+        AdminCommand::Mirror(MirrorCommand::Backfill {
+            tenant,
+            from,
+            to,
+            rewrite,
+        }) => mirror_backfill(config_ref, &shared, json, &tenant, (from, to), rewrite).await,
         AdminCommand::Key(KeyCommand::Revoke { key }) => {
             let key = key_to_revoke(store, &key).await?;
             admin::revoke_key(store, key).await?;
@@ -878,8 +888,8 @@ async fn mirror_backfill(
     store: &fastack_core::store::Store,
     json: bool,
     tenant: &str,
-    from: chrono::DateTime<chrono::Utc>,
-    to: chrono::DateTime<chrono::Utc>,
+    (from, to): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>),
+    rewrite: bool,
 ) -> anyhow::Result<()> {
     use fastack_actors::sinks::mirror;
     use fastack_core::store::TimeRange;
@@ -894,7 +904,7 @@ async fn mirror_backfill(
         anyhow::bail!("--to must be after --from");
     };
     let t = admin::resolve_tenant(store.as_ref(), tenant).await?;
-    let queued = mirror::backfill_job(t.id, range, chrono::Utc::now());
+    let queued = mirror::backfill_job(t.id, range, rewrite, chrono::Utc::now());
     store.insert_job(&queued).await?;
     run_jobs_here(config, store, json, JobKind::Backfill, "hours").await?;
     // A node's runner may have taken it first: wait for its end.
@@ -910,11 +920,12 @@ async fn mirror_backfill(
         Some("completed") => {
             let r = &d["result"];
             format!(
-                "backfill {}: {} events written in {} files, {} already in the mirror ({} hours, {})",
+                "backfill {}: {} events written in {} files, {} already in the mirror, {} files replaced ({} hours, {})",
                 job.id,
                 r["events_written"],
                 r["files"],
                 r["already_mirrored"],
+                r["files_replaced"],
                 r["hours"],
                 r["location"]
             )

@@ -592,6 +592,7 @@ fn backfill_cli(
     root: &Path,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
+    more: &[&str],
 ) -> (bool, String, String) {
     let mut env = db.env();
     env.push((
@@ -603,14 +604,20 @@ fn backfill_cli(
         &crate::helpers::bin_path(),
         env,
         &[
-            "admin", "mirror", "backfill", "--tenant", "acme", "--from", &from, "--to", &to,
-        ],
+            &[
+                "admin", "mirror", "backfill", "--tenant", "acme", "--from", &from, "--to", &to,
+            ],
+            more,
+        ]
+        .concat(),
     )
 }
 
 /// Events stored before the mirror was switched on are written by a
 /// backfill, beside what the live mirror wrote since, each once; a second
-/// backfill of the same range writes nothing.
+/// backfill of the same range writes nothing. A rewrite mends a damaged
+/// mirror (a file copied, another lost) and refuses an hour holding events
+/// storage no longer has.
 async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -646,7 +653,7 @@ async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
     accepted.extend(live);
 
     let to = Utc::now() + chrono::Duration::hours(1);
-    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to);
+    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to, &[]);
     assert!(ok, "{stdout}{stderr}");
     assert!(
         stdout.contains("1000 events written") && stdout.contains("500 already in the mirror"),
@@ -657,13 +664,43 @@ async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
     assert_partitioned(&rows);
     assert_pyarrow(&root, accepted.len());
 
-    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to);
+    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to, &[]);
     assert!(ok, "{stdout}{stderr}");
     assert!(
         stdout.contains("0 events written") && stdout.contains("1500 already in the mirror"),
         "{stdout}"
     );
     assert_eq!(read_dir(&root).len(), accepted.len());
+
+    let files = files_under(&root);
+    assert!(files.len() >= 2, "{files:?}");
+    let copied = root.join(&files[0]).with_file_name("copied-by-hand.parquet");
+    std::fs::copy(root.join(&files[0]), &copied).unwrap();
+    std::fs::remove_file(root.join(&files[1])).unwrap();
+    assert_ne!(read_dir(&root).len(), accepted.len());
+    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to, &["--rewrite"]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(!stdout.contains(" 0 files replaced"), "{stdout}");
+    let rows = read_dir(&root);
+    assert_exactly_once(&rows, &accepted);
+    assert_partitioned(&rows);
+    assert_pyarrow(&root, accepted.len());
+
+    // A file in an hour storage holds nothing of (as after retention
+    // dropped its partition): the rewrite refuses that hour and deletes
+    // nothing there.
+    let stray = root.join(format!(
+        "tenant={}/date={}/hour={:02}/kept.parquet",
+        rows[0].tenant_id,
+        from.format("%Y-%m-%d"),
+        from.hour()
+    ));
+    std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
+    std::fs::copy(root.join(&files_under(&root)[0]), &stray).unwrap();
+    let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to, &["--rewrite"]);
+    assert!(!ok, "{stdout}{stderr}");
+    assert!(stdout.contains("storage no longer has"), "{stdout}{stderr}");
+    assert!(stray.exists());
     app.cleanup().await;
 }
 

@@ -325,7 +325,12 @@ fn hour_dir(tenant: &str, at: DateTime<Utc>) -> String {
 /// A queued backfill of the tenant's events of `[from, to)`: an
 /// operator's job, like retention's (the tenant does not see it in its job
 /// list; its terminal event goes to the operator's streams).
-pub fn backfill_job(tenant: TenantId, range: TimeRange, now: DateTime<Utc>) -> Job {
+pub fn backfill_job(
+    tenant: TenantId,
+    range: TimeRange,
+    rewrite: bool,
+    now: DateTime<Utc>,
+) -> Job {
     Job::queued(
         fastack_core::retention::SYSTEM_TENANT,
         fastack_entities::JobKind::Backfill,
@@ -333,6 +338,7 @@ pub fn backfill_job(tenant: TenantId, range: TimeRange, now: DateTime<Utc>) -> J
             "tenant": tenant.to_string(),
             "from": range.from.to_rfc3339(),
             "to": range.to.to_rfc3339(),
+            "rewrite": rewrite,
         }),
         serde_json::Map::new(),
         now,
@@ -352,6 +358,18 @@ const BACKFILL_FILE_ROWS: usize = 500_000;
 /// before it was completed, so it is in a listed file; an event still owed
 /// is left to the live mirror. A run after a crash (a new attempt, new
 /// names) finds the files of the one before. `progress(hours done, hours)`.
+///
+/// With `rewrite` (whole hours: the range is widened to the hours it
+/// touches) the hour's files are replaced instead: it lists them first,
+/// then reads the stored events and what the mirror owes, lists again,
+/// writes every stored event except those still owed and those in files
+/// that appeared since the first list, and deletes the first list's files
+/// except those holding an owed event (a live batch's, written and not yet
+/// recorded). An event whose batch completes between the first list and
+/// the owed read is in a deleted file and is written again; one whose
+/// batch completes after the first list is in a file of the second. Until
+/// the deletes an hour holds both; a rewrite stopped in between (the job is
+/// run again) leaves duplicates its next run removes.
 pub async fn backfill(
     store: &dyn Storage,
     config: &Config,
@@ -371,6 +389,7 @@ pub async fn backfill(
             .ok_or_else(|| format!("backfill job {} has no `{field}`", job.id))
     };
     let (from, to) = (time("from")?, time("to")?);
+    let rewrite = job.params["rewrite"].as_bool().unwrap_or(false);
     let tenant: TenantId = job.params["tenant"]
         .as_str()
         .and_then(|s| s.parse().ok())
@@ -383,23 +402,51 @@ pub async fn backfill(
         .map_err(|e| e.to_string())?;
     let hours = (range.to - first).num_hours() as u64 + 1;
     let tenant_text = tenant.to_string();
-    let (mut written, mut held, mut files) = (0u64, 0u64, 0u64);
+    let (mut written, mut held, mut files, mut replaced) = (0u64, 0u64, 0u64, 0u64);
     for h in 0..hours {
         progress(h, hours);
         let start = first + chrono::Duration::hours(h as i64);
-        let Some(hour) = TimeRange::new(
-            start.max(range.from),
-            (start + chrono::Duration::hours(1)).min(range.to),
-        ) else {
+        let end = start + chrono::Duration::hours(1);
+        let Some(hour) = (if rewrite {
+            TimeRange::new(start, end)
+        } else {
+            TimeRange::new(start.max(range.from), end.min(range.to))
+        }) else {
             continue;
         };
+        let dir = hour_dir(&tenant_text, start);
+        let before = if rewrite {
+            files_in(&objects, &dir).await?
+        } else {
+            Vec::new()
+        };
         let stored = read_hour(store, tenant, hour).await?;
-        if stored.is_empty() {
+        if stored.is_empty() && before.is_empty() {
             continue;
         }
         let owed = owed_ids(store, tenant).await?;
-        let dir = hour_dir(&tenant_text, start);
-        let mirrored = ids_in(&objects, &dir).await?;
+        // Ids the live mirror holds or will write: not written here.
+        let mut mirrored = HashSet::new();
+        let (mut stale, mut stale_ids) = (Vec::new(), HashSet::new());
+        for path in files_in(&objects, &dir).await? {
+            let ids = ids_in(&objects, &path).await?;
+            if before.contains(&path) && ids.is_disjoint(&owed) {
+                stale.push(path);
+                stale_ids.extend(ids);
+            } else {
+                mirrored.extend(ids);
+            }
+        }
+        // The mirror may be the only copy left (retention dropped the
+        // partition): a rewrite never deletes what it cannot write again.
+        let kept: HashSet<&String> = stored.iter().map(|e| &e.id).collect();
+        let lost = stale_ids.iter().filter(|id| !kept.contains(id)).count();
+        if lost > 0 {
+            return Err(format!(
+                "{dir} holds {lost} events storage no longer has (dropped by retention?): \
+                 not rewritten"
+            ));
+        }
         let (todo, have): (Vec<Event>, Vec<Event>) = stored
             .into_iter()
             .partition(|e| !owed.contains(&e.id) && !mirrored.contains(&e.id));
@@ -411,6 +458,10 @@ pub async fn backfill(
             written += chunk.len() as u64;
             files += 1;
         }
+        for path in stale {
+            objects.delete(&path).await.map_err(|e| e.to_string())?;
+            replaced += 1;
+        }
     }
     progress(hours, hours);
     Ok(json!({
@@ -420,6 +471,8 @@ pub async fn backfill(
         "events_written": written,
         "already_mirrored": held,
         "files": files,
+        "files_replaced": replaced,
+        "rewrite": rewrite,
         "location": objects.location,
     }))
 }
@@ -476,30 +529,36 @@ async fn read_hour(
     }
 }
 
-/// The event ids in the Parquet files of a directory.
-async fn ids_in(objects: &Objects, dir: &str) -> Result<HashSet<String>, String> {
+/// The Parquet files of a directory.
+async fn files_in(objects: &Objects, dir: &str) -> Result<Vec<String>, String> {
+    Ok(objects
+        .list(dir)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|p| p.ends_with(".parquet"))
+        .collect())
+}
+
+/// The event ids in one Parquet file.
+async fn ids_in(objects: &Objects, path: &str) -> Result<HashSet<String>, String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::RowAccessor;
     let projection = parse_message_type("message event { REQUIRED BYTE_ARRAY id (STRING); }")
         .map_err(|e| e.to_string())?;
     let mut ids = HashSet::new();
-    for path in objects.list(dir).await.map_err(|e| e.to_string())? {
-        if !path.ends_with(".parquet") {
-            continue;
-        }
-        let bytes = objects.get(&path).await.map_err(|e| e.to_string())?;
-        let reader = SerializedFileReader::new(bytes).map_err(|e| format!("{path}: {e}"))?;
-        let rows = reader
-            .get_row_iter(Some(projection.clone()))
-            .map_err(|e| format!("{path}: {e}"))?;
-        for row in rows {
-            let row = row.map_err(|e| format!("{path}: {e}"))?;
-            ids.insert(
-                row.get_string(0)
-                    .map_err(|e| format!("{path}: {e}"))?
-                    .clone(),
-            );
-        }
+    let bytes = objects.get(path).await.map_err(|e| e.to_string())?;
+    let reader = SerializedFileReader::new(bytes).map_err(|e| format!("{path}: {e}"))?;
+    let rows = reader
+        .get_row_iter(Some(projection))
+        .map_err(|e| format!("{path}: {e}"))?;
+    for row in rows {
+        let row = row.map_err(|e| format!("{path}: {e}"))?;
+        ids.insert(
+            row.get_string(0)
+                .map_err(|e| format!("{path}: {e}"))?
+                .clone(),
+        );
     }
     Ok(ids)
 }
