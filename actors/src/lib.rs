@@ -16,9 +16,11 @@
 //! (new outbox rows, new deliveries, a job queued), and the front door
 //! finds the tenant registry by its registered name.
 //!
-//! [`Runtime`] is the handle the HTTP layer holds: it finds a tenant's
-//! shared state without a message round trip and submits rows to the group
-//! commit.
+//! [`Runtime`] is the handle the HTTP layer holds: [`Runtime::open`] wires a
+//! node (storage opened and migrated, an empty embedded database
+//! bootstrapped, keys, object storage, Redis, the tree started); the handle
+//! finds a tenant's shared state without a message round trip and submits
+//! rows to the group commit.
 
 pub mod child;
 pub mod clock_watch;
@@ -85,8 +87,96 @@ pub struct Runtime {
     notified: Option<JoinHandle<()>>,
 }
 
+/// What a caller may inject when opening a node (tests: a manual clock,
+/// object storage with faults, storage faults).
+pub struct RuntimeOptions {
+    pub clock: SharedClock,
+    pub objects: Option<Objects>,
+    pub faults: fastack_core::faults::SharedFaults,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            clock: fastack_core::clock::system(),
+            objects: None,
+            faults: fastack_core::faults::Faults::new(),
+        }
+    }
+}
+
 impl Runtime {
-    pub async fn start(
+    /// Opens storage (migrating it), bootstraps an empty embedded database
+    /// (tenant `default`, its key written to the data directory), makes
+    /// sure the partition window exists, connects Redis when configured and
+    /// starts the tree.
+    pub async fn open(config: &Config, options: RuntimeOptions) -> Result<Self> {
+        let clock = options.clock;
+        if config.is_embedded() {
+            fastack_core::private::ensure_dir(&config.data_dir)?;
+        }
+        let keys = Keys::load(config)?;
+        let objects = match options.objects {
+            Some(o) => o,
+            None => Objects::from_config(config)?,
+        };
+        let store = fastack_core::store::open(config).await?;
+        if config.is_embedded()
+            && config.bootstrap
+            && let Some((tenant, key)) = fastack_core::admin::bootstrap(store.as_ref()).await?
+        {
+            let path = config.data_dir.join("bootstrap-key");
+            fastack_core::private::write_secret(&path, &key.secret)?;
+            tracing::info!(tenant = %tenant.id, path = %path.display(), "created tenant `default`; its API key is in the bootstrap-key file");
+        }
+        fastack_core::retention::ensure_window(store.as_ref(), config, clock.now()).await?;
+        let metrics = Arc::new(Metrics::new());
+        let redis_limiter = match &config.redis_url {
+            Some(url) => Some(
+                RedisLimiter::connect(
+                    url,
+                    &config.redis_prefix,
+                    metrics.ratelimit_round_trips.clone(),
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        if config.amqp_url.is_none() {
+            tracing::info!(
+                "event streaming is off (no FASTACK_AMQP_URL): webhooks and polling still work"
+            );
+        }
+        Self::start(
+            config.clone(),
+            store,
+            clock,
+            metrics,
+            redis_limiter,
+            keys,
+            objects,
+            options.faults,
+        )
+        .await
+    }
+
+    /// The node's storage.
+    pub fn store(&self) -> &Store {
+        &self.ctx.store
+    }
+
+    /// The node's metrics registry.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.ctx.metrics
+    }
+
+    /// The node's clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.ctx.clock
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start(
         config: Config,
         store: Store,
         clock: SharedClock,

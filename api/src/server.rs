@@ -1,20 +1,11 @@
-//! Starting and stopping a node: storage, the supervision tree, the HTTP
-//! listener. Used by `fastack serve` and, in process, by the tests.
+//! Starting and stopping a node's HTTP side: the listeners around a
+//! [`Runtime`] (which opens storage and starts the supervision tree). Used
+//! by `fastack serve` and, in process, by the tests.
 
 use std::{net::SocketAddr, sync::Arc};
 
 use fastack_actors::Runtime;
-use fastack_core::{
-    Config, admin,
-    auth::KeyCache,
-    clock::SharedClock,
-    crypto::Keys,
-    faults::{Faults, SharedFaults},
-    metrics::Metrics,
-    objects::Objects,
-    ratelimit::RedisLimiter,
-    store,
-};
+use fastack_core::{Config, auth::KeyCache};
 use poem::{EndpointExt, Route};
 use poem_openapi::OpenApiService;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
@@ -121,27 +112,12 @@ async fn shutdown_signal() {
 
 /// What a caller may inject when starting a node (tests: a manual clock,
 /// object storage with faults, storage faults).
-pub struct StartOptions {
-    pub clock: SharedClock,
-    pub objects: Option<Objects>,
-    pub faults: SharedFaults,
-}
-
-impl Default for StartOptions {
-    fn default() -> Self {
-        StartOptions {
-            clock: fastack_core::clock::system(),
-            objects: None,
-            faults: Faults::new(),
-        }
-    }
-}
+pub use fastack_actors::RuntimeOptions as StartOptions;
 
 /// Binds the listeners first (a port in use fails before anything is
-/// written), then opens storage (migrating it), bootstraps an empty
-/// embedded database, starts the actors and serves.
+/// written), then opens the node ([`Runtime::open`]: storage, keys, Redis,
+/// the actors) and serves.
 pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
-    let clock = options.clock;
     config.check_streaming()?;
     let listener = bind(config.listen, "FASTACK_LISTEN").await?;
     let admin_listener = match &config.admin_token {
@@ -157,50 +133,10 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         Some(at) => Some(bind(at, "FASTACK_CONSOLE_LISTEN").await?),
         None => None,
     };
-    if config.is_embedded() {
-        fastack_core::private::ensure_dir(&config.data_dir)?;
-    }
-    let keys = Keys::load(&config)?;
-    let objects = match options.objects {
-        Some(o) => o,
-        None => Objects::from_config(&config)?,
-    };
-    let store = store::open(&config).await?;
-    if config.is_embedded()
-        && config.bootstrap
-        && let Some((tenant, key)) = admin::bootstrap(store.as_ref()).await?
-    {
-        let path = config.data_dir.join("bootstrap-key");
-        fastack_core::private::write_secret(&path, &key.secret)?;
-        info!(tenant = %tenant.id, path = %path.display(), "created tenant `default`; its API key is in the bootstrap-key file");
-    }
-    fastack_core::retention::ensure_window(store.as_ref(), &config, clock.now()).await?;
-    let metrics = Arc::new(Metrics::new());
-    let redis_limiter = match &config.redis_url {
-        Some(url) => Some(
-            RedisLimiter::connect(
-                url,
-                &config.redis_prefix,
-                metrics.ratelimit_round_trips.clone(),
-            )
-            .await?,
-        ),
-        None => None,
-    };
-    if config.amqp_url.is_none() {
-        info!("event streaming is off (no FASTACK_AMQP_URL): webhooks and polling still work");
-    }
-    let runtime = Runtime::start(
-        config.clone(),
-        store.clone(),
-        clock.clone(),
-        metrics.clone(),
-        redis_limiter,
-        keys,
-        objects,
-        options.faults,
-    )
-    .await?;
+    let runtime = Runtime::open(&config, options).await?;
+    let store = runtime.store().clone();
+    let metrics = runtime.metrics().clone();
+    let clock = runtime.clock().clone();
     let state: SharedState = Arc::new(AppState {
         keys: KeyCache::new(store.clone(), config.key_cache_ttl),
         unauthenticated: fastack_core::ratelimit::ClientLimiter::new(config.unauth_rps),

@@ -674,7 +674,9 @@ async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
 
     let files = files_under(&root);
     assert!(files.len() >= 2, "{files:?}");
-    let copied = root.join(&files[0]).with_file_name("copied-by-hand.parquet");
+    let copied = root
+        .join(&files[0])
+        .with_file_name("copied-by-hand.parquet");
     std::fs::copy(root.join(&files[0]), &copied).unwrap();
     std::fs::remove_file(root.join(&files[1])).unwrap();
     assert_ne!(read_dir(&root).len(), accepted.len());

@@ -325,12 +325,7 @@ fn hour_dir(tenant: &str, at: DateTime<Utc>) -> String {
 /// A queued backfill of the tenant's events of `[from, to)`: an
 /// operator's job, like retention's (the tenant does not see it in its job
 /// list; its terminal event goes to the operator's streams).
-pub fn backfill_job(
-    tenant: TenantId,
-    range: TimeRange,
-    rewrite: bool,
-    now: DateTime<Utc>,
-) -> Job {
+pub fn backfill_job(tenant: TenantId, range: TimeRange, rewrite: bool, now: DateTime<Utc>) -> Job {
     Job::queued(
         fastack_core::retention::SYSTEM_TENANT,
         fastack_entities::JobKind::Backfill,
