@@ -416,10 +416,26 @@ async fn mirror_node(db: &TestDb, root: &Path) -> Node {
 /// Batches claimed and not completed (a batch in flight).
 /// (The store has no reader for this: the test looks at the table.)
 async fn batches_in_flight(db: &TestDb) -> i64 {
-    const SQL: &str = "SELECT count(DISTINCT batch) FROM outbox_sinks \
-                       WHERE sink = 'mirror' AND batch IS NOT NULL";
+    count(
+        db,
+        "SELECT count(DISTINCT batch) FROM outbox_sinks \
+         WHERE sink = 'mirror' AND batch IS NOT NULL",
+    )
+    .await
+}
+
+/// Outbox rows still owed to the mirror.
+async fn owed_to_mirror(db: &TestDb) -> i64 {
+    count(
+        db,
+        "SELECT count(*) FROM outbox_sinks WHERE sink = 'mirror'",
+    )
+    .await
+}
+
+async fn count(db: &TestDb, sql: &'static str) -> i64 {
     match db.backend {
-        Backend::Postgres => sqlx::query_scalar::<_, i64>(SQL)
+        Backend::Postgres => sqlx::query_scalar::<_, i64>(sql)
             .fetch_one(&db.pg_pool().await)
             .await
             .unwrap(),
@@ -428,7 +444,7 @@ async fn batches_in_flight(db: &TestDb) -> i64 {
             let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
                 .await
                 .unwrap();
-            sqlx::query_scalar::<_, i64>(SQL)
+            sqlx::query_scalar::<_, i64>(sql)
                 .fetch_one(&pool)
                 .await
                 .unwrap()
@@ -436,9 +452,10 @@ async fn batches_in_flight(db: &TestDb) -> i64 {
     }
 }
 
-/// `kill -9` as a batch's first file lands: its other files and its record
-/// are missing. After the restart the batch is written again whole, under
-/// its name: 100,000 events, each in the mirror once.
+/// `kill -9` as a batch's first file lands, with a backlog to flush: its
+/// other files and its record are missing. After the restart the batch is
+/// written again whole, under its name: 100,000 events, each in the mirror
+/// once.
 async fn exactly_once_across_kill_9(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -447,19 +464,36 @@ async fn exactly_once_across_kill_9(backend: Backend) {
     let t = make_tenant(&store, "lake", Plan::Enterprise, None).await;
     drop(store);
     let root = lake(&db);
+    // The first half is stored while the mirror cannot write (its directory
+    // would lie under a file): 50,000 events owed, so the kills below land
+    // while batches are being written, not after the mirror caught up.
+    let blocker = db.dir.path().join("not-a-directory");
+    std::fs::write(&blocker, b"").unwrap();
+    let blocked = mirror_node(&db, &blocker.join("lake")).await;
+    let mut accepted = send(&[blocked.addr], &t.key, "before", 250, 200).await;
+    blocked.terminate().await;
     let mut node = mirror_node(&db, &root).await;
-    let mut accepted = send(&[node.addr], &t.key, "before", 250, 200).await;
     // Kill the node the moment a new file appears: up to four times, until
-    // a kill lands while a batch is written and not yet recorded.
+    // a kill lands while a batch is written and not yet recorded (or the
+    // mirror has caught up: nothing left to kill it in the middle of).
     let mut kills = Vec::new();
     for _ in 0..4 {
         let files_before = files_under(&root).len();
-        eventually(
-            "a file of a batch to land",
+        let landed = eventually(
+            "a file of a batch to land, or nothing left owed",
             Duration::from_secs(60),
-            || async { (files_under(&root).len() > files_before).then_some(()) },
+            || async {
+                if files_under(&root).len() > files_before {
+                    Some(true)
+                } else {
+                    (owed_to_mirror(&db).await == 0).then_some(false)
+                }
+            },
         )
         .await;
+        if !landed {
+            break;
+        }
         node.child.start_kill().expect("SIGKILL");
         let _ = node.child.wait().await;
         let in_flight = batches_in_flight(&db).await;

@@ -14,6 +14,7 @@
 
 use std::{
     collections::BTreeMap,
+    io::Write as _,
     net::SocketAddr,
     process::Stdio,
     sync::{
@@ -1243,9 +1244,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         std::fs::write(path, &json_text).with_context(|| format!("writing {}", path.display()))?;
     }
     if args.json {
-        out!("{json_text}")?;
+        writeln!(std::io::stdout().lock(), "{json_text}")?;
     } else {
-        out!("{}", table(&report))?;
+        writeln!(std::io::stdout().lock(), "{}", table(&report))?;
     }
     Ok(())
 }

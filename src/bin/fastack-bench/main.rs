@@ -3,15 +3,6 @@
 //! default the `fastack` beside this binary) and its own bare baseline
 //! endpoint, and drives both with one profile ([`load`]).
 
-/// `println!` that returns the write's error instead of panicking, so
-/// `fastack-bench --json | head` ends quietly when the reader goes away.
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*)
-    }};
-}
-
 mod load;
 
 /// The same allocator as the server: the load tool shares its two cores.
@@ -47,24 +38,13 @@ enum Command {
     },
 }
 
-fn main() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let done = match cli.command {
+        Some(Command::Baseline { listen }) => load::baseline(listen).await,
+        None => load::run(cli.run).await,
     };
-    let done = runtime.block_on(async {
-        match cli.command {
-            Some(Command::Baseline { listen }) => load::baseline(listen).await,
-            None => load::run(cli.run).await,
-        }
-    });
     match done {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
