@@ -291,12 +291,63 @@ fn tracking_plan(c: &mut Criterion) {
     });
 }
 
+/// The event JSON processing renders for every event a sink takes
+/// (`core.event.tracked`): borrowed fields written in key order, against
+/// the rendering it replaced (the event copied into a `StoredEvent`, then
+/// a JSON object built key by key, properties copied again).
+fn tracked_body(c: &mut Criterion) {
+    use fastack_entities::{ContactId, StoredEvent};
+    use serde_json::{Map, Value, json};
+    let track = typical_track();
+    let ev = StoredEvent {
+        id: EventId::new(),
+        kind: EventKind::Track,
+        event: Some("Order Completed".into()),
+        contact_id: ContactId::new(),
+        user_id: Some("user-4821".into()),
+        anonymous_id: track["anonymous_id"].as_str().map(str::to_owned),
+        properties: track["properties"]
+            .as_object()
+            .cloned()
+            .expect("properties"),
+        occurred_at: "2026-11-30T09:15:00.123+01:00".parse().expect("timestamp"),
+        received_at: "2026-11-30T08:15:00.5Z".parse().expect("timestamp"),
+        plan: None,
+    };
+    c.bench_function("tracked_body_borrowed", |b| {
+        b.iter(|| fastack_core::store::tracked_body(black_box(&ev)))
+    });
+    c.bench_function("tracked_body_copied_value_tree (before)", |b| {
+        b.iter(|| {
+            let ev: StoredEvent = black_box(&ev).clone();
+            let mut m = Map::new();
+            m.insert("id".into(), json!(ev.id));
+            m.insert("type".into(), json!(ev.kind.as_str()));
+            m.insert("event".into(), json!(ev.event));
+            m.insert("contact_id".into(), json!(ev.contact_id));
+            m.insert("user_id".into(), json!(ev.user_id));
+            m.insert("anonymous_id".into(), json!(ev.anonymous_id));
+            m.insert("properties".into(), Value::Object(ev.properties.clone()));
+            let at = ev
+                .occurred_at
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+            m.insert("occurred_at".into(), json!(at));
+            let at = ev
+                .received_at
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+            m.insert("received_at".into(), json!(at));
+            Value::Object(m).to_string()
+        })
+    });
+}
+
 criterion_group!(
     hot_path,
     validation,
     keys,
     rate_limit,
     signatures,
-    tracking_plan
+    tracking_plan,
+    tracked_body
 );
 criterion_main!(hot_path);

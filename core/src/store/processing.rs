@@ -14,17 +14,15 @@ use std::{
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use fastack_entities::{
-    ContactId, EventId, EventKind, IdentityKind, NewEvent, StoredEvent, TenantId,
-};
+use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, NewEvent, TenantId};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::{
     Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, annotations, decode_payload,
+    encoding::{TrackedView, tracked_body_of},
     outbox,
     sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
-    tracked_body,
 };
 use crate::{
     error::Result,
@@ -314,17 +312,17 @@ pub(crate) async fn run(
                     routing_key: "core.event.tracked".to_owned(),
                     ce_id: format!("fastack.event.tracked.{}", i.id),
                     subject: i.id.to_string(),
-                    body: tracked_body(&StoredEvent {
+                    body: tracked_body_of(&TrackedView {
                         id: i.id,
                         kind: i.event.kind,
-                        event: i.event.event.clone(),
+                        event: i.event.event.as_deref(),
                         contact_id: *contact,
-                        user_id: i.event.user_id.clone(),
-                        anonymous_id: i.event.anonymous_id.clone(),
-                        properties: i.event.properties.clone(),
+                        user_id: i.event.user_id.as_deref(),
+                        anonymous_id: i.event.anonymous_id.as_deref(),
+                        properties: &i.event.properties,
                         occurred_at: i.event.occurred_at,
                         received_at: i.received_at,
-                        plan: i.event.plan.clone(),
+                        plan: i.event.plan.as_ref(),
                     }),
                     job_id: None,
                     created_at: req.now,
