@@ -91,7 +91,18 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
             .unwrap_or_else(Utc::now);
         written.deliveries = deliveries::fan_out(tx, &events, Time(now)).await?;
     }
-    let rows = rows_for(entries, emit);
+    let (grouped, single): (Vec<SinkName>, Vec<SinkName>) =
+        emit.relayed().partition(|s| emit.groups(*s));
+    if grouped.is_empty() && single.is_empty() {
+        return Ok(written);
+    }
+    let every: Vec<SinkName> = single.iter().chain(&grouped).copied().collect();
+    let owing = |by: OwedBy| match by {
+        OwedBy::Single => &single[..],
+        OwedBy::Grouped => &grouped[..],
+        OwedBy::All => &every[..],
+    };
+    let rows = rows_for(entries, !single.is_empty(), !grouped.is_empty());
     if rows.is_empty() {
         return Ok(written);
     }
@@ -109,9 +120,8 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
     let mut owed = Vec::with_capacity(rows.len());
     for NewRow {
         entry: e,
-        owed_to,
+        owed_by,
         events,
-        grouped,
     } in rows
     {
         cols.0.push(e.tenant_id.0);
@@ -122,7 +132,7 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         cols.5.push(e.body);
         cols.6.push(e.job_id.map(|j| j.0));
         cols.7.push(e.created_at);
-        owed.push((owed_to, events, grouped));
+        owed.push((owed_by, events));
     }
     let ids: Vec<i64> = tx
         .insert(d.insert(
@@ -143,10 +153,10 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
         .iter()
         .map(|r| r.int("id"))
         .collect::<Result<_>>()?;
-    written.outboxed = owed.iter().filter(|(_, _, grouped)| !grouped).count();
+    written.outboxed = owed.iter().filter(|(by, _)| *by != OwedBy::Grouped).count();
     let (mut sinks, mut outbox_ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-    for (id, (owed_to, events, _)) in ids.iter().zip(owed) {
-        for sink in owed_to {
+    for (id, (owed_by, events)) in ids.iter().zip(owed) {
+        for sink in owing(owed_by) {
             sinks.push(sink.as_str().to_owned());
             outbox_ids.push(*id);
             counts.push(events);
@@ -173,38 +183,45 @@ pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> 
     Ok(written)
 }
 
-/// An outbox row to write: the sinks that owe it, how many events it
-/// carries, and whether it is a grouped sink's.
+/// An outbox row to write: which sinks owe it and how many events it
+/// carries.
 struct NewRow {
     entry: Entry,
-    owed_to: Vec<SinkName>,
+    owed_by: OwedBy,
     events: i64,
-    grouped: bool,
+}
+
+/// Which of the emit's relayed sinks owe a row.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OwedBy {
+    /// Those that take events one by one.
+    Single,
+    /// The grouped ones (the row holds a round's events).
+    Grouped,
+    /// Every one (a job's event, never grouped).
+    All,
 }
 
 /// The outbox rows for `entries`: one row per event for the sinks that take
-/// events one by one; for a grouped sink one row per tenant and topic, the
-/// events' bodies one after another (read back with [`events_in`]). A job's
-/// event is never grouped: its row clears the job's pending marker.
-fn rows_for(entries: Vec<Entry>, emit: &Emit) -> Vec<NewRow> {
-    let (grouped, single): (Vec<SinkName>, Vec<SinkName>) =
-        emit.relayed().partition(|s| emit.groups(*s));
+/// events one by one; for the grouped sinks one row per tenant and topic,
+/// the events' bodies one after another (read back with [`events_in`]). A
+/// job's event is never grouped: its row clears the job's pending marker.
+fn rows_for(entries: Vec<Entry>, singles: bool, grouping: bool) -> Vec<NewRow> {
+    let one = |entry, owed_by| NewRow {
+        entry,
+        owed_by,
+        events: 1,
+    };
     let mut rows = Vec::new();
     let mut groups: Vec<(Entry, i64)> = Vec::new();
     for e in entries {
-        if grouped.is_empty() || e.job_id.is_some() {
-            let owed_to: Vec<SinkName> = if e.job_id.is_some() {
-                single.iter().chain(&grouped).copied().collect()
-            } else {
-                single.clone()
-            };
-            if !owed_to.is_empty() {
-                rows.push(NewRow {
-                    entry: e,
-                    owed_to,
-                    events: 1,
-                    grouped: false,
-                });
+        if e.job_id.is_some() {
+            rows.push(one(e, OwedBy::All));
+            continue;
+        }
+        if !grouping {
+            if singles {
+                rows.push(one(e, OwedBy::Single));
             }
             continue;
         }
@@ -217,23 +234,23 @@ fn rows_for(entries: Vec<Entry>, emit: &Emit) -> Vec<NewRow> {
                 group.body.push_str(&e.body);
                 group.created_at = group.created_at.max(e.created_at);
                 *n += 1;
+                if singles {
+                    rows.push(one(e, OwedBy::Single));
+                }
             }
-            None => groups.push((e.clone(), 1)),
-        }
-        if !single.is_empty() {
-            rows.push(NewRow {
-                entry: e,
-                owed_to: single.clone(),
-                events: 1,
-                grouped: false,
-            });
+            // The entry itself starts the group unless a row of its own
+            // needs it too.
+            None if singles => {
+                groups.push((e.clone(), 1));
+                rows.push(one(e, OwedBy::Single));
+            }
+            None => groups.push((e, 1)),
         }
     }
     rows.extend(groups.into_iter().map(|(entry, events)| NewRow {
         entry,
-        owed_to: grouped.clone(),
+        owed_by: OwedBy::Grouped,
         events,
-        grouped: true,
     }));
     rows
 }
