@@ -38,6 +38,7 @@ pub mod relay;
 pub mod repairer;
 pub mod root;
 pub mod routing;
+pub mod service;
 pub mod signal;
 pub mod sinks;
 pub mod tenant_registry;
@@ -160,8 +161,10 @@ impl Runtime {
         .await
     }
 
-    /// The node's storage.
-    pub fn store(&self) -> &Store {
+    /// The node's storage, for tests that inspect what it holds (the front
+    /// ends use the operations of [`service`]).
+    #[doc(hidden)]
+    pub fn store_for_tests(&self) -> &Store {
         &self.ctx.store
     }
 

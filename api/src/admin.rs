@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use fastack_core::{admin, auth::hash_key, taxonomy};
+use fastack_core::auth::hash_key;
 use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan, Tenant};
 use poem::{
     Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get, handler,
@@ -32,7 +32,7 @@ fn ok<T: serde::Serialize>(status: StatusCode, value: &T) -> AdminResult {
 }
 
 async fn tenant(state: &SharedState, id_or_name: &str) -> Result<Tenant, ApiError> {
-    Ok(admin::resolve_tenant(state.store.as_ref(), id_or_name).await?)
+    Ok(state.runtime.resolve_tenant(id_or_name).await?)
 }
 
 fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> {
@@ -49,18 +49,19 @@ struct NewTenant {
 
 #[handler]
 async fn list_tenants(state: Data<&SharedState>) -> AdminResult {
-    ok(StatusCode::OK, &state.store.list_tenants().await?)
+    ok(StatusCode::OK, &state.runtime.list_tenants().await?)
 }
 
 #[handler]
 async fn create_tenant(state: Data<&SharedState>, body: Json<NewTenant>) -> AdminResult {
-    let t = admin::create_tenant(
-        state.store.as_ref(),
-        &body.name,
-        body.plan.unwrap_or(Plan::Free),
-        body.retention_months,
-    )
-    .await?;
+    let t = state
+        .runtime
+        .create_tenant(
+            &body.name,
+            body.plan.unwrap_or(Plan::Free),
+            body.retention_months,
+        )
+        .await?;
     ok(StatusCode::CREATED, &t)
 }
 
@@ -80,20 +81,20 @@ async fn create_key(
     let rate = body.map(|b| b.0).unwrap_or_default().rate_limit;
     ok(
         StatusCode::CREATED,
-        &admin::create_key(state.store.as_ref(), t.id, rate).await?,
+        &state.runtime.create_key(t.id, rate).await?,
     )
 }
 
 #[handler]
 async fn list_keys(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
     let t = tenant(&state, &t).await?;
-    ok(StatusCode::OK, &state.store.list_api_keys(t.id).await?)
+    ok(StatusCode::OK, &state.runtime.list_keys(t.id).await?)
 }
 
 #[handler]
 async fn revoke_key(state: Data<&SharedState>, Path(id): Path<String>) -> AdminResult {
     let id: ApiKeyId = parse_id(&id, "api key")?;
-    admin::revoke_key(state.store.as_ref(), id).await?;
+    state.runtime.revoke_key(id).await?;
     ok(StatusCode::OK, &json!({"id": id, "revoked": true}))
 }
 
@@ -122,25 +123,17 @@ async fn add_webhook(
         Events::List(l) => l.join(","),
         Events::Csv(s) => s.clone(),
     });
-    let created = admin::add_webhook(
-        state.store.as_ref(),
-        state.runtime.keys(),
-        t.id,
-        &body.url,
-        events.as_deref(),
-        state.config.webhook_allow_private,
-    )
-    .await?;
+    let created = state
+        .runtime
+        .add_webhook(t.id, &body.url, events.as_deref())
+        .await?;
     ok(StatusCode::CREATED, &created)
 }
 
 #[handler]
 async fn list_webhooks(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
     let t = tenant(&state, &t).await?;
-    ok(
-        StatusCode::OK,
-        &state.store.list_endpoints(Some(t.id)).await?,
-    )
+    ok(StatusCode::OK, &state.runtime.list_webhooks(t.id).await?)
 }
 
 #[derive(Deserialize, Default)]
@@ -159,7 +152,10 @@ async fn disable_webhook(
     let reason = body.and_then(|b| b.0.reason);
     ok(
         StatusCode::OK,
-        &admin::set_webhook_enabled(state.store.as_ref(), id, false, reason.as_deref()).await?,
+        &state
+            .runtime
+            .set_webhook_enabled(id, false, reason.as_deref())
+            .await?,
     )
 }
 
@@ -168,7 +164,7 @@ async fn enable_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> Ad
     let id: EndpointId = parse_id(&id, "endpoint")?;
     ok(
         StatusCode::OK,
-        &admin::set_webhook_enabled(state.store.as_ref(), id, true, None).await?,
+        &state.runtime.set_webhook_enabled(id, true, None).await?,
     )
 }
 
@@ -177,7 +173,7 @@ async fn rotate_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> Ad
     let id: EndpointId = parse_id(&id, "endpoint")?;
     ok(
         StatusCode::OK,
-        &admin::rotate_webhook_secret(state.store.as_ref(), state.runtime.keys(), id).await?,
+        &state.runtime.rotate_webhook_secret(id).await?,
     )
 }
 
@@ -200,7 +196,7 @@ async fn deliveries(
         .map(|e| parse_id::<EndpointId>(e, "endpoint"))
         .transpose()?;
     let list = state
-        .store
+        .runtime
         .list_deliveries(t.id, endpoint, None, q.limit.unwrap_or(100).clamp(1, 1000))
         .await?;
     ok(StatusCode::OK, &list)
@@ -219,7 +215,7 @@ async fn list_quarantine(
 ) -> AdminResult {
     let t = tenant(&state, &t).await?;
     let list = state
-        .store
+        .runtime
         .list_quarantine(t.id, q.limit.unwrap_or(100).clamp(1, 1000))
         .await?;
     ok(StatusCode::OK, &list)
@@ -232,7 +228,7 @@ async fn show_quarantined(
 ) -> AdminResult {
     let t = tenant(&state, &t).await?;
     let event: EventId = parse_id(&event, "quarantined event")?;
-    match state.store.get_quarantined(t.id, event).await? {
+    match state.runtime.quarantined(t.id, event).await? {
         Some(q) => ok(StatusCode::OK, &q),
         None => Err(ApiError::not_found("quarantined event")),
     }
@@ -245,8 +241,7 @@ async fn retry_quarantined(
 ) -> AdminResult {
     let t = tenant(&state, &t).await?;
     let event: EventId = parse_id(&event, "quarantined event")?;
-    admin::retry_quarantined(state.store.as_ref(), t.id, event).await?;
-    state.runtime.wake(t.id);
+    state.runtime.retry_quarantined(t.id, event).await?;
     ok(StatusCode::OK, &json!({"event_id": event, "retried": true}))
 }
 
@@ -257,7 +252,7 @@ async fn drop_quarantined(
 ) -> AdminResult {
     let t = tenant(&state, &t).await?;
     let event: EventId = parse_id(&event, "quarantined event")?;
-    admin::drop_quarantined(state.store.as_ref(), t.id, event).await?;
+    state.runtime.drop_quarantined(t.id, event).await?;
     ok(StatusCode::OK, &json!({"event_id": event, "dropped": true}))
 }
 
@@ -273,10 +268,7 @@ async fn install_plan(
     body: Json<serde_json::Value>,
 ) -> AdminResult {
     let t = tenant(&state, &t).await?;
-    let installed =
-        taxonomy::install(state.store.as_ref(), t.id, &body.0, state.clock.now()).await?;
-    // In force on this node at once; on the others within a refresh.
-    state.runtime.refresh_plans().await?;
+    let installed = state.runtime.install_plan(t.id, &body.0).await?;
     ok(StatusCode::CREATED, &installed)
 }
 
@@ -287,7 +279,7 @@ async fn show_plan(
     Query(q): Query<PlanQuery>,
 ) -> AdminResult {
     let t = tenant(&state, &t).await?;
-    match state.store.plan_version(t.id, q.version).await? {
+    match state.runtime.plan_version(t.id, q.version).await? {
         Some(p) if p.document.is_some() || q.version.is_some() => ok(StatusCode::OK, &p),
         _ => Err(ApiError::not_found("tracking plan")),
     }
@@ -296,17 +288,14 @@ async fn show_plan(
 #[handler]
 async fn plan_history(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
     let t = tenant(&state, &t).await?;
-    ok(StatusCode::OK, &state.store.plan_history(t.id).await?)
+    ok(StatusCode::OK, &state.runtime.plan_history(t.id).await?)
 }
 
 #[handler]
 async fn remove_plan(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
     let t = tenant(&state, &t).await?;
-    match taxonomy::remove(state.store.as_ref(), t.id, state.clock.now()).await? {
-        Some(removed) => {
-            state.runtime.refresh_plans().await?;
-            ok(StatusCode::OK, &removed)
-        }
+    match state.runtime.remove_plan(t.id).await? {
+        Some(removed) => ok(StatusCode::OK, &removed),
         None => Err(ApiError::not_found("tracking plan")),
     }
 }

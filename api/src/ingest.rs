@@ -193,7 +193,7 @@ async fn apply_plan(
         .map(|(i, _)| events[*i].idempotency_key.clone())
         .collect();
     let taken: HashMap<String, TakenKey> = within(deadline, "the idempotency key lookup", async {
-        Ok(state.store.taken_keys(tenant, &keys).await?)
+        Ok(state.runtime.taken_keys(tenant, &keys).await?)
     })
     .await?
     .into_iter()

@@ -367,8 +367,7 @@ impl JobsApi {
             metadata,
             state.clock.now(),
         );
-        state.store.insert_job(&job).await?;
-        state.runtime.job_queued();
+        state.runtime.queue_job(&job).await?;
         Ok(ExportCreated::Accepted(Json(ExportAccepted {
             job_id: job.id.0,
         })))
@@ -391,8 +390,8 @@ impl JobsApi {
     ) -> Result<RawJson<JobOut>, Errors<GetErrors>> {
         let id = job_id(&id.0)?;
         let job = state
-            .store
-            .get_job(auth.0.shared.tenant().id, id)
+            .runtime
+            .job(auth.0.shared.tenant().id, id)
             .await?
             .ok_or_else(|| ApiError::not_found("job"))?;
         Ok(RawJson::new(job.document()))
@@ -420,7 +419,7 @@ impl JobsApi {
         let status = status.0.map(JobStatus::from);
         let limit = limit.0.unwrap_or(50);
         let jobs = state
-            .store
+            .runtime
             .list_jobs(auth.0.shared.tenant().id, status, limit)
             .await?;
         let docs: Vec<String> = jobs.iter().map(Job::document).collect();
@@ -446,15 +445,13 @@ impl JobsApi {
         let id = job_id(&id.0)?;
         let tenant = auth.0.shared.tenant().id;
         let job = state
-            .store
-            .get_job(tenant, id)
+            .runtime
+            .job(tenant, id)
             .await?
             .ok_or_else(|| ApiError::not_found("job"))?;
         let result = export::downloadable(&job)
             .map_err(|m| ApiError::new(StatusCode::CONFLICT, ProblemCode::JobNotCompleted, m))?;
-        let plain =
-            export::read_result(state.runtime.objects(), state.runtime.keys(), &job, result)
-                .await?;
+        let plain = state.runtime.export_result(&job, result).await?;
         Ok(ExportResult::Ok(Ndjson(plain)))
     }
 }

@@ -222,7 +222,7 @@ impl CoreApi {
         };
         let contact_ids = match contact_id.0 {
             Some(id) => {
-                let family = state.store.contact_family(tenant, ContactId(id)).await?;
+                let family = state.runtime.contact_family(tenant, ContactId(id)).await?;
                 if family.is_empty() {
                     return Ok(Json(EventsPage {
                         events: Vec::new(),
@@ -241,7 +241,7 @@ impl CoreApi {
             after,
             limit: limit + 1,
         };
-        let mut events = state.store.query_events(&query).await?;
+        let mut events = state.runtime.query_events(&query).await?;
         let next_cursor = if events.len() > limit as usize {
             events.truncate(limit as usize);
             events
@@ -273,7 +273,7 @@ impl CoreApi {
         auth: ApiKeyAuth,
     ) -> Result<Json<TrackingPlanOut>, Errors<GetErrors>> {
         let tenant = auth.0.shared.tenant().id;
-        match state.store.plan_version(tenant, None).await? {
+        match state.runtime.plan_version(tenant, None).await? {
             Some(PlanVersion {
                 version,
                 document: Some(document),
@@ -306,8 +306,8 @@ impl CoreApi {
         let id: Uuid = id.0.parse().map_err(|_| ApiError::not_found("contact"))?;
         let tenant = auth.0.shared.tenant().id;
         state
-            .store
-            .get_contact(tenant, ContactId(id))
+            .runtime
+            .contact(tenant, ContactId(id))
             .await?
             .map(|c| Json(ContactOut::from(c)))
             .ok_or_else(|| ApiError::not_found("contact").into())
@@ -347,7 +347,7 @@ impl CoreApi {
         };
         let tenant = auth.0.shared.tenant().id;
         state
-            .store
+            .runtime
             .find_contact(tenant, kind, &value)
             .await?
             .map(|c| Json(ContactOut::from(c)))
@@ -375,7 +375,12 @@ impl CoreApi {
         tag = "Tag::Ops"
     )]
     async fn readyz(&self, state: Data<&SharedState>) -> Ready {
-        match tokio::time::timeout(std::time::Duration::from_secs(2), state.store.ping()).await {
+        match tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            state.runtime.storage_ready(),
+        )
+        .await
+        {
             Ok(Ok(())) => Ready::Ready(Json(Health {
                 status: "ready".to_owned(),
             })),

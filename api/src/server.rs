@@ -5,7 +5,7 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use fastack_actors::Runtime;
-use fastack_core::{Config, auth::KeyCache};
+use fastack_core::Config;
 use poem::{EndpointExt, Route};
 use poem_openapi::OpenApiService;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
@@ -134,15 +134,13 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         None => None,
     };
     let runtime = Runtime::open(&config, options).await?;
-    let store = runtime.store().clone();
     let metrics = runtime.metrics().clone();
     let clock = runtime.clock().clone();
     let state: SharedState = Arc::new(AppState {
-        keys: KeyCache::new(store.clone(), config.key_cache_ttl),
+        keys: runtime.key_cache(config.key_cache_ttl),
         unauthenticated: fastack_core::ratelimit::ClientLimiter::new(config.unauth_rps),
         allow: crate::gate::AllowIndex::from_spec(&openapi_json()),
         config: config.clone(),
-        store,
         runtime,
         metrics: metrics.clone(),
         clock,

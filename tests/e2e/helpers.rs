@@ -311,7 +311,7 @@ pub async fn spawn_with(
     let server = fastack_api::start(config, options)
         .await
         .expect("server starts");
-    let store = server.state().store.clone();
+    let store = server.state().runtime.store_for_tests().clone();
     let t = match store.find_tenant_by_name("acme").await.expect("lookup") {
         Some(tenant) => {
             let key = admin::create_key(store.as_ref(), tenant.id, None)

@@ -219,7 +219,9 @@ pub fn same_origin(req: &Request) -> Result<(), Fail> {
 pub async fn me(state: &SharedState, req: &Request) -> Result<Me, Fail> {
     let token = cookie(req, SESSION_COOKIE).ok_or(Fail::SignIn)?;
     let token = Token::from_client(token);
-    let session = console::session(state.store.as_ref(), &token, state.clock.now())
+    let session = state
+        .runtime
+        .console_session(&token)
         .await?
         .ok_or(Fail::SignIn)?;
     let key = state.runtime.keys().console_key();

@@ -10,7 +10,6 @@ mod views;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use fastack_core::{
-    admin,
     console::{self, SESSION_ABSOLUTE, SignIn, Token},
     export,
     ratelimit::{ClientLimiter, Quota},
@@ -188,7 +187,7 @@ fn anonymous_form(state: &SharedState, req: &Request, f: &Fields) -> Result<(), 
 
 /// Signs the user in: a new session and its cookie, then to the console.
 async fn signed_in_as(state: &SharedState, user: console::User) -> Page {
-    let session = console::open_session(state.store.as_ref(), user, state.clock.now()).await?;
+    let session = state.runtime.open_console_session(user).await?;
     let mut resp = Redirect::see_other("/endpoints").into_response();
     guard::set_cookie(
         &mut resp,
@@ -232,14 +231,10 @@ async fn sign_in(
             },
         ));
     }
-    let now = state.clock.now();
-    match console::sign_in(
-        state.store.as_ref(),
-        field(&f, "email"),
-        field(&f, "password"),
-        now,
-    )
-    .await?
+    match state
+        .runtime
+        .console_sign_in(field(&f, "email"), field(&f, "password"))
+        .await?
     {
         SignIn::Ok(user) => signed_in_as(&state, user).await,
         SignIn::Refused => Ok(anonymous(&state, req, StatusCode::UNAUTHORIZED, |csrf| {
@@ -278,7 +273,9 @@ fn link_refused() -> Fail {
 #[handler]
 async fn setup_page(req: &Request, state: Data<&SharedState>, Query(q): Query<SetupQuery>) -> Page {
     let token = Token::from_client(q.token.as_deref().unwrap_or_default());
-    let user = console::link_user(state.store.as_ref(), &token, state.clock.now())
+    let user = state
+        .runtime
+        .console_link_user(&token)
         .await?
         .ok_or_else(link_refused)?;
     Ok(anonymous(&state, req, StatusCode::OK, |csrf| {
@@ -290,8 +287,9 @@ async fn setup_page(req: &Request, state: Data<&SharedState>, Query(q): Query<Se
 async fn setup(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
     anonymous_form(&state, req, &f)?;
     let token = Token::from_client(field(&f, "token"));
-    let now = state.clock.now();
-    let user = console::link_user(state.store.as_ref(), &token, now)
+    let user = state
+        .runtime
+        .console_link_user(&token)
         .await?
         .ok_or_else(link_refused)?;
     let (password, confirm) = (field(&f, "password"), field(&f, "confirm"));
@@ -311,7 +309,7 @@ async fn setup(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) 
             |csrf| views::set_password(csrf, token.as_str(), &user, Some(&problem)),
         ));
     }
-    let user = console::redeem_link(state.store.as_ref(), &token, password, now).await?;
+    let user = state.runtime.redeem_console_link(&token, password).await?;
     signed_in_as(&state, user).await
 }
 
@@ -325,7 +323,7 @@ fn signed_out(state: &SharedState) -> Page {
 async fn sign_out(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
     let me = me(&state, req).await?;
     me.form(req, &f)?;
-    console::sign_out(state.store.as_ref(), &me.session.token).await?;
+    state.runtime.console_sign_out(&me.session.token).await?;
     signed_out(&state)
 }
 
@@ -337,7 +335,10 @@ async fn sign_out_everywhere(
 ) -> Page {
     let me = me(&state, req).await?;
     me.form(req, &f)?;
-    console::sign_out_everywhere(state.store.as_ref(), me.user().id).await?;
+    state
+        .runtime
+        .console_sign_out_everywhere(me.user().id)
+        .await?;
     signed_out(&state)
 }
 
@@ -346,8 +347,8 @@ async fn sign_out_everywhere(
 #[handler]
 async fn endpoints(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
     let me = me(&state, req).await?;
-    let list = state.store.list_endpoints(Some(me.tenant())).await?;
-    let last = state.store.deliveries().latest_status(me.tenant()).await?;
+    let list = state.runtime.list_webhooks(me.tenant()).await?;
+    let last = state.runtime.latest_delivery_status(me.tenant()).await?;
     page(views::endpoints(
         &me,
         &list,
@@ -382,22 +383,17 @@ async fn add_endpoint(req: &Request, state: Data<&SharedState>, Form(f): Form<Fi
             "choose at least one event type",
         ));
     }
-    let added = admin::add_webhook(
-        state.store.as_ref(),
-        state.runtime.keys(),
-        me.tenant(),
-        field(&f, "url"),
-        Some(&events.join(",")),
-        state.config.webhook_allow_private,
-    )
-    .await;
+    let added = state
+        .runtime
+        .add_webhook(me.tenant(), field(&f, "url"), Some(&events.join(",")))
+        .await;
     let created = match added {
         Ok(created) => created,
         Err(fastack_core::Error::InvalidEndpoint(detail)) => {
             tracing::info!(tenant = %me.tenant(), %detail, "an endpoint address was refused in the console");
             // The same page again, the address kept, the reason at the form.
-            let list = state.store.list_endpoints(Some(me.tenant())).await?;
-            let last = state.store.deliveries().latest_status(me.tenant()).await?;
+            let list = state.runtime.list_webhooks(me.tenant()).await?;
+            let last = state.runtime.latest_delivery_status(me.tenant()).await?;
             return Ok(views::html(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 views::endpoints(
@@ -430,11 +426,7 @@ async fn endpoint(
 ) -> Page {
     let me = me(&state, req).await?;
     let id: EndpointId = id(&raw, "endpoint")?;
-    let e = state
-        .store
-        .deliveries()
-        .tenant_endpoint(me.tenant(), id)
-        .await?;
+    let e = state.runtime.webhook(me.tenant(), id).await?;
     let filter: Option<DeliveryStatus> = match q.status.as_deref() {
         None | Some("") => None,
         Some(s) => Some(s.parse().map_err(|m: String| {
@@ -442,7 +434,7 @@ async fn endpoint(
         })?),
     };
     let list = state
-        .store
+        .runtime
         .list_deliveries(me.tenant(), Some(id), filter, 200)
         .await?;
     page(views::endpoint(&me, &e, &list, filter, q.text().as_deref()))
@@ -459,15 +451,10 @@ async fn endpoint_action(
 ) -> Page {
     let me = owner_form(&state, req, &f).await?;
     let id: EndpointId = id(&raw, "endpoint")?;
-    state
-        .store
-        .deliveries()
-        .tenant_endpoint(me.tenant(), id)
-        .await?;
-    let store = state.store.as_ref();
+    state.runtime.webhook(me.tenant(), id).await?;
     let notice = match action.as_str() {
         "rotate" => {
-            let created = admin::rotate_webhook_secret(store, state.runtime.keys(), id).await?;
+            let created = state.runtime.rotate_webhook_secret(id).await?;
             return page(views::secret_shown(
                 &me,
                 &created.endpoint,
@@ -477,28 +464,27 @@ async fn endpoint_action(
             ));
         }
         "enable" => {
-            admin::set_webhook_enabled(store, id, true, None).await?;
+            state.runtime.set_webhook_enabled(id, true, None).await?;
             "enabled".to_owned()
         }
         "disable" => {
             let reason = format!("disabled in the console by {}", me.user().email);
-            admin::set_webhook_enabled(store, id, false, Some(&reason)).await?;
+            state
+                .runtime
+                .set_webhook_enabled(id, false, Some(&reason))
+                .await?;
             "disabled".to_owned()
         }
         "delete" => {
-            store.deliveries().delete_endpoint(me.tenant(), id).await?;
+            state.runtime.delete_webhook(me.tenant(), id).await?;
             return see_other("/endpoints?notice=deleted");
         }
         "replay-failed" => {
             let since = parse_since(field(&f, "since"))?;
-            let now = state.clock.now();
-            let n = store
-                .deliveries()
-                .replay_failed_since(me.tenant(), id, since, now)
+            let n = state
+                .runtime
+                .replay_failed_since(me.tenant(), id, since)
                 .await?;
-            if n > 0 {
-                state.runtime.deliveries_queued();
-            }
             format!("replayed_failed&n={n}")
         }
         _ => return Err(Fail::not_found("page")),
@@ -548,16 +534,9 @@ async fn replay(
 ) -> Page {
     let me = owner_form(&state, req, &f).await?;
     let id: DeliveryId = id(&raw, "delivery")?;
-    let (outcome, back_to) = state
-        .store
-        .deliveries()
-        .replay(me.tenant(), id, state.clock.now())
-        .await?;
+    let (outcome, back_to) = state.runtime.replay_delivery(me.tenant(), id).await?;
     let notice = match outcome {
-        Replayed::Queued => {
-            state.runtime.deliveries_queued();
-            "replayed"
-        }
+        Replayed::Queued => "replayed",
         Replayed::AlreadyPending => "already_pending",
     };
     see_other(&format!(
@@ -571,7 +550,7 @@ async fn replay(
 #[handler]
 async fn jobs(req: &Request, state: Data<&SharedState>) -> Page {
     let me = me(&state, req).await?;
-    let list = state.store.list_jobs(me.tenant(), None, 100).await?;
+    let list = state.runtime.list_jobs(me.tenant(), None, 100).await?;
     page(views::jobs(&me, &list))
 }
 
@@ -580,14 +559,13 @@ async fn job_result(req: &Request, state: Data<&SharedState>, Path(raw): Path<St
     let me = me(&state, req).await?;
     let id: JobId = id(&raw, "job")?;
     let job = state
-        .store
-        .get_job(me.tenant(), id)
+        .runtime
+        .job(me.tenant(), id)
         .await?
         .ok_or_else(|| Fail::not_found("job"))?;
     let result = export::downloadable(&job)
         .map_err(|m| Fail::new(StatusCode::CONFLICT, "job_not_completed", m))?;
-    let body =
-        export::read_result(state.runtime.objects(), state.runtime.keys(), &job, result).await?;
+    let body = state.runtime.export_result(&job, result).await?;
     Ok(Response::builder()
         .content_type("application/x-ndjson")
         .header(
@@ -614,7 +592,7 @@ async fn owner_form(state: &SharedState, req: &Request, f: &Fields) -> Result<Me
 #[handler]
 async fn quarantine(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
     let me = owner(&state, req).await?;
-    let list = state.store.list_quarantine(me.tenant(), 200).await?;
+    let list = state.runtime.list_quarantine(me.tenant(), 200).await?;
     page(views::quarantine(&me, &list, q.text().as_deref()))
 }
 
@@ -628,15 +606,13 @@ async fn quarantine_action(
 ) -> Page {
     let me = owner_form(&state, req, &f).await?;
     let event: EventId = id(&raw, "quarantined event")?;
-    let store = state.store.as_ref();
     match action.as_str() {
         "retry" => {
-            admin::retry_quarantined(store, me.tenant(), event).await?;
-            state.runtime.wake(me.tenant());
+            state.runtime.retry_quarantined(me.tenant(), event).await?;
             see_other("/quarantine?notice=retried")
         }
         "drop" => {
-            admin::drop_quarantined(store, me.tenant(), event).await?;
+            state.runtime.drop_quarantined(me.tenant(), event).await?;
             see_other("/quarantine?notice=dropped")
         }
         _ => Err(Fail::not_found("page")),
@@ -646,15 +622,15 @@ async fn quarantine_action(
 #[handler]
 async fn keys(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
     let me = owner(&state, req).await?;
-    let list = state.store.list_api_keys(me.tenant()).await?;
+    let list = state.runtime.list_keys(me.tenant()).await?;
     page(views::keys(&me, &list, None, q.text().as_deref()))
 }
 
 #[handler]
 async fn create_key(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
     let me = owner_form(&state, req, &f).await?;
-    let created = admin::create_key(state.store.as_ref(), me.tenant(), None).await?;
-    let list = state.store.list_api_keys(me.tenant()).await?;
+    let created = state.runtime.create_key(me.tenant(), None).await?;
+    let list = state.runtime.list_keys(me.tenant()).await?;
     page(views::keys(&me, &list, Some(&created.secret), None))
 }
 
@@ -668,23 +644,23 @@ async fn revoke_key(
     let me = owner_form(&state, req, &f).await?;
     let id: ApiKeyId = id(&raw, "api key")?;
     if !state
-        .store
-        .list_api_keys(me.tenant())
+        .runtime
+        .list_keys(me.tenant())
         .await?
         .iter()
         .any(|k| k.id == id)
     {
         return Err(Fail::not_found("api key"));
     }
-    admin::revoke_key(state.store.as_ref(), id).await?;
+    state.runtime.revoke_key(id).await?;
     see_other("/keys?notice=revoked")
 }
 
 #[handler]
 async fn plan(req: &Request, state: Data<&SharedState>) -> Page {
     let me = me(&state, req).await?;
-    let current = state.store.plan_version(me.tenant(), None).await?;
-    let history = state.store.plan_history(me.tenant()).await?;
+    let current = state.runtime.plan_version(me.tenant(), None).await?;
+    let history = state.runtime.plan_history(me.tenant()).await?;
     page(views::plan(&me, current.as_ref(), &history))
 }
 
