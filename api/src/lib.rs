@@ -3,6 +3,7 @@
 //! node start/stop.
 
 pub mod admin;
+pub mod allow;
 pub mod body;
 pub mod console;
 pub mod dto;

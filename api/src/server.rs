@@ -139,7 +139,7 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     let state: SharedState = Arc::new(AppState {
         keys: runtime.key_cache(config.key_cache_ttl),
         unauthenticated: fastack_core::ratelimit::ClientLimiter::new(config.unauth_rps),
-        allow: crate::gate::AllowIndex::from_spec(&openapi_json()),
+        allow: crate::allow::AllowIndex::from_spec(&openapi_json()),
         config: config.clone(),
         runtime,
         metrics: metrics.clone(),

@@ -13,7 +13,7 @@ pub struct AppState {
     /// Budget of requests without a valid key, per client address.
     pub unauthenticated: ClientLimiter,
     /// Methods per documented path (the `Allow` header of a 405).
-    pub allow: crate::gate::AllowIndex,
+    pub allow: crate::allow::AllowIndex,
     pub runtime: Runtime,
     pub keys: KeyCache,
     pub metrics: Arc<Metrics>,

@@ -1,13 +1,12 @@
 //! Who is asking and whether they may: the session cookie, the CSRF token
 //! of every state-changing form, the same-origin check, owner-only actions,
-//! and the error pages that say why not.
+//! and why not (a [`Fail`]; its page is drawn in `views`).
 
 use fastack_core::console::{self, Role, Session, Token, User};
 use fastack_entities::TenantId;
-use poem::{IntoResponse, Request, Response, http::StatusCode, web::Redirect};
+use poem::{Request, Response, http::StatusCode};
 use tracing::error;
 
-use super::views;
 use crate::state::SharedState;
 
 pub const SESSION_COOKIE: &str = "fastack_session";
@@ -118,25 +117,6 @@ impl From<fastack_core::Error> for Fail {
             );
         }
         Fail::new(status, e.error_code(), e.to_string())
-    }
-}
-
-impl IntoResponse for Fail {
-    fn into_response(self) -> Response {
-        match self {
-            Fail::SignIn => Redirect::see_other("/signin").into_response(),
-            Fail::Page {
-                status,
-                code,
-                message,
-            } => views::html(status, views::error_page(status, code, &message)),
-        }
-    }
-}
-
-impl From<Fail> for poem::Error {
-    fn from(f: Fail) -> Self {
-        poem::Error::from_response(f.into_response())
     }
 }
 

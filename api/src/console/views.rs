@@ -12,9 +12,30 @@ use fastack_entities::{
     webhook::EVENT_TYPES,
 };
 use maud::{DOCTYPE, Markup, html};
-use poem::{Response, http::StatusCode};
+use poem::{IntoResponse, Response, http::StatusCode, web::Redirect};
 
-use super::guard::Me;
+use super::guard::{Fail, Me};
+
+/// A refusal as the browser sees it: to the sign-in page, or a page that
+/// says why.
+impl IntoResponse for Fail {
+    fn into_response(self) -> Response {
+        match self {
+            Fail::SignIn => Redirect::see_other("/signin").into_response(),
+            Fail::Page {
+                status,
+                code,
+                message,
+            } => html(status, error_page(status, code, &message)),
+        }
+    }
+}
+
+impl From<Fail> for poem::Error {
+    fn from(f: Fail) -> Self {
+        poem::Error::from_response(f.into_response())
+    }
+}
 
 /// A page as a response: HTML, never cached (pages show secrets once).
 pub fn html(status: StatusCode, page: Markup) -> Response {

@@ -44,7 +44,7 @@ use super::{
     sql::Tx,
     sql_store::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
     sqlite_handoff::Handoff,
-    sqlite_inbox::InboxWriter,
+    sqlite_inbox::{InboxWriter, WAL_SIZE_LIMIT, us},
 };
 use chrono::{DateTime, Utc};
 use fastack_entities::{StoredEvent, TenantId};
@@ -108,10 +108,6 @@ impl Drop for SqliteStore {
             ahead.rows.abort();
         }
     }
-}
-
-pub(super) fn us(t: DateTime<Utc>) -> i64 {
-    t.timestamp_micros()
 }
 
 /// `$start, $start+1, …`: for the few statements that reuse a parameter.
@@ -372,9 +368,6 @@ async fn attach_inbox(conn: &mut SqliteConnection, file: &str) -> sqlx::Result<(
 
 /// How often the checkpointer copies committed WAL pages into the files.
 const CHECKPOINT_EVERY: StdDuration = StdDuration::from_millis(200);
-/// A WAL that grew past this many bytes (a burst, a backlog) is cut back
-/// to it when it next starts over.
-pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// A commit runs a checkpoint itself only past this many WAL pages (about
 /// 400 MiB): the backstop should the checkpointer stop or fall behind.
 const AUTOCHECKPOINT_BACKSTOP: u32 = 100_000;

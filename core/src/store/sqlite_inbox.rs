@@ -36,10 +36,17 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::{
-    Fence, IngestRow, KeepFn, ingest, processing::Item, sqlite::us, sqlite_handoff::Handoff,
-};
+use super::{Fence, IngestRow, KeepFn, ingest, processing::Item, sqlite_handoff::Handoff};
 use crate::error::{Error, Result};
+
+/// An instant as SQLite keeps it: INTEGER microseconds.
+pub(super) fn us(t: chrono::DateTime<chrono::Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// A WAL that grew past this many bytes (a burst, a backlog) is cut back
+/// to it when it next starts over (both files, both connections).
+pub(super) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 /// A unit of work for the writer thread.
 type Job = Box<dyn FnOnce(&mut Conn) + Send>;
@@ -263,7 +270,7 @@ fn connect(path: &Path, busy_timeout: Duration, autocheckpoint: u32) -> Result<C
     conn.pragma_update(None, "wal_autocheckpoint", autocheckpoint)?;
     // Statement journals of multi-row deletes stay in memory.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.pragma_update(None, "journal_size_limit", super::sqlite::WAL_SIZE_LIMIT)?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
     Ok(conn)
 }
 
