@@ -14,7 +14,7 @@ use chrono::{DateTime, Duration, DurationRound, TimeZone, Utc};
 use fastack_core::{
     Error,
     store::{
-        DropOutcome, Emit, EventAt, EventQuery, Fence, IngestRow, Month, OutboxRow, PartitionKey,
+        DropOutcome, Emit, EventQuery, Fence, IngestRow, Month, OutboxRow, PartitionKey,
         ProcessOutcome, ProcessRequest, SinkName, Store, TimeRange, Topic, events_in,
     },
     validate::fingerprint,
@@ -96,7 +96,6 @@ conformance!(
     tracking_plans_and_annotations,
     outbox_rows_are_announced,
     grouped_rows_carry_a_rounds_events,
-    events_are_read_back_by_key,
 );
 
 /// Sinks as the node names them; storage knows only the fan-out (done in
@@ -2159,18 +2158,6 @@ async fn grouped_rows_carry_a_rounds_events(store: &Store) {
     };
     let owed = store.outbox_owed_rows(ARCHIVE, t.id).await.unwrap();
     assert_eq!(ids_of(&owed), rounds);
-    // A grouped row names its events by key, no second copy of them:
-    // storage gives them back, in the row's order.
-    for r in &owed {
-        assert!(!r.body.contains("properties"), "{}", r.body);
-        let keys: Vec<(DateTime<Utc>, EventId)> = events_in::<EventAt>(&r.body)
-            .map(|e| e.unwrap().key().unwrap())
-            .collect();
-        let read = store.events_at(t.id, &keys).await.unwrap();
-        let ids: Vec<EventId> = read.iter().map(|e| e.id).collect();
-        assert_eq!(ids, keys.iter().map(|k| k.1).collect::<Vec<_>>());
-        assert!(read.iter().all(|e| e.properties["total"] == json!(42.5)));
-    }
     // Counted in events, up to what was asked (the row past it included).
     assert_eq!(store.outbox_owed(ARCHIVE, 2).await.unwrap().events, 5);
     assert_eq!(store.outbox_owed(ARCHIVE, 100).await.unwrap().events, 8);
@@ -2209,61 +2196,4 @@ async fn grouped_rows_carry_a_rounds_events(store: &Store) {
             .iter()
             .all(|r| events_in::<Value>(&r.body).count() == 1)
     );
-}
-
-/// `events_at`: a tenant's stored events by key, across months, in the
-/// order asked, without another tenant's or a key nothing was stored at.
-async fn events_are_read_back_by_key(store: &Store) {
-    let (t, other) = (tenant(store, "t").await, tenant(store, "other").await);
-    let now = now();
-    let last_month = Month::of(now).start() - Duration::days(3);
-    let events = [
-        track("k1", "u1", now),
-        identify("k2", "u1", "a1", now),
-        track("k3", "u2", last_month),
-    ];
-    let rows: Vec<IngestRow> = events.iter().map(|e| row(t.id, e)).collect();
-    accept(store, &rows).await;
-    accept(store, &[row(other.id, &track("k1", "u1", now))]).await;
-    store
-        .ensure_partitions(&[
-            PartitionKey {
-                month: Month::of(last_month),
-                retention_class: 13,
-            },
-            PartitionKey {
-                month: Month::of(now),
-                retention_class: 13,
-            },
-        ])
-        .await
-        .unwrap();
-    let out = process_all(store, t.id, false).await;
-    let theirs = process_all(store, other.id, false).await;
-    let key = |(id, at): &(EventId, DateTime<Utc>)| (*at, *id);
-    let mine: Vec<(DateTime<Utc>, EventId)> = out.appended.iter().map(key).collect();
-    assert_eq!(mine.len(), 3);
-    // Asked last month's first, with another tenant's key and one of
-    // nothing stored among them.
-    let nothing = (now, EventId(uuid::Uuid::now_v7()));
-    let asked = vec![mine[2], key(&theirs.appended[0]), mine[0], nothing, mine[1]];
-    let read = store.events_at(t.id, &asked).await.unwrap();
-    let ids: Vec<EventId> = read.iter().map(|e| e.id).collect();
-    assert_eq!(ids, vec![mine[2].1, mine[0].1, mine[1].1]);
-    let stored = store
-        .query_events(&EventQuery {
-            tenant_id: t.id,
-            range: TimeRange::new(last_month - Duration::days(1), now + Duration::days(1)).unwrap(),
-            contact_ids: None,
-            event: None,
-            after: None,
-            limit: 10,
-        })
-        .await
-        .unwrap();
-    for e in &read {
-        let same = stored.iter().find(|s| s.id == e.id).expect("stored");
-        assert_eq!(e, same, "read by key as by range");
-    }
-    assert!(store.events_at(t.id, &[]).await.unwrap().is_empty());
 }

@@ -29,10 +29,11 @@ use fastack_core::{
     Config,
     objects::Objects,
     store::{
-        EventAt, EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, events_in,
+        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, events_in,
+        tracked_body,
     },
 };
-use fastack_entities::{EventId, EventKind, Job, StoredEvent, TenantId};
+use fastack_entities::{EventId, Job, TenantId};
 use futures::{StreamExt, TryStreamExt};
 use parquet::{
     basic::{Compression, ZstdLevel},
@@ -41,7 +42,7 @@ use parquet::{
     schema::{parser::parse_message_type, types::Type},
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Value, json, value::RawValue};
 use tracing::{info, warn};
 
 use super::{Flush, Sent, Sink};
@@ -142,21 +143,7 @@ impl Sink for MirrorSink {
                 ..Sent::default()
             };
         };
-        let (events, missing) = match read_batch(ctx.store.as_ref(), &batch.rows).await {
-            Ok(read) => read,
-            Err(why) => {
-                warn!(batch = %batch.name, %why, "mirror cannot read a batch; it is offered again");
-                return Sent {
-                    retry: ids,
-                    down: Some(why),
-                    ..Sent::default()
-                };
-            }
-        };
-        if missing > 0 {
-            warn!(batch = %batch.name, missing, "events the mirror owed are no longer in storage (retention dropped them?); the batch is written without them");
-        }
-        let files = match encode_batch(&batch.name, events, &self.schema, &self.props) {
+        let files = match encode_batch(&batch.name, &batch.rows, &self.schema, &self.props) {
             Ok(files) => files,
             Err(why) => {
                 warn!(batch = %batch.name, %why, "mirror cannot encode a batch; it is offered again");
@@ -216,11 +203,33 @@ struct File {
     rows: usize,
 }
 
+/// The body of a `core.event.tracked` (the event JSON), as the mirror
+/// reads it.
+#[derive(Deserialize)]
+struct Body<'a> {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    event: Option<String>,
+    contact_id: String,
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+    #[serde(borrow)]
+    properties: Option<&'a RawValue>,
+    #[serde(borrow)]
+    traits: Option<&'a RawValue>,
+    occurred_at: String,
+    received_at: String,
+    plan_version: Option<i64>,
+    #[serde(borrow)]
+    schema_violations: Option<&'a RawValue>,
+}
+
 /// An event as a row of the files.
 struct Event {
     id: String,
     tenant_id: String,
-    kind: &'static str,
+    kind: String,
     event: Option<String>,
     user_id: Option<String>,
     anonymous_id: Option<String>,
@@ -233,92 +242,64 @@ struct Event {
     schema_violations: Option<String>,
 }
 
-/// A stored event as a row: the fields of its `core.event.tracked` body
-/// (`properties` for a track, `traits` for an identify, as JSON text).
-fn event_of(tenant: &str, ev: StoredEvent) -> Event {
-    let json = serde_json::to_string(&ev.properties).expect("a JSON object serialises");
-    let (properties, traits) = match ev.kind {
-        EventKind::Track => (Some(json), None),
-        EventKind::Identify => (None, Some(json)),
-    };
-    Event {
-        id: ev.id.to_string(),
-        tenant_id: tenant.to_owned(),
-        kind: ev.kind.as_str(),
-        event: ev.event,
-        user_id: ev.user_id,
-        anonymous_id: ev.anonymous_id,
-        contact_id: ev.contact_id.to_string(),
-        occurred_at: ev.occurred_at.with_timezone(&Utc),
-        received_at: ev.received_at,
-        plan_version: ev.plan.as_ref().map(|p| i64::from(p.plan_version)),
-        properties,
-        traits,
-        schema_violations: ev
-            .plan
-            .filter(|p| !p.schema_violations.is_empty())
-            .map(|p| json!(p.schema_violations).to_string()),
-    }
+fn time(field: &str, text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{field} `{text}`: {e}"))
 }
 
-/// The stored events a batch's rows name, per tenant, in outbox order.
-type Keys = Vec<(TenantId, Vec<(DateTime<Utc>, EventId)>)>;
-
-fn keys_of(rows: &[OutboxRow]) -> Result<Keys, String> {
-    let mut keys: Keys = Vec::new();
-    for row in rows.iter().filter(|r| r.topic == Topic::Core) {
-        let at = match keys.iter().position(|(t, _)| *t == row.tenant_id) {
-            Some(at) => at,
-            None => {
-                keys.push((row.tenant_id, Vec::new()));
-                keys.len() - 1
-            }
-        };
-        for event in events_in::<EventAt>(&row.body) {
-            let key = event
-                .map_err(|e| e.to_string())
-                .and_then(|e| e.key().ok_or_else(|| format!("time {} out of range", e.at)))
-                .map_err(|e| format!("outbox row {}: {e}", row.id))?;
-            keys[at].1.push(key);
-        }
-    }
-    Ok(keys)
+/// The events a row carries (a grouped row carries several).
+fn events_of(row: &OutboxRow) -> impl Iterator<Item = Result<Event, String>> + '_ {
+    events_in::<Body<'_>>(&row.body).map(move |body| {
+        body.map_err(|e| e.to_string())
+            .and_then(|body| event_of(row.tenant_id, body))
+            .map_err(|e| format!("outbox row {}: {e}", row.id))
+    })
 }
 
-/// The batch's events read from storage, in outbox order, and how many it
-/// names that storage no longer holds (retention dropped their partition
-/// before the mirror caught up).
-async fn read_batch(
-    store: &dyn Storage,
-    rows: &[OutboxRow],
-) -> Result<(Vec<Event>, usize), String> {
-    let mut events = Vec::new();
-    let mut missing = 0;
-    for (tenant, keys) in keys_of(rows)? {
-        let stored = store
-            .events_at(tenant, &keys)
-            .await
-            .map_err(|e| format!("reading the batch's events: {e}"))?;
-        missing += keys.len() - stored.len();
-        let tenant = tenant.to_string();
-        events.extend(stored.into_iter().map(|e| event_of(&tenant, e)));
-    }
-    Ok((events, missing))
+/// An event from its JSON (the `core.event.tracked` body): the live mirror
+/// and the backfill read the same document.
+fn event_from(tenant: TenantId, json: &str) -> Result<Event, String> {
+    event_of(
+        tenant,
+        serde_json::from_str(json).map_err(|e| e.to_string())?,
+    )
+}
+
+fn event_of(tenant: TenantId, body: Body<'_>) -> Result<Event, String> {
+    Ok(Event {
+        occurred_at: time("occurred_at", &body.occurred_at)?,
+        received_at: time("received_at", &body.received_at)?,
+        id: body.id,
+        tenant_id: tenant.to_string(),
+        kind: body.kind,
+        event: body.event,
+        user_id: body.user_id,
+        anonymous_id: body.anonymous_id,
+        contact_id: body.contact_id,
+        plan_version: body.plan_version,
+        properties: body.properties.map(|v| v.get().to_owned()),
+        traits: body.traits.map(|v| v.get().to_owned()),
+        schema_violations: body.schema_violations.map(|v| v.get().to_owned()),
+    })
 }
 
 /// The batch's files: one per tenant and hour, rows in outbox order.
 fn encode_batch(
     name: &str,
-    events: Vec<Event>,
+    rows: &[OutboxRow],
     schema: &Arc<Type>,
     props: &Arc<WriterProperties>,
 ) -> Result<Vec<File>, String> {
     let mut parts: BTreeMap<String, Vec<Event>> = BTreeMap::new();
-    for event in events {
-        parts
-            .entry(hour_dir(&event.tenant_id, event.occurred_at))
-            .or_default()
-            .push(event);
+    for row in rows.iter().filter(|r| r.topic == Topic::Core) {
+        for event in events_of(row) {
+            let event = event?;
+            parts
+                .entry(hour_dir(&event.tenant_id, event.occurred_at))
+                .or_default()
+                .push(event);
+        }
     }
     parts
         .into_iter()
@@ -531,14 +512,13 @@ async fn read_hour(
             })
             .await
             .map_err(|e| e.to_string())?;
-        let last = page
-            .last()
-            .map(|e| (e.occurred_at.with_timezone(&Utc), e.id));
-        let full = page.len() == BACKFILL_PAGE as usize;
-        let tenant_text = tenant.to_string();
-        out.extend(page.into_iter().map(|e| event_of(&tenant_text, e)));
-        match last {
-            Some(last) if full => after = Some(last),
+        for ev in &page {
+            out.push(event_from(tenant, &tracked_body(ev))?);
+        }
+        match page.last() {
+            Some(last) if page.len() == BACKFILL_PAGE as usize => {
+                after = Some((last.occurred_at.with_timezone(&Utc), last.id));
+            }
             _ => return Ok(out),
         }
     }
@@ -617,7 +597,7 @@ fn encode(
             match column {
                 0 => write_bytes(&mut col, &text(|e| &e.id), None)?,
                 1 => write_bytes(&mut col, &text(|e| &e.tenant_id), None)?,
-                2 => write_bytes(&mut col, &text(|e| e.kind), None)?,
+                2 => write_bytes(&mut col, &text(|e| &e.kind), None)?,
                 3 => write_opt(&mut col, opt(|e| e.event.as_deref()))?,
                 4 => write_opt(&mut col, opt(|e| e.user_id.as_deref()))?,
                 5 => write_opt(&mut col, opt(|e| e.anonymous_id.as_deref()))?,
@@ -678,54 +658,38 @@ mod tests {
     use super::*;
     use fastack_entities::TenantId;
 
-    fn event(n: u32, occurred: &str) -> Event {
-        Event {
-            id: format!("e{n}"),
-            tenant_id: uuid::Uuid::nil().to_string(),
-            kind: "track",
-            event: Some("Order Completed".into()),
-            user_id: Some("u1".into()),
-            anonymous_id: None,
-            contact_id: "c1".into(),
-            occurred_at: DateTime::parse_from_rfc3339(occurred)
-                .unwrap()
-                .with_timezone(&Utc),
-            received_at: DateTime::parse_from_rfc3339("2026-12-05T10:00:00Z")
-                .unwrap()
-                .with_timezone(&Utc),
-            plan_version: Some(3),
-            properties: Some(format!(r#"{{"total":{n}}}"#)),
-            traits: None,
-            schema_violations: None,
-        }
-    }
-
-    fn row(id: i64, tenant: TenantId, body: &str) -> OutboxRow {
+    fn row(id: i64, occurred: &str) -> OutboxRow {
         OutboxRow {
             id,
-            tenant_id: tenant,
+            tenant_id: TenantId(uuid::Uuid::nil()),
             topic: Topic::Core,
             routing_key: "core.event.tracked".into(),
             ce_id: format!("fastack.event.tracked.{id}"),
             subject: id.to_string(),
-            body: body.to_owned(),
+            body: format!(
+                r#"{{"id":"e{id}","type":"track","event":"Order Completed","contact_id":"c1",
+                    "user_id":"u1","properties":{{"total":{id}}},"occurred_at":"{occurred}",
+                    "received_at":"2026-12-05T10:00:00Z","plan_version":3}}"#
+            ),
             job_id: None,
             created_at: Utc::now(),
         }
     }
 
+    fn setup() -> (Arc<Type>, Arc<WriterProperties>) {
+        writer().unwrap()
+    }
+
     #[test]
     fn a_batch_is_one_file_per_tenant_hour_and_the_same_bytes_twice() {
-        let (schema, props) = writer().unwrap();
+        let (schema, props) = setup();
         // 09:59 at +02:00 is 07:59 UTC: the hour is UTC.
-        let events = || {
-            vec![
-                event(1, "2026-12-05T09:59:00+02:00"),
-                event(2, "2026-12-05T08:00:00Z"),
-                event(3, "2026-12-05T07:30:00Z"),
-            ]
-        };
-        let files = encode_batch("b1", events(), &schema, &props).unwrap();
+        let rows = vec![
+            row(1, "2026-12-05T09:59:00+02:00"),
+            row(2, "2026-12-05T08:00:00Z"),
+            row(3, "2026-12-05T07:30:00Z"),
+        ];
+        let files = encode_batch("b1", &rows, &schema, &props).unwrap();
         let paths: Vec<(&str, usize)> = files.iter().map(|f| (f.path.as_str(), f.rows)).collect();
         let tenant = uuid::Uuid::nil();
         assert_eq!(
@@ -742,42 +706,35 @@ mod tests {
             ]
         );
         assert!(files[0].bytes.starts_with(b"PAR1"));
-        let again = encode_batch("b1", events(), &schema, &props).unwrap();
+        let again = encode_batch("b1", &rows, &schema, &props).unwrap();
         assert_eq!(files[0].bytes, again[0].bytes);
     }
 
     #[test]
-    fn a_grouped_row_names_its_events_per_tenant_in_order() {
-        let (a, b) = (
-            TenantId(uuid::Uuid::now_v7()),
-            TenantId(uuid::Uuid::now_v7()),
-        );
-        let ids: Vec<EventId> = (0..3).map(|_| EventId(uuid::Uuid::now_v7())).collect();
-        let at = |us: i64| DateTime::from_timestamp_micros(us).unwrap();
-        let rows = [
-            row(
-                1,
-                a,
-                &format!(
-                    "{{\"id\":\"{}\",\"at\":1}}\n{{\"id\":\"{}\",\"at\":2}}",
-                    ids[0], ids[1]
-                ),
-            ),
-            row(2, b, &format!("{{\"id\":\"{}\",\"at\":3}}", ids[2])),
-            row(3, a, &format!("{{\"id\":\"{}\",\"at\":4}}", ids[0])),
-        ];
-        assert_eq!(
-            keys_of(&rows).unwrap(),
-            vec![
-                (a, vec![(at(1), ids[0]), (at(2), ids[1]), (at(4), ids[0])]),
-                (b, vec![(at(3), ids[2])]),
-            ]
-        );
+    fn a_grouped_row_is_all_its_events() {
+        let (schema, props) = setup();
+        let mut grouped = row(1, "2026-12-05T07:10:00Z");
+        let second = row(2, "2026-12-05T07:20:00Z");
+        grouped.body = format!("{}\n{}", grouped.body, second.body);
+        let files = encode_batch(
+            "b1",
+            &[grouped, row(3, "2026-12-05T08:00:00Z")],
+            &schema,
+            &props,
+        )
+        .unwrap();
+        let rows: Vec<usize> = files.iter().map(|f| f.rows).collect();
+        assert_eq!(rows, vec![2, 1]);
     }
 
     #[test]
-    fn a_body_that_names_no_event_is_an_error_not_a_row() {
-        let err = keys_of(&[row(1, TenantId(uuid::Uuid::nil()), "{}")]).expect_err("refused");
+    fn a_body_that_is_not_an_event_is_an_error_not_a_row() {
+        let (schema, props) = setup();
+        let mut bad = row(1, "2026-12-05T07:30:00Z");
+        bad.body = "{}".into();
+        let err = encode_batch("b1", &[bad], &schema, &props)
+            .err()
+            .expect("refused");
         assert!(err.contains("outbox row 1"), "{err}");
     }
 }

@@ -41,7 +41,7 @@ pub use console::ConsoleRecords;
 pub use deliveries::{Deliveries, Replayed};
 pub(crate) use encoding::{annotations, decode_payload, plan_of};
 pub use encoding::{archive_row, tracked_body, v7_floor};
-pub use outbox::{EventAt, events_in};
+pub use outbox::events_in;
 pub use records::*;
 pub use sql::Db;
 
@@ -147,14 +147,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     // --- reads ------------------------------------------------------------
 
     async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>>;
-    /// The tenant's stored events among `at` (`occurred_at`, id), in the
-    /// order of `at`: a primary-key lookup each. One storage no longer
-    /// holds (retention dropped its partition) is left out.
-    async fn events_at(
-        &self,
-        tenant: TenantId,
-        at: &[(DateTime<Utc>, EventId)],
-    ) -> Result<Vec<StoredEvent>>;
     async fn get_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>>;
     async fn find_contact(
         &self,

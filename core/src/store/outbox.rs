@@ -15,7 +15,7 @@
 //! different ones.
 
 use chrono::{DateTime, Duration, Utc};
-use fastack_entities::{EventId, JobId, TenantId, db::Time};
+use fastack_entities::{JobId, TenantId, db::Time};
 use uuid::Uuid;
 
 use super::deliveries::{self, Outgoing};
@@ -36,13 +36,9 @@ pub(crate) struct Entry {
     pub routing_key: String,
     pub ce_id: String,
     pub subject: String,
-    /// Empty when only grouped sinks take the event (they read it back
-    /// from storage by [`Entry::stored`]).
     pub body: String,
     pub job_id: Option<JobId>,
     pub created_at: DateTime<Utc>,
-    /// The stored event's key (`occurred_at`, id): a tracked event's.
-    pub stored: Option<(DateTime<Utc>, EventId)>,
 }
 
 fn row_from(r: &Row) -> Result<OutboxRow> {
@@ -207,12 +203,9 @@ enum OwedBy {
 }
 
 /// The outbox rows for `entries`: one row per event for the sinks that take
-/// events one by one; for the grouped sinks one row per tenant and topic
-/// naming the events it holds, one after another (read back with
-/// [`events_in`]): a stored event by its key ([`EventAt`]: the sink reads it
-/// from storage, so the processing transaction writes no second copy),
-/// another by its body. A job's event is never grouped: its row clears the
-/// job's pending marker.
+/// events one by one; for the grouped sinks one row per tenant and topic,
+/// the events' bodies one after another (read back with [`events_in`]). A
+/// job's event is never grouped: its row clears the job's pending marker.
 fn rows_for(entries: Vec<Entry>, singles: bool, grouping: bool) -> Vec<NewRow> {
     let one = |entry, owed_by| NewRow {
         entry,
@@ -238,32 +231,20 @@ fn rows_for(entries: Vec<Entry>, singles: bool, grouping: bool) -> Vec<NewRow> {
         {
             Some((group, n)) => {
                 group.body.push('\n');
-                push_grouped(&mut group.body, &e);
+                group.body.push_str(&e.body);
                 group.created_at = group.created_at.max(e.created_at);
                 *n += 1;
                 if singles {
                     rows.push(one(e, OwedBy::Single));
                 }
             }
-            None => {
-                let mut body = String::with_capacity(64);
-                push_grouped(&mut body, &e);
-                let group = Entry {
-                    tenant_id: e.tenant_id,
-                    topic: e.topic,
-                    routing_key: e.routing_key.clone(),
-                    ce_id: e.ce_id.clone(),
-                    subject: e.subject.clone(),
-                    body,
-                    job_id: None,
-                    created_at: e.created_at,
-                    stored: None,
-                };
-                groups.push((group, 1));
-                if singles {
-                    rows.push(one(e, OwedBy::Single));
-                }
+            // The entry itself starts the group unless a row of its own
+            // needs it too.
+            None if singles => {
+                groups.push((e.clone(), 1));
+                rows.push(one(e, OwedBy::Single));
             }
+            None => groups.push((e, 1)),
         }
     }
     rows.extend(groups.into_iter().map(|(entry, events)| NewRow {
@@ -272,33 +253,6 @@ fn rows_for(entries: Vec<Entry>, singles: bool, grouping: bool) -> Vec<NewRow> {
         events,
     }));
     rows
-}
-
-/// A stored event as a grouped row names it: `{"id":"…","at":micros}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
-pub struct EventAt {
-    pub id: EventId,
-    /// `occurred_at`, microseconds since the epoch (UTC).
-    pub at: i64,
-}
-
-impl EventAt {
-    /// The key to look the event up by.
-    pub fn key(&self) -> Option<(DateTime<Utc>, EventId)> {
-        Some((DateTime::from_timestamp_micros(self.at)?, self.id))
-    }
-}
-
-/// Appends `e` to a grouped row's body: its key when it is a stored event,
-/// else its body.
-fn push_grouped(body: &mut String, e: &Entry) {
-    use std::fmt::Write as _;
-    match e.stored {
-        Some((at, id)) => {
-            let _ = write!(body, "{{\"id\":\"{id}\",\"at\":{}}}", at.timestamp_micros());
-        }
-        None => body.push_str(&e.body),
-    }
 }
 
 /// The events a row's body carries (one, or a grouped row's several), in

@@ -358,10 +358,6 @@ impl Engine for PgStore {
             .collect()
     }
 
-    fn event_tables(&self, _range: &TimeRange) -> Vec<String> {
-        vec!["tracked_events".to_owned()]
-    }
-
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM tracked_events WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3",

@@ -303,9 +303,6 @@ pub(crate) async fn run(
             .collect();
 
         if emit.any() {
-            // Grouped sinks read the events back from storage: no body is
-            // rendered when no other sink takes them.
-            let bodies = emit.fans_out() || emit.relayed().any(|s| !emit.groups(s));
             let entries = todo
                 .iter()
                 .zip(&plan.contact_of)
@@ -315,25 +312,20 @@ pub(crate) async fn run(
                     routing_key: "core.event.tracked".to_owned(),
                     ce_id: format!("fastack.event.tracked.{}", i.id),
                     subject: i.id.to_string(),
-                    body: if bodies {
-                        tracked_body_of(&TrackedView {
-                            id: i.id,
-                            kind: i.event.kind,
-                            event: i.event.event.as_deref(),
-                            contact_id: *contact,
-                            user_id: i.event.user_id.as_deref(),
-                            anonymous_id: i.event.anonymous_id.as_deref(),
-                            properties: &i.event.properties,
-                            occurred_at: i.event.occurred_at,
-                            received_at: i.received_at,
-                            plan: i.event.plan.as_ref(),
-                        })
-                    } else {
-                        String::new()
-                    },
+                    body: tracked_body_of(&TrackedView {
+                        id: i.id,
+                        kind: i.event.kind,
+                        event: i.event.event.as_deref(),
+                        contact_id: *contact,
+                        user_id: i.event.user_id.as_deref(),
+                        anonymous_id: i.event.anonymous_id.as_deref(),
+                        properties: &i.event.properties,
+                        occurred_at: i.event.occurred_at,
+                        received_at: i.received_at,
+                        plan: i.event.plan.as_ref(),
+                    }),
                     job_id: None,
                     created_at: req.now,
-                    stored: Some((i.event.occurred_at.with_timezone(&Utc), i.id)),
                 })
                 .collect();
             let written = outbox::write(&mut tx, entries, &emit).await?;

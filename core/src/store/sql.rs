@@ -91,44 +91,11 @@ impl Dialect {
     /// it searched the key on its first two columns only, or put the table
     /// outside).
     pub fn stored_events(self, table: &str, tenant: Uuid, pairs: &[(DateTime<Utc>, Uuid)]) -> Q {
-        self.lookup_events(table, "t.id", tenant, pairs, "")
-    }
-
-    /// The rows themselves (`columns`, each named `t.<column>`), looked up
-    /// as [`Dialect::stored_events`] does, within `[from, to]` (which
-    /// bounds the partitions PostgreSQL visits).
-    pub fn events_at(
-        self,
-        table: &str,
-        columns: &str,
-        tenant: Uuid,
-        pairs: &[(DateTime<Utc>, Uuid)],
-        (from, to): (DateTime<Utc>, DateTime<Utc>),
-    ) -> Q {
-        // The lists take two parameters on PostgreSQL, one on SQLite.
-        let n = match self {
-            Dialect::Postgres => 4,
-            Dialect::Sqlite => 3,
-        };
-        let within = format!(" AND t.occurred_at >= ${n} AND t.occurred_at <= ${}", n + 1);
-        self.lookup_events(table, columns, tenant, pairs, &within)
-            .bind(from)
-            .bind(to)
-    }
-
-    fn lookup_events(
-        self,
-        table: &str,
-        select: &str,
-        tenant: Uuid,
-        pairs: &[(DateTime<Utc>, Uuid)],
-        and: &str,
-    ) -> Q {
         match self {
             Dialect::Postgres => {
                 let mut q = Q::new(format!(
-                    "SELECT {select} FROM UNNEST($2::timestamptz[], $3::uuid[]) AS j(at, id) \
-                     JOIN {table} t ON t.tenant_id = $1 AND t.occurred_at = j.at AND t.id = j.id{and}"
+                    "SELECT t.id FROM UNNEST($2::timestamptz[], $3::uuid[]) AS j(at, id) \
+                     JOIN {table} t ON t.tenant_id = $1 AND t.occurred_at = j.at AND t.id = j.id"
                 ))
                 .bind(tenant);
                 q.args
@@ -138,9 +105,9 @@ impl Dialect {
                 q
             }
             Dialect::Sqlite => Q::new(format!(
-                "SELECT {select} FROM json_each($2) AS j CROSS JOIN {table} AS t \
+                "SELECT t.id FROM json_each($2) AS j CROSS JOIN {table} AS t \
                  ON t.tenant_id = $1 AND t.occurred_at = (j.value ->> 0) \
-                 AND t.id = unhex(j.value ->> 1){and}"
+                 AND t.id = unhex(j.value ->> 1)"
             ))
             .bind(tenant)
             .bind({

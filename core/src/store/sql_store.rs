@@ -33,10 +33,9 @@ use serde_json::{Map, Value};
 
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, ConsoleRecords, Deliveries,
-    DropOutcome, DueDelivery, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, Month,
-    NewDelivery, OutboxBatch, OutboxRow, Owed, PartitionInfo, PartitionKey, ProcessOutcome,
-    ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey, TimeRange, Topic, ingest,
-    job_event, outbox,
+    DropOutcome, DueDelivery, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery,
+    OutboxBatch, OutboxRow, Owed, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest,
+    SealedSecrets, SinkName, Storage, TakenKey, TimeRange, Topic, ingest, job_event, outbox,
     sql::{Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::error::{Error, Result};
@@ -64,9 +63,6 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     fn inbox_rewritten(&self, _tenant: TenantId) {}
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()>;
     async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>>;
-    /// The tables to look `range`'s events up in by key (PostgreSQL: the
-    /// parent, pruned by the range; SQLite: the month tables that exist).
-    fn event_tables(&self, range: &TimeRange) -> Vec<String>;
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64>;
     /// The partitions that exist, sorted.
     async fn partition_keys(&self) -> Result<Vec<PartitionKey>>;
@@ -114,9 +110,6 @@ where
         .map(|m| T::try_from(m).map_err(Error::from))
         .transpose()
 }
-
-/// Events looked up by key per statement.
-const EVENTS_AT_CHUNK: usize = 5_000;
 
 /// Rows per multi-row insert (SQLite binds at most 32,766 values to one
 /// statement).
@@ -473,44 +466,6 @@ impl Storage for SqlStore {
         self.engine.query_events(q).await
     }
 
-    async fn events_at(
-        &self,
-        tenant: TenantId,
-        at: &[(DateTime<Utc>, EventId)],
-    ) -> Result<Vec<StoredEvent>> {
-        let mut by_month: BTreeMap<Month, Vec<(DateTime<Utc>, uuid::Uuid)>> = BTreeMap::new();
-        for (t, id) in at {
-            by_month.entry(Month::of(*t)).or_default().push((*t, id.0));
-        }
-        let columns = EVENT_COLUMNS
-            .split(',')
-            .map(|c| format!("t.{}", c.trim()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut found: HashMap<EventId, StoredEvent> = HashMap::with_capacity(at.len());
-        for (month, pairs) in by_month {
-            let Some(range) = TimeRange::new(month.start(), month.next().start()) else {
-                continue;
-            };
-            for table in self.engine.event_tables(&range) {
-                for chunk in pairs.chunks(EVENTS_AT_CHUNK) {
-                    let q = self.d().events_at(
-                        &table,
-                        &columns,
-                        tenant.0,
-                        chunk,
-                        (range.from, range.to),
-                    );
-                    for r in self.db.read(q).await? {
-                        let e = event_from(&r)?;
-                        found.insert(e.id, e);
-                    }
-                }
-            }
-        }
-        Ok(at.iter().filter_map(|(_, id)| found.remove(id)).collect())
-    }
-
     async fn get_contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
         self.load_contact(tenant, id).await
     }
@@ -691,7 +646,6 @@ impl Storage for SqlStore {
                 body,
                 job_id: Some(j.id),
                 created_at: j.finished_at.unwrap_or_else(Utc::now),
-                stored: None,
             }],
             emit,
         )
@@ -787,7 +741,6 @@ impl Storage for SqlStore {
                 body: row.text("event_body")?,
                 job_id: Some(id),
                 created_at: now,
-                stored: None,
             });
             repaired.push(id);
         }

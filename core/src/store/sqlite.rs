@@ -689,10 +689,6 @@ impl Engine for SqliteStore {
             .collect()
     }
 
-    fn event_tables(&self, range: &TimeRange) -> Vec<String> {
-        self.tables_for(range)
-    }
-
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
         let mut total = 0;
         for table in self.tables_for(&range) {
