@@ -18,8 +18,7 @@
 //! hour beside what the live mirror wrote.
 
 use std::{
-    borrow::Cow,
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashSet},
     sync::Arc,
     time::Duration,
 };
@@ -144,7 +143,7 @@ impl Sink for MirrorSink {
                 ..Sent::default()
             };
         };
-        let files = match encode_rows(&batch.name, &batch.rows, &self.schema, &self.props) {
+        let files = match encode_batch(&batch.name, &batch.rows, &self.schema, &self.props) {
             Ok(files) => files,
             Err(why) => {
                 warn!(batch = %batch.name, %why, "mirror cannot encode a batch; it is offered again");
@@ -205,41 +204,42 @@ struct File {
 }
 
 /// The body of a `core.event.tracked` (the event JSON), as the mirror
-/// reads it: borrowed where the JSON has no escapes, so a flush copies
-/// each value once, into its column.
+/// reads it.
 #[derive(Deserialize)]
 struct Body<'a> {
-    #[serde(borrow)]
-    id: Cow<'a, str>,
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    event: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    contact_id: Cow<'a, str>,
-    #[serde(borrow)]
-    user_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    anonymous_id: Option<Cow<'a, str>>,
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    event: Option<String>,
+    contact_id: String,
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
     #[serde(borrow)]
     properties: Option<&'a RawValue>,
     #[serde(borrow)]
     traits: Option<&'a RawValue>,
-    #[serde(borrow)]
-    occurred_at: Cow<'a, str>,
-    #[serde(borrow)]
-    received_at: Cow<'a, str>,
+    occurred_at: String,
+    received_at: String,
     plan_version: Option<i64>,
     #[serde(borrow)]
     schema_violations: Option<&'a RawValue>,
 }
 
-/// An event as a row of the files, borrowing from its body.
-struct Event<'a> {
-    tenant_id: &'a str,
+/// An event as a row of the files.
+struct Event {
+    id: String,
+    tenant_id: String,
+    kind: String,
+    event: Option<String>,
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+    contact_id: String,
     occurred_at: DateTime<Utc>,
     received_at: DateTime<Utc>,
-    body: Body<'a>,
+    plan_version: Option<i64>,
+    properties: Option<String>,
+    traits: Option<String>,
+    schema_violations: Option<String>,
 }
 
 fn time(field: &str, text: &str) -> Result<DateTime<Utc>, String> {
@@ -248,78 +248,58 @@ fn time(field: &str, text: &str) -> Result<DateTime<Utc>, String> {
         .map_err(|e| format!("{field} `{text}`: {e}"))
 }
 
-/// The events of a batch's rows (a grouped row carries several), in outbox
-/// order; `tenants` holds each tenant's id as text, which the rows borrow.
-fn events_of<'a>(
-    rows: &'a [OutboxRow],
-    tenants: &'a HashMap<TenantId, String>,
-) -> Result<Vec<Event<'a>>, String> {
-    let mut out = Vec::new();
-    for row in rows.iter().filter(|r| r.topic == Topic::Core) {
-        let tenant = tenants
-            .get(&row.tenant_id)
-            .map(String::as_str)
-            .unwrap_or_default();
-        for body in events_in::<Body<'_>>(&row.body) {
-            let event = body
-                .map_err(|e| e.to_string())
-                .and_then(|body| event_of(tenant, body))
-                .map_err(|e| format!("outbox row {}: {e}", row.id))?;
-            out.push(event);
-        }
-    }
-    Ok(out)
-}
-
-/// Each tenant's id as text, once per batch.
-fn tenants_of(rows: &[OutboxRow]) -> HashMap<TenantId, String> {
-    rows.iter()
-        .map(|r| (r.tenant_id, r.tenant_id.to_string()))
-        .collect()
+/// The events a row carries (a grouped row carries several).
+fn events_of(row: &OutboxRow) -> impl Iterator<Item = Result<Event, String>> + '_ {
+    events_in::<Body<'_>>(&row.body).map(move |body| {
+        body.map_err(|e| e.to_string())
+            .and_then(|body| event_of(row.tenant_id, body))
+            .map_err(|e| format!("outbox row {}: {e}", row.id))
+    })
 }
 
 /// An event from its JSON (the `core.event.tracked` body): the live mirror
 /// and the backfill read the same document.
-fn event_from<'a>(tenant: &'a str, json: &'a str) -> Result<Event<'a>, String> {
+fn event_from(tenant: TenantId, json: &str) -> Result<Event, String> {
     event_of(
         tenant,
         serde_json::from_str(json).map_err(|e| e.to_string())?,
     )
 }
 
-fn event_of<'a>(tenant: &'a str, body: Body<'a>) -> Result<Event<'a>, String> {
+fn event_of(tenant: TenantId, body: Body<'_>) -> Result<Event, String> {
     Ok(Event {
-        tenant_id: tenant,
         occurred_at: time("occurred_at", &body.occurred_at)?,
         received_at: time("received_at", &body.received_at)?,
-        body,
+        id: body.id,
+        tenant_id: tenant.to_string(),
+        kind: body.kind,
+        event: body.event,
+        user_id: body.user_id,
+        anonymous_id: body.anonymous_id,
+        contact_id: body.contact_id,
+        plan_version: body.plan_version,
+        properties: body.properties.map(|v| v.get().to_owned()),
+        traits: body.traits.map(|v| v.get().to_owned()),
+        schema_violations: body.schema_violations.map(|v| v.get().to_owned()),
     })
-}
-
-/// A batch's files from its outbox rows.
-fn encode_rows(
-    name: &str,
-    rows: &[OutboxRow],
-    schema: &Arc<Type>,
-    props: &Arc<WriterProperties>,
-) -> Result<Vec<File>, String> {
-    let tenants = tenants_of(rows);
-    encode_batch(name, events_of(rows, &tenants)?, schema, props)
 }
 
 /// The batch's files: one per tenant and hour, rows in outbox order.
 fn encode_batch(
     name: &str,
-    events: Vec<Event<'_>>,
+    rows: &[OutboxRow],
     schema: &Arc<Type>,
     props: &Arc<WriterProperties>,
 ) -> Result<Vec<File>, String> {
-    let mut parts: BTreeMap<String, Vec<Event<'_>>> = BTreeMap::new();
-    for event in events {
-        parts
-            .entry(hour_dir(event.tenant_id, event.occurred_at))
-            .or_default()
-            .push(event);
+    let mut parts: BTreeMap<String, Vec<Event>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.topic == Topic::Core) {
+        for event in events_of(row) {
+            let event = event?;
+            parts
+                .entry(hour_dir(&event.tenant_id, event.occurred_at))
+                .or_default()
+                .push(event);
+        }
     }
     parts
         .into_iter()
@@ -435,11 +415,7 @@ pub async fn backfill(
         } else {
             Vec::new()
         };
-        let bodies = read_hour(store, tenant, hour).await?;
-        let stored = bodies
-            .iter()
-            .map(|b| event_from(&tenant_text, b))
-            .collect::<Result<Vec<Event<'_>>, String>>()?;
+        let stored = read_hour(store, tenant, hour).await?;
         if stored.is_empty() && before.is_empty() {
             continue;
         }
@@ -458,21 +434,17 @@ pub async fn backfill(
         }
         // The mirror may be the only copy left (retention dropped the
         // partition): a rewrite never deletes what it cannot write again.
-        let kept: HashSet<&str> = stored.iter().map(|e| e.body.id.as_ref()).collect();
-        let lost = stale_ids
-            .iter()
-            .filter(|id| !kept.contains(id.as_str()))
-            .count();
+        let kept: HashSet<&String> = stored.iter().map(|e| &e.id).collect();
+        let lost = stale_ids.iter().filter(|id| !kept.contains(id)).count();
         if lost > 0 {
             return Err(format!(
                 "{dir} holds {lost} events storage no longer has (dropped by retention?): \
                  not rewritten"
             ));
         }
-        let (todo, have): (Vec<Event<'_>>, Vec<Event<'_>>) = stored.into_iter().partition(|e| {
-            let id = e.body.id.as_ref();
-            !owed.contains(id) && !mirrored.contains(id)
-        });
+        let (todo, have): (Vec<Event>, Vec<Event>) = stored
+            .into_iter()
+            .partition(|e| !owed.contains(&e.id) && !mirrored.contains(&e.id));
         held += have.len() as u64;
         for (n, chunk) in todo.chunks(BACKFILL_FILE_ROWS).enumerate() {
             let bytes = encode(chunk, &schema, &props).map_err(|e| format!("{dir}: {e}"))?;
@@ -520,13 +492,12 @@ async fn owed_ids(store: &dyn Storage, tenant: TenantId) -> Result<HashSet<Strin
     Ok(ids)
 }
 
-/// The tenant's stored events of one hour, as their JSON (which the
-/// mirror's rows are read from, as the live mirror reads outbox bodies).
+/// The tenant's stored events of one hour, as mirror rows.
 async fn read_hour(
     store: &dyn Storage,
     tenant: TenantId,
     range: TimeRange,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<Event>, String> {
     let mut out = Vec::new();
     let mut after: Option<(DateTime<Utc>, EventId)> = None;
     loop {
@@ -541,7 +512,9 @@ async fn read_hour(
             })
             .await
             .map_err(|e| e.to_string())?;
-        out.extend(page.iter().map(tracked_body));
+        for ev in &page {
+            out.push(event_from(tenant, &tracked_body(ev))?);
+        }
         match page.last() {
             Some(last) if page.len() == BACKFILL_PAGE as usize => {
                 after = Some((last.occurred_at.with_timezone(&Utc), last.id));
@@ -585,66 +558,50 @@ async fn ids_in(objects: &Objects, path: &str) -> Result<HashSet<String>, String
     Ok(ids)
 }
 
-/// A text column's values and definition levels (`None` for a required
-/// column). The values are copied once into one buffer and handed to the
-/// writer as slices of it: one allocation per column, not per value.
-fn text_column<'a>(
-    values: impl Iterator<Item = Option<&'a str>> + Clone,
-    required: bool,
-) -> (Vec<ByteArray>, Option<Vec<i16>>) {
-    let size = values.clone().map(|v| v.map_or(0, str::len)).sum();
-    let mut buf = Vec::with_capacity(size);
-    let mut ends = Vec::new();
-    let mut levels = (!required).then(Vec::new);
+/// Values of an optional column and their definition levels.
+fn optional(values: impl Iterator<Item = Option<Vec<u8>>>) -> (Vec<ByteArray>, Vec<i16>) {
+    let mut present = Vec::new();
+    let mut levels = Vec::new();
     for v in values {
-        if let Some(levels) = &mut levels {
-            levels.push(i16::from(v.is_some()));
-        }
+        levels.push(i16::from(v.is_some()));
         if let Some(v) = v {
-            buf.extend_from_slice(v.as_bytes());
-            ends.push(buf.len());
+            present.push(ByteArray::from(v));
         }
     }
-    let buf = bytes::Bytes::from(buf);
-    let mut start = 0;
-    let present = ends
-        .into_iter()
-        .map(|end| {
-            let value = ByteArray::from(buf.slice(start..end));
-            start = end;
-            value
-        })
-        .collect();
     (present, levels)
 }
 
+fn required<'a>(values: impl Iterator<Item = &'a str>) -> Vec<ByteArray> {
+    values
+        .map(|v| ByteArray::from(v.as_bytes().to_vec()))
+        .collect()
+}
+
 fn encode(
-    events: &[Event<'_>],
+    events: &[Event],
     schema: &Arc<Type>,
     props: &Arc<WriterProperties>,
 ) -> parquet::errors::Result<Vec<u8>> {
     let mut writer = SerializedFileWriter::new(Vec::new(), schema.clone(), props.clone())?;
     for group in events.chunks(ROW_GROUP_ROWS) {
         let mut rg = writer.next_row_group()?;
-        let text = |f: for<'e> fn(&'e Event<'_>) -> &'e str| {
-            text_column(group.iter().map(|e| Some(f(e))), true)
+        let text = |f: fn(&Event) -> &str| required(group.iter().map(f));
+        let opt = |f: fn(&Event) -> Option<&str>| {
+            optional(group.iter().map(|e| f(e).map(|s| s.as_bytes().to_vec())))
         };
-        let opt = |f: for<'e> fn(&'e Event<'_>) -> Option<&'e str>| {
-            text_column(group.iter().map(f), false)
-        };
-        let micros = |f: fn(&Event<'_>) -> DateTime<Utc>| -> Vec<i64> {
+        let micros = |f: fn(&Event) -> DateTime<Utc>| -> Vec<i64> {
             group.iter().map(|e| f(e).timestamp_micros()).collect()
         };
         let mut column = 0;
         while let Some(mut col) = rg.next_column()? {
             match column {
-                0 => write_text(&mut col, text(|e| &e.body.id))?,
-                1 => write_text(&mut col, text(|e| e.tenant_id))?,
-                2 => write_text(&mut col, text(|e| &e.body.kind))?,
-                3 => write_text(&mut col, opt(|e| e.body.event.as_deref()))?,
-                4 => write_text(&mut col, opt(|e| e.body.user_id.as_deref()))?,
-                5 => write_text(&mut col, opt(|e| e.body.anonymous_id.as_deref()))?,
-                6 => write_text(&mut col, text(|e| &e.body.contact_id))?,
+                0 => write_bytes(&mut col, &text(|e| &e.id), None)?,
+                1 => write_bytes(&mut col, &text(|e| &e.tenant_id), None)?,
+                2 => write_bytes(&mut col, &text(|e| &e.kind), None)?,
+                3 => write_opt(&mut col, opt(|e| e.event.as_deref()))?,
+                4 => write_opt(&mut col, opt(|e| e.user_id.as_deref()))?,
+                5 => write_opt(&mut col, opt(|e| e.anonymous_id.as_deref()))?,
+                6 => write_bytes(&mut col, &text(|e| &e.contact_id), None)?,
                 7 => {
                     col.typed::<Int64Type>()
                         .write_batch(&micros(|e| e.occurred_at), None, None)?;
@@ -654,38 +611,17 @@ fn encode(
                         .write_batch(&micros(|e| e.received_at), None, None)?;
                 }
                 9 => {
-                    let present: Vec<i64> =
-                        group.iter().filter_map(|e| e.body.plan_version).collect();
+                    let present: Vec<i64> = group.iter().filter_map(|e| e.plan_version).collect();
                     let levels: Vec<i16> = group
                         .iter()
-                        .map(|e| i16::from(e.body.plan_version.is_some()))
+                        .map(|e| i16::from(e.plan_version.is_some()))
                         .collect();
                     col.typed::<Int64Type>()
                         .write_batch(&present, Some(&levels), None)?;
                 }
-                10 => write_text(
-                    &mut col,
-                    text_column(
-                        group.iter().map(|e| e.body.properties.map(RawValue::get)),
-                        false,
-                    ),
-                )?,
-                11 => write_text(
-                    &mut col,
-                    text_column(
-                        group.iter().map(|e| e.body.traits.map(RawValue::get)),
-                        false,
-                    ),
-                )?,
-                12 => write_text(
-                    &mut col,
-                    text_column(
-                        group
-                            .iter()
-                            .map(|e| e.body.schema_violations.map(RawValue::get)),
-                        false,
-                    ),
-                )?,
+                10 => write_opt(&mut col, opt(|e| e.properties.as_deref()))?,
+                11 => write_opt(&mut col, opt(|e| e.traits.as_deref()))?,
+                12 => write_opt(&mut col, opt(|e| e.schema_violations.as_deref()))?,
                 _ => {
                     return Err(parquet::errors::ParquetError::General(format!(
                         "the schema has a column {column} the mirror does not write"
@@ -700,13 +636,21 @@ fn encode(
     writer.into_inner()
 }
 
-fn write_text(
+fn write_bytes(
     col: &mut parquet::file::writer::SerializedColumnWriter<'_>,
-    (values, levels): (Vec<ByteArray>, Option<Vec<i16>>),
+    values: &[ByteArray],
+    levels: Option<&[i16]>,
 ) -> parquet::errors::Result<()> {
     col.typed::<ByteArrayType>()
-        .write_batch(&values, levels.as_deref(), None)
+        .write_batch(values, levels, None)
         .map(drop)
+}
+
+fn write_opt(
+    col: &mut parquet::file::writer::SerializedColumnWriter<'_>,
+    (values, levels): (Vec<ByteArray>, Vec<i16>),
+) -> parquet::errors::Result<()> {
+    write_bytes(col, &values, Some(&levels))
 }
 
 #[cfg(test)]
@@ -745,7 +689,7 @@ mod tests {
             row(2, "2026-12-05T08:00:00Z"),
             row(3, "2026-12-05T07:30:00Z"),
         ];
-        let files = encode_rows("b1", &rows, &schema, &props).unwrap();
+        let files = encode_batch("b1", &rows, &schema, &props).unwrap();
         let paths: Vec<(&str, usize)> = files.iter().map(|f| (f.path.as_str(), f.rows)).collect();
         let tenant = uuid::Uuid::nil();
         assert_eq!(
@@ -762,7 +706,7 @@ mod tests {
             ]
         );
         assert!(files[0].bytes.starts_with(b"PAR1"));
-        let again = encode_rows("b1", &rows, &schema, &props).unwrap();
+        let again = encode_batch("b1", &rows, &schema, &props).unwrap();
         assert_eq!(files[0].bytes, again[0].bytes);
     }
 
@@ -772,7 +716,7 @@ mod tests {
         let mut grouped = row(1, "2026-12-05T07:10:00Z");
         let second = row(2, "2026-12-05T07:20:00Z");
         grouped.body = format!("{}\n{}", grouped.body, second.body);
-        let files = encode_rows(
+        let files = encode_batch(
             "b1",
             &[grouped, row(3, "2026-12-05T08:00:00Z")],
             &schema,
@@ -784,25 +728,11 @@ mod tests {
     }
 
     #[test]
-    fn escaped_text_is_written_as_the_text_it_stands_for() {
-        use parquet::file::reader::{FileReader, SerializedFileReader};
-        use parquet::record::RowAccessor;
-        let (schema, props) = setup();
-        let mut r = row(1, "2026-12-05T07:30:00Z");
-        r.body = r.body.replace(r#""u1""#, r#""say \"hi\" \u00e9""#);
-        let files = encode_rows("b1", &[r], &schema, &props).unwrap();
-        let reader = SerializedFileReader::new(bytes::Bytes::from(files[0].bytes.clone())).unwrap();
-        let first = reader.get_row_iter(None).unwrap().next().unwrap().unwrap();
-        assert_eq!(first.get_string(4).unwrap(), "say \"hi\" é");
-        assert_eq!(first.get_string(10).unwrap(), r#"{"total":1}"#);
-    }
-
-    #[test]
     fn a_body_that_is_not_an_event_is_an_error_not_a_row() {
         let (schema, props) = setup();
         let mut bad = row(1, "2026-12-05T07:30:00Z");
         bad.body = "{}".into();
-        let err = encode_rows("b1", &[bad], &schema, &props)
+        let err = encode_batch("b1", &[bad], &schema, &props)
             .err()
             .expect("refused");
         assert!(err.contains("outbox row 1"), "{err}");
