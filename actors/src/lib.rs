@@ -288,19 +288,20 @@ impl Runtime {
         }
     }
 
-    /// A job was queued: the runner looks at once.
-    pub fn job_queued(&self) {
+    /// A job was queued: the runner looks at once. (Called by the
+    /// operations of [`service`] that owe it, not by front ends.)
+    fn job_queued(&self) {
         self.ctx.signals.jobs.raise();
     }
 
     /// Deliveries were put back to pending (a replay): the dispatcher
     /// looks at once.
-    pub fn deliveries_queued(&self) {
+    fn deliveries_queued(&self) {
         self.ctx.signals.deliveries.raise();
     }
 
     /// New inbox rows for the tenant (a quarantined event put back).
-    pub fn wake(&self, tenant: TenantId) {
+    fn wake(&self, tenant: TenantId) {
         self.ctx.wake(tenant);
     }
 
@@ -314,19 +315,15 @@ impl Runtime {
         &self.ctx.plans
     }
 
-    /// Reads the latest tracking plans now (after an install on this node).
-    pub async fn refresh_plans(&self) -> Result<()> {
-        Ok(self.ctx.plans.refresh(self.ctx.store.as_ref()).await?)
+    /// Reads the latest tracking plans now (after an install or removal on
+    /// this node; the others read them within a refresh).
+    async fn plans_changed(&self) -> fastack_core::Result<()> {
+        self.ctx.plans.refresh(self.ctx.store.as_ref()).await
     }
 
     /// The deployment's keys (webhook secrets, export encryption).
     pub fn keys(&self) -> &Keys {
         &self.ctx.keys
-    }
-
-    /// Where exports and archives are stored.
-    pub fn objects(&self) -> &Objects {
-        &self.ctx.objects
     }
 
     /// The tenant's shared state if its actors run on this node (the

@@ -235,7 +235,7 @@ impl Runtime {
     ) -> Result<PlanVersion> {
         let installed =
             taxonomy::install(self.ctx.store.as_ref(), tenant, document, self.now()).await?;
-        self.ctx.plans.refresh(self.ctx.store.as_ref()).await?;
+        self.plans_changed().await?;
         Ok(installed)
     }
 
@@ -243,7 +243,7 @@ impl Runtime {
     pub async fn remove_plan(&self, tenant: TenantId) -> Result<Option<PlanVersion>> {
         let removed = taxonomy::remove(self.ctx.store.as_ref(), tenant, self.now()).await?;
         if removed.is_some() {
-            self.ctx.plans.refresh(self.ctx.store.as_ref()).await?;
+            self.plans_changed().await?;
         }
         Ok(removed)
     }
