@@ -11,7 +11,8 @@
 #   BACKEND sqlite|postgres; PROFILE track (32 connections) | batch (8)
 # A setting against its absence, with one build: the same binary twice and
 # NEW_SERVER_ENV="KEY=VALUE ..." for the new side (`{dir}` in a value is
-# the run's own directory, emptied after each run).
+# the run's own directory, emptied after each run). SERVER_ENV, in the same
+# form, is set for both sides (two builds with the mirror on).
 set -uo pipefail
 base=$1 new=$2 backend=$3 profile=$4 pairs=${5:-2}
 conns=32
@@ -24,6 +25,7 @@ for pair in $(seq "$pairs"); do
   for which in base new new base; do
     bin=$base
     extra=()
+    for kv in ${SERVER_ENV:-}; do extra+=(--server-env "${kv//\{dir\}/$dir/run}"); done
     if [ "$which" = new ]; then
       bin=$new
       for kv in ${NEW_SERVER_ENV:-}; do extra+=(--server-env "${kv//\{dir\}/$dir/run}"); done

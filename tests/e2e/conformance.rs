@@ -15,7 +15,7 @@ use fastack_core::{
     Error,
     store::{
         DropOutcome, Emit, EventQuery, Fence, IngestRow, Month, OutboxRow, PartitionKey,
-        ProcessOutcome, ProcessRequest, SinkName, Store, TimeRange, Topic, events_in,
+        ProcessOutcome, ProcessRequest, SinkName, Store, TimeRange, Topic, records_in,
     },
     validate::fingerprint,
 };
@@ -2150,8 +2150,8 @@ async fn grouped_rows_carry_a_rounds_events(store: &Store) {
     let ids_of = |rows: &[OutboxRow]| -> Vec<Vec<String>> {
         rows.iter()
             .map(|r| {
-                events_in::<Value>(&r.body)
-                    .map(|e| e.unwrap()["id"].as_str().unwrap().to_owned())
+                records_in(&r.body)
+                    .map(|e| e.unwrap().id.into_owned())
                     .collect()
             })
             .collect()
@@ -2194,6 +2194,6 @@ async fn grouped_rows_carry_a_rounds_events(store: &Store) {
     assert!(
         single
             .iter()
-            .all(|r| events_in::<Value>(&r.body).count() == 1)
+            .all(|r| serde_json::from_str::<Value>(&r.body).is_ok_and(|e| e["id"].is_string()))
     );
 }

@@ -29,8 +29,8 @@ use fastack_core::{
     Config,
     objects::Objects,
     store::{
-        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, events_in,
-        tracked_body,
+        EventQuery, EventRecord, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic,
+        record_of, records_in,
     },
 };
 use fastack_entities::{EventId, Job, TenantId};
@@ -39,10 +39,12 @@ use parquet::{
     basic::{Compression, ZstdLevel},
     data_type::{ByteArray, ByteArrayType, Int64Type},
     file::{properties::WriterProperties, writer::SerializedFileWriter},
-    schema::{parser::parse_message_type, types::Type},
+    schema::{
+        parser::parse_message_type,
+        types::{ColumnPath, Type},
+    },
 };
-use serde::Deserialize;
-use serde_json::{Value, json, value::RawValue};
+use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::{Flush, Sent, Sink};
@@ -65,6 +67,9 @@ pub const SCHEMA: &str = "message event {
     OPTIONAL BYTE_ARRAY traits (STRING);
     OPTIONAL BYTE_ARRAY schema_violations (STRING);
 }";
+
+/// Columns whose values rarely repeat: written without a dictionary.
+const UNIQUE_COLUMNS: &[&str] = &["id", "occurred_at", "received_at", "properties", "traits"];
 
 /// Rows per row group: readers skip and parallelise by row group.
 const ROW_GROUP_ROWS: usize = 128 * 1024;
@@ -186,10 +191,16 @@ impl Sink for MirrorSink {
 /// and the backfill.
 fn writer() -> Result<(Arc<Type>, Arc<WriterProperties>), String> {
     let schema = parse_message_type(SCHEMA).map_err(|e| e.to_string())?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).map_err(|e| e.to_string())?,
-        ))
+    let mut props = WriterProperties::builder().set_compression(Compression::ZSTD(
+        ZstdLevel::try_new(3).map_err(|e| e.to_string())?,
+    ));
+    // A dictionary only where values repeat: one built for ids, times
+    // and properties is abandoned once it outgrows its page, after hashing
+    // every value into it.
+    for unique in UNIQUE_COLUMNS {
+        props = props.set_column_dictionary_enabled(ColumnPath::from(*unique), false);
+    }
+    let props = props
         // The same bytes for the same rows, whichever node writes them.
         .set_created_by(format!("fastack {}", env!("CARGO_PKG_VERSION")))
         .build();
@@ -203,32 +214,9 @@ struct File {
     rows: usize,
 }
 
-/// The body of a `core.event.tracked` (the event JSON), as the mirror
-/// reads it.
-#[derive(Deserialize)]
-struct Body<'a> {
-    id: String,
-    #[serde(rename = "type")]
-    kind: String,
-    event: Option<String>,
-    contact_id: String,
-    user_id: Option<String>,
-    anonymous_id: Option<String>,
-    #[serde(borrow)]
-    properties: Option<&'a RawValue>,
-    #[serde(borrow)]
-    traits: Option<&'a RawValue>,
-    occurred_at: String,
-    received_at: String,
-    plan_version: Option<i64>,
-    #[serde(borrow)]
-    schema_violations: Option<&'a RawValue>,
-}
-
 /// An event as a row of the files.
 struct Event {
     id: String,
-    tenant_id: String,
     kind: String,
     event: Option<String>,
     user_id: Option<String>,
@@ -242,46 +230,31 @@ struct Event {
     schema_violations: Option<String>,
 }
 
-fn time(field: &str, text: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(text)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("{field} `{text}`: {e}"))
-}
-
 /// The events a row carries (a grouped row carries several).
 fn events_of(row: &OutboxRow) -> impl Iterator<Item = Result<Event, String>> + '_ {
-    events_in::<Body<'_>>(&row.body).map(move |body| {
-        body.map_err(|e| e.to_string())
-            .and_then(|body| event_of(row.tenant_id, body))
+    records_in(&row.body).map(move |record| {
+        record
+            .map(event_of)
             .map_err(|e| format!("outbox row {}: {e}", row.id))
     })
 }
 
-/// An event from its JSON (the `core.event.tracked` body): the live mirror
-/// and the backfill read the same document.
-fn event_from(tenant: TenantId, json: &str) -> Result<Event, String> {
-    event_of(
-        tenant,
-        serde_json::from_str(json).map_err(|e| e.to_string())?,
-    )
-}
-
-fn event_of(tenant: TenantId, body: Body<'_>) -> Result<Event, String> {
-    Ok(Event {
-        occurred_at: time("occurred_at", &body.occurred_at)?,
-        received_at: time("received_at", &body.received_at)?,
-        id: body.id,
-        tenant_id: tenant.to_string(),
-        kind: body.kind,
-        event: body.event,
-        user_id: body.user_id,
-        anonymous_id: body.anonymous_id,
-        contact_id: body.contact_id,
-        plan_version: body.plan_version,
-        properties: body.properties.map(|v| v.get().to_owned()),
-        traits: body.traits.map(|v| v.get().to_owned()),
-        schema_violations: body.schema_violations.map(|v| v.get().to_owned()),
-    })
+fn event_of(r: EventRecord<'_>) -> Event {
+    let owned = |v: Option<std::borrow::Cow<'_, str>>| v.map(|v| v.into_owned());
+    Event {
+        id: r.id.into_owned(),
+        kind: r.kind.into_owned(),
+        event: owned(r.event),
+        user_id: owned(r.user_id),
+        anonymous_id: owned(r.anonymous_id),
+        contact_id: r.contact_id.into_owned(),
+        occurred_at: r.occurred_at,
+        received_at: r.received_at,
+        plan_version: r.plan_version,
+        properties: owned(r.properties),
+        traits: owned(r.traits),
+        schema_violations: owned(r.schema_violations),
+    }
 }
 
 /// The batch's files: one per tenant and hour, rows in outbox order.
@@ -291,23 +264,32 @@ fn encode_batch(
     schema: &Arc<Type>,
     props: &Arc<WriterProperties>,
 ) -> Result<Vec<File>, String> {
-    let mut parts: BTreeMap<String, Vec<Event>> = BTreeMap::new();
+    // By tenant and hour since the epoch: the directory is named once a
+    // file, not once an event.
+    let mut parts: BTreeMap<(TenantId, i64), Vec<Event>> = BTreeMap::new();
     for row in rows.iter().filter(|r| r.topic == Topic::Core) {
         for event in events_of(row) {
             let event = event?;
             parts
-                .entry(hour_dir(&event.tenant_id, event.occurred_at))
+                .entry((
+                    row.tenant_id,
+                    event.occurred_at.timestamp().div_euclid(3600),
+                ))
                 .or_default()
                 .push(event);
         }
     }
     parts
         .into_iter()
-        .map(|(dir, events)| {
+        .map(|((tenant, hour), events)| {
+            let tenant = tenant.to_string();
+            let start = DateTime::from_timestamp(hour * 3600, 0).unwrap_or_default();
+            let dir = hour_dir(&tenant, start);
             Ok(File {
                 path: format!("{dir}/{name}.parquet"),
                 rows: events.len(),
-                bytes: encode(&events, schema, props).map_err(|e| format!("{dir}: {e}"))?,
+                bytes: encode(&tenant, &events, schema, props)
+                    .map_err(|e| format!("{dir}: {e}"))?,
             })
         })
         .collect()
@@ -447,7 +429,8 @@ pub async fn backfill(
             .partition(|e| !owed.contains(&e.id) && !mirrored.contains(&e.id));
         held += have.len() as u64;
         for (n, chunk) in todo.chunks(BACKFILL_FILE_ROWS).enumerate() {
-            let bytes = encode(chunk, &schema, &props).map_err(|e| format!("{dir}: {e}"))?;
+            let bytes =
+                encode(&tenant_text, chunk, &schema, &props).map_err(|e| format!("{dir}: {e}"))?;
             let path = format!("{dir}/backfill-{}-{}-{n}.parquet", job.id, job.attempts);
             objects.put(&path, bytes).await.map_err(|e| e.to_string())?;
             written += chunk.len() as u64;
@@ -475,18 +458,15 @@ pub async fn backfill(
 /// The ids of the tenant's events the live mirror still owes: it is going
 /// to write them, so the backfill must not.
 async fn owed_ids(store: &dyn Storage, tenant: TenantId) -> Result<HashSet<String>, String> {
-    #[derive(Deserialize)]
-    struct Id {
-        id: String,
-    }
     let mut ids = HashSet::new();
     for row in store
         .outbox_owed_rows(MirrorSink::NAME, tenant)
         .await
         .map_err(|e| e.to_string())?
     {
-        for id in events_in::<Id>(&row.body) {
-            ids.insert(id.map_err(|e| format!("outbox row {}: {e}", row.id))?.id);
+        for record in records_in(&row.body) {
+            let record = record.map_err(|e| format!("outbox row {}: {e}", row.id))?;
+            ids.insert(record.id.into_owned());
         }
     }
     Ok(ids)
@@ -513,7 +493,11 @@ async fn read_hour(
             .await
             .map_err(|e| e.to_string())?;
         for ev in &page {
-            out.push(event_from(tenant, &tracked_body(ev))?);
+            // Through the record the live mirror reads: one mapping.
+            let record = record_of(ev);
+            for read in records_in(&record) {
+                out.push(event_of(read.map_err(|e| e.to_string())?));
+            }
         }
         match page.last() {
             Some(last) if page.len() == BACKFILL_PAGE as usize => {
@@ -577,7 +561,9 @@ fn required<'a>(values: impl Iterator<Item = &'a str>) -> Vec<ByteArray> {
         .collect()
 }
 
+/// A file of one tenant's events.
 fn encode(
+    tenant: &str,
     events: &[Event],
     schema: &Arc<Type>,
     props: &Arc<WriterProperties>,
@@ -596,7 +582,7 @@ fn encode(
         while let Some(mut col) = rg.next_column()? {
             match column {
                 0 => write_bytes(&mut col, &text(|e| &e.id), None)?,
-                1 => write_bytes(&mut col, &text(|e| &e.tenant_id), None)?,
+                1 => write_bytes(&mut col, &vec![ByteArray::from(tenant); group.len()], None)?,
                 2 => write_bytes(&mut col, &text(|e| &e.kind), None)?,
                 3 => write_opt(&mut col, opt(|e| e.event.as_deref()))?,
                 4 => write_opt(&mut col, opt(|e| e.user_id.as_deref()))?,
@@ -710,12 +696,27 @@ mod tests {
         assert_eq!(files[0].bytes, again[0].bytes);
     }
 
+    fn stored(occurred: &str) -> fastack_entities::StoredEvent {
+        fastack_entities::StoredEvent {
+            id: EventId::new(),
+            kind: fastack_entities::EventKind::Track,
+            event: Some("Order Completed".into()),
+            contact_id: fastack_entities::ContactId::new(),
+            user_id: None,
+            anonymous_id: Some("a1".into()),
+            properties: serde_json::Map::new(),
+            occurred_at: DateTime::parse_from_rfc3339(occurred).unwrap(),
+            received_at: Utc::now(),
+            plan: None,
+        }
+    }
+
     #[test]
     fn a_grouped_row_is_all_its_events() {
         let (schema, props) = setup();
         let mut grouped = row(1, "2026-12-05T07:10:00Z");
-        let second = row(2, "2026-12-05T07:20:00Z");
-        grouped.body = format!("{}\n{}", grouped.body, second.body);
+        grouped.body = record_of(&stored("2026-12-05T07:10:00Z"))
+            + &record_of(&stored("2026-12-05T08:20:00+01:00"));
         let files = encode_batch(
             "b1",
             &[grouped, row(3, "2026-12-05T08:00:00Z")],

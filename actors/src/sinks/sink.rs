@@ -34,9 +34,9 @@ pub trait Sink: Send + Sync + 'static {
     const NAME: SinkName;
     /// Rows per batch.
     const BATCH: u32 = 500;
-    /// Owed one outbox row per writing transaction, holding its events one
-    /// after another (`store::events_in` reads them), instead of a row per
-    /// event: a row (and its claim, completion and delete) per commit
+    /// Owed one outbox row per writing transaction, holding its events'
+    /// records one after another (`store::records_in` reads them), instead
+    /// of a row per event: a row (and its claim, completion and delete) per commit
     /// rather than per event. For a sink that only takes whole batches
     /// ([`Sink::batches`]) and reads every event of a row.
     const GROUPED: bool = false;

@@ -42,18 +42,7 @@ pub fn archive_row(
 /// The JSON body of a `core.event.tracked` event (same fields as
 /// `GET /v1/core/events`).
 pub fn tracked_body(ev: &StoredEvent) -> String {
-    tracked_body_of(&TrackedView {
-        id: ev.id,
-        kind: ev.kind,
-        event: ev.event.as_deref(),
-        contact_id: ev.contact_id,
-        user_id: ev.user_id.as_deref(),
-        anonymous_id: ev.anonymous_id.as_deref(),
-        properties: &ev.properties,
-        occurred_at: ev.occurred_at,
-        received_at: ev.received_at,
-        plan: ev.plan.as_ref(),
-    })
+    tracked_body_of(&TrackedView::of(ev))
 }
 
 /// An event as [`tracked_body`] renders it, borrowed: processing renders
@@ -69,6 +58,23 @@ pub(crate) struct TrackedView<'a> {
     pub occurred_at: DateTime<chrono::FixedOffset>,
     pub received_at: DateTime<Utc>,
     pub plan: Option<&'a fastack_entities::PlanCheck>,
+}
+
+impl<'a> TrackedView<'a> {
+    pub fn of(ev: &'a StoredEvent) -> Self {
+        TrackedView {
+            id: ev.id,
+            kind: ev.kind,
+            event: ev.event.as_deref(),
+            contact_id: ev.contact_id,
+            user_id: ev.user_id.as_deref(),
+            anonymous_id: ev.anonymous_id.as_deref(),
+            properties: &ev.properties,
+            occurred_at: ev.occurred_at,
+            received_at: ev.received_at,
+            plan: ev.plan.as_ref(),
+        }
+    }
 }
 
 /// Renders the body straight from borrowed fields. The keys are written in
@@ -128,6 +134,11 @@ pub(crate) fn tracked_body_of(ev: &TrackedView<'_>) -> String {
         user_id: ev.user_id,
     };
     serde_json::to_string(&body).expect("an event body serialises")
+}
+
+/// A JSON object as text (properties, traits): keys sorted.
+pub(crate) fn json_text(map: &serde_json::Map<String, serde_json::Value>) -> String {
+    serde_json::to_string(map).expect("a JSON map serialises")
 }
 
 /// An event's `annotations` column: what its tracking plan said.

@@ -26,6 +26,7 @@ mod ingest;
 mod outbox;
 pub mod postgres;
 mod processing;
+mod record;
 mod records;
 pub(crate) mod sql;
 pub mod sql_store;
@@ -41,7 +42,7 @@ pub use console::ConsoleRecords;
 pub use deliveries::{Deliveries, Replayed};
 pub(crate) use encoding::{annotations, decode_payload, plan_of};
 pub use encoding::{archive_row, tracked_body, v7_floor};
-pub use outbox::events_in;
+pub use record::{EventRecord, record_of, records_in};
 pub use records::*;
 pub use sql::Db;
 

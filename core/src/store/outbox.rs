@@ -36,7 +36,11 @@ pub(crate) struct Entry {
     pub routing_key: String,
     pub ce_id: String,
     pub subject: String,
+    /// The event JSON (empty when only grouped sinks take the event).
     pub body: String,
+    /// The event's record ([`super::record`]), what a grouped row carries:
+    /// `Some` for an event when a grouped sink takes it.
+    pub record: Option<String>,
     pub job_id: Option<JobId>,
     pub created_at: DateTime<Utc>,
 }
@@ -204,8 +208,10 @@ enum OwedBy {
 
 /// The outbox rows for `entries`: one row per event for the sinks that take
 /// events one by one; for the grouped sinks one row per tenant and topic,
-/// the events' bodies one after another (read back with [`events_in`]). A
-/// job's event is never grouped: its row clears the job's pending marker.
+/// the events' records one after another (read back with
+/// [`super::records_in`]). A job's event is never grouped: its row clears
+/// the job's pending marker; nor is an event without its record (its JSON
+/// reads back as a record too).
 fn rows_for(entries: Vec<Entry>, singles: bool, grouping: bool) -> Vec<NewRow> {
     let one = |entry, owed_by| NewRow {
         entry,
@@ -214,37 +220,46 @@ fn rows_for(entries: Vec<Entry>, singles: bool, grouping: bool) -> Vec<NewRow> {
     };
     let mut rows = Vec::new();
     let mut groups: Vec<(Entry, i64)> = Vec::new();
-    for e in entries {
-        if e.job_id.is_some() {
-            rows.push(one(e, OwedBy::All));
-            continue;
-        }
-        if !grouping {
-            if singles {
-                rows.push(one(e, OwedBy::Single));
+    for mut e in entries {
+        let record = match e.record.take() {
+            Some(record) if grouping && e.job_id.is_none() => record,
+            _ if e.job_id.is_some() || grouping => {
+                rows.push(one(e, OwedBy::All));
+                continue;
             }
-            continue;
-        }
+            _ => {
+                if singles {
+                    rows.push(one(e, OwedBy::Single));
+                }
+                continue;
+            }
+        };
         match groups
             .iter_mut()
             .find(|(g, _)| g.tenant_id == e.tenant_id && g.topic == e.topic)
         {
             Some((group, n)) => {
-                group.body.push('\n');
-                group.body.push_str(&e.body);
+                group.body.push_str(&record);
                 group.created_at = group.created_at.max(e.created_at);
                 *n += 1;
-                if singles {
-                    rows.push(one(e, OwedBy::Single));
-                }
             }
-            // The entry itself starts the group unless a row of its own
-            // needs it too.
-            None if singles => {
-                groups.push((e.clone(), 1));
-                rows.push(one(e, OwedBy::Single));
-            }
-            None => groups.push((e, 1)),
+            None => groups.push((
+                Entry {
+                    tenant_id: e.tenant_id,
+                    topic: e.topic,
+                    routing_key: e.routing_key.clone(),
+                    ce_id: e.ce_id.clone(),
+                    subject: e.subject.clone(),
+                    body: record,
+                    record: None,
+                    job_id: None,
+                    created_at: e.created_at,
+                },
+                1,
+            )),
+        }
+        if singles {
+            rows.push(one(e, OwedBy::Single));
         }
     }
     rows.extend(groups.into_iter().map(|(entry, events)| NewRow {
@@ -253,14 +268,6 @@ fn rows_for(entries: Vec<Entry>, singles: bool, grouping: bool) -> Vec<NewRow> {
         events,
     }));
     rows
-}
-
-/// The events a row's body carries (one, or a grouped row's several), in
-/// the order they were written, each decoded as `T`.
-pub fn events_in<'a, T: serde::Deserialize<'a> + 'a>(
-    body: &'a str,
-) -> impl Iterator<Item = serde_json::Result<T>> + 'a {
-    serde_json::Deserializer::from_str(body).into_iter::<T>()
 }
 
 /// The notification channel of new outbox rows (PostgreSQL).

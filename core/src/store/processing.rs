@@ -15,13 +15,14 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, NewEvent, TenantId};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
     Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, annotations, decode_payload,
-    encoding::{TrackedView, tracked_body_of},
+    encoding::{TrackedView, json_text, tracked_body_of},
     outbox,
+    record::write_record,
     sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::{
@@ -188,6 +189,24 @@ pub(crate) async fn run(
         let plan = identity::resolve(&events, &snapshot);
         apply_plan(&mut tx, tenant, &plan, req.now).await?;
 
+        // Rendered once: the event's own row takes the text, a grouped
+        // sink's record copies it.
+        let mut properties: Vec<String> = todo
+            .iter()
+            .map(|i| json_text(&i.event.properties))
+            .collect();
+        let mut records = emit.groups_any().then(|| {
+            todo.iter()
+                .zip(&plan.contact_of)
+                .zip(&properties)
+                .map(|((i, contact), props)| {
+                    let mut record = String::with_capacity(props.len() + 256);
+                    write_record(&mut record, &view(i, *contact), props);
+                    record
+                })
+                .collect::<Vec<String>>()
+                .into_iter()
+        });
         // Rows by table (one on PostgreSQL, a table per month on SQLite).
         for (key, idx) in &by_partition(&todo, req.retention_class) {
             let table = &layout.table(key);
@@ -248,8 +267,8 @@ pub(crate) async fn run(
                             (
                                 "properties",
                                 Col::Json(
-                                    rows.iter()
-                                        .map(|(i, _)| json_text(&i.event.properties))
+                                    idx.iter()
+                                        .map(|i| std::mem::take(&mut properties[*i]))
                                         .collect(),
                                 ),
                             ),
@@ -303,29 +322,33 @@ pub(crate) async fn run(
             .collect();
 
         if emit.any() {
+            let bodies = emit.takes_bodies();
             let entries = todo
                 .iter()
                 .zip(&plan.contact_of)
-                .map(|(i, contact)| outbox::Entry {
-                    tenant_id: tenant,
-                    topic: Topic::Core,
-                    routing_key: "core.event.tracked".to_owned(),
-                    ce_id: format!("fastack.event.tracked.{}", i.id),
-                    subject: i.id.to_string(),
-                    body: tracked_body_of(&TrackedView {
-                        id: i.id,
-                        kind: i.event.kind,
-                        event: i.event.event.as_deref(),
-                        contact_id: *contact,
-                        user_id: i.event.user_id.as_deref(),
-                        anonymous_id: i.event.anonymous_id.as_deref(),
-                        properties: &i.event.properties,
-                        occurred_at: i.event.occurred_at,
-                        received_at: i.received_at,
-                        plan: i.event.plan.as_ref(),
-                    }),
-                    job_id: None,
-                    created_at: req.now,
+                .map(|(i, contact)| {
+                    // A grouped row is read back as records, never sent as
+                    // one CloudEvent: it needs no id, subject or JSON.
+                    let (ce_id, subject, body) = if bodies {
+                        (
+                            format!("fastack.event.tracked.{}", i.id),
+                            i.id.to_string(),
+                            tracked_body_of(&view(i, *contact)),
+                        )
+                    } else {
+                        Default::default()
+                    };
+                    outbox::Entry {
+                        tenant_id: tenant,
+                        topic: Topic::Core,
+                        routing_key: "core.event.tracked".to_owned(),
+                        ce_id,
+                        subject,
+                        body,
+                        record: records.as_mut().and_then(Iterator::next),
+                        job_id: None,
+                        created_at: req.now,
+                    }
                 })
                 .collect();
             let written = outbox::write(&mut tx, entries, &emit).await?;
@@ -341,6 +364,22 @@ pub(crate) async fn run(
     Ok(outcome)
 }
 
+/// An item as the event JSON and record render it.
+fn view(i: &Item, contact_id: ContactId) -> TrackedView<'_> {
+    TrackedView {
+        id: i.id,
+        kind: i.event.kind,
+        event: i.event.event.as_deref(),
+        contact_id,
+        user_id: i.event.user_id.as_deref(),
+        anonymous_id: i.event.anonymous_id.as_deref(),
+        properties: &i.event.properties,
+        occurred_at: i.event.occurred_at,
+        received_at: i.received_at,
+        plan: i.event.plan.as_ref(),
+    }
+}
+
 /// Positions of `items` by the partition their rows go to.
 fn by_partition(items: &[&Item], retention_class: i16) -> BTreeMap<PartitionKey, Vec<usize>> {
     let mut out: BTreeMap<PartitionKey, Vec<usize>> = BTreeMap::new();
@@ -352,10 +391,6 @@ fn by_partition(items: &[&Item], retention_class: i16) -> BTreeMap<PartitionKey,
         out.entry(key).or_default().push(i);
     }
     out
-}
-
-fn json_text(map: &Map<String, Value>) -> String {
-    serde_json::to_string(map).expect("a JSON map serialises")
 }
 
 /// What identity resolution needs to know about a batch: the contacts of

@@ -424,6 +424,17 @@ impl Emit {
         self.sinks.iter().copied().filter(|s| *s != FAN_OUT)
     }
 
+    /// Whether an event's JSON is needed: the fan-out or a sink owed a
+    /// row per event takes it.
+    pub fn takes_bodies(&self) -> bool {
+        self.fans_out() || self.relayed().any(|s| !self.groups(s))
+    }
+
+    /// Whether a sink is owed grouped rows (of event records).
+    pub fn groups_any(&self) -> bool {
+        !self.grouped.is_empty()
+    }
+
     /// Whether `sink` is owed grouped rows.
     pub fn groups(&self, sink: SinkName) -> bool {
         self.grouped.contains(&sink)

@@ -644,6 +644,7 @@ impl Storage for SqlStore {
                 ce_id,
                 subject: j.id.0.to_string(),
                 body,
+                record: None,
                 job_id: Some(j.id),
                 created_at: j.finished_at.unwrap_or_else(Utc::now),
             }],
@@ -739,6 +740,7 @@ impl Storage for SqlStore {
                 ce_id,
                 subject: id.to_string(),
                 body: row.text("event_body")?,
+                record: None,
                 job_id: Some(id),
                 created_at: now,
             });
