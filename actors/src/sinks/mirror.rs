@@ -191,8 +191,10 @@ impl Sink for MirrorSink {
 /// and the backfill.
 fn writer() -> Result<(Arc<Type>, Arc<WriterProperties>), String> {
     let schema = parse_message_type(SCHEMA).map_err(|e| e.to_string())?;
+    // Level 1: on the mirror's own files faster than the default 3 and no
+    // larger (benches/README.md, "the mirror's files by codec").
     let mut props = WriterProperties::builder().set_compression(Compression::ZSTD(
-        ZstdLevel::try_new(3).map_err(|e| e.to_string())?,
+        ZstdLevel::try_new(1).map_err(|e| e.to_string())?,
     ));
     // A dictionary only where values repeat: one built for ids, times
     // and properties is abandoned once it outgrows its page, after hashing
