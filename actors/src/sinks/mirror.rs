@@ -18,12 +18,14 @@
 //! hour beside what the live mirror wrote.
 
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashSet},
     sync::Arc,
     time::Duration,
 };
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use chrono::{DateTime, DurationRound, Timelike, Utc};
 use fastack_core::{
     Config,
@@ -38,7 +40,10 @@ use futures::{StreamExt, TryStreamExt};
 use parquet::{
     basic::{Compression, ZstdLevel},
     data_type::{ByteArray, ByteArrayType, Int64Type},
-    file::{properties::WriterProperties, writer::SerializedFileWriter},
+    file::{
+        properties::{EnabledStatistics, WriterProperties},
+        writer::SerializedFileWriter,
+    },
     schema::{
         parser::parse_message_type,
         types::{ColumnPath, Type},
@@ -70,6 +75,9 @@ pub const SCHEMA: &str = "message event {
 
 /// Columns whose values rarely repeat: written without a dictionary.
 const UNIQUE_COLUMNS: &[&str] = &["id", "occurred_at", "received_at", "properties", "traits"];
+
+/// Columns of JSON text: no statistics.
+const JSON_COLUMNS: &[&str] = &["properties", "traits", "schema_violations"];
 
 /// Rows per row group: readers skip and parallelise by row group.
 const ROW_GROUP_ROWS: usize = 128 * 1024;
@@ -202,6 +210,11 @@ fn writer() -> Result<(Arc<Type>, Arc<WriterProperties>), String> {
     for unique in UNIQUE_COLUMNS {
         props = props.set_column_dictionary_enabled(ColumnPath::from(*unique), false);
     }
+    // A JSON document's least and greatest text tell a reader nothing.
+    for json in JSON_COLUMNS {
+        props =
+            props.set_column_statistics_enabled(ColumnPath::from(*json), EnabledStatistics::None);
+    }
     let props = props
         // The same bytes for the same rows, whichever node writes them.
         .set_created_by(format!("fastack {}", env!("CARGO_PKG_VERSION")))
@@ -216,46 +229,66 @@ struct File {
     rows: usize,
 }
 
-/// An event as a row of the files.
+/// An event as a row of the files: its texts as the Parquet writer takes
+/// them, each a view of the outbox row's body (no copy per field).
 struct Event {
-    id: String,
-    kind: String,
-    event: Option<String>,
-    user_id: Option<String>,
-    anonymous_id: Option<String>,
-    contact_id: String,
+    id: ByteArray,
+    kind: ByteArray,
+    event: Option<ByteArray>,
+    user_id: Option<ByteArray>,
+    anonymous_id: Option<ByteArray>,
+    contact_id: ByteArray,
     occurred_at: DateTime<Utc>,
     received_at: DateTime<Utc>,
     plan_version: Option<i64>,
-    properties: Option<String>,
-    traits: Option<String>,
-    schema_violations: Option<String>,
+    properties: Option<ByteArray>,
+    traits: Option<ByteArray>,
+    schema_violations: Option<ByteArray>,
+}
+
+impl Event {
+    fn id(&self) -> &str {
+        self.id.as_utf8().unwrap_or_default()
+    }
 }
 
 /// The events a row carries (a grouped row carries several).
 fn events_of(row: &OutboxRow) -> impl Iterator<Item = Result<Event, String>> + '_ {
+    // One copy of the body; each field is then a view of it.
+    let bytes = Bytes::copy_from_slice(row.body.as_bytes());
     records_in(&row.body).map(move |record| {
         record
-            .map(event_of)
+            .map(|record| event_of(&row.body, &bytes, record))
             .map_err(|e| format!("outbox row {}: {e}", row.id))
     })
 }
 
-fn event_of(r: EventRecord<'_>) -> Event {
-    let owned = |v: Option<std::borrow::Cow<'_, str>>| v.map(|v| v.into_owned());
+/// The event of a record read from `text`, whose bytes are `bytes`.
+fn event_of(text: &str, bytes: &Bytes, r: EventRecord<'_>) -> Event {
+    let view = |value: Cow<'_, str>| match value {
+        Cow::Borrowed(part) => {
+            let at = (part.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+            match bytes.get(at..at + part.len()) {
+                Some(_) => ByteArray::from(bytes.slice(at..at + part.len())),
+                None => ByteArray::from(part.as_bytes()),
+            }
+        }
+        Cow::Owned(part) => ByteArray::from(part.into_bytes()),
+    };
+    let opt = |value: Option<Cow<'_, str>>| value.map(view);
     Event {
-        id: r.id.into_owned(),
-        kind: r.kind.into_owned(),
-        event: owned(r.event),
-        user_id: owned(r.user_id),
-        anonymous_id: owned(r.anonymous_id),
-        contact_id: r.contact_id.into_owned(),
+        id: view(r.id),
+        kind: view(r.kind),
+        event: opt(r.event),
+        user_id: opt(r.user_id),
+        anonymous_id: opt(r.anonymous_id),
+        contact_id: view(r.contact_id),
         occurred_at: r.occurred_at,
         received_at: r.received_at,
         plan_version: r.plan_version,
-        properties: owned(r.properties),
-        traits: owned(r.traits),
-        schema_violations: owned(r.schema_violations),
+        properties: opt(r.properties),
+        traits: opt(r.traits),
+        schema_violations: opt(r.schema_violations),
     }
 }
 
@@ -418,8 +451,11 @@ pub async fn backfill(
         }
         // The mirror may be the only copy left (retention dropped the
         // partition): a rewrite never deletes what it cannot write again.
-        let kept: HashSet<&String> = stored.iter().map(|e| &e.id).collect();
-        let lost = stale_ids.iter().filter(|id| !kept.contains(id)).count();
+        let kept: HashSet<&str> = stored.iter().map(Event::id).collect();
+        let lost = stale_ids
+            .iter()
+            .filter(|id| !kept.contains(id.as_str()))
+            .count();
         if lost > 0 {
             return Err(format!(
                 "{dir} holds {lost} events storage no longer has (dropped by retention?): \
@@ -428,7 +464,7 @@ pub async fn backfill(
         }
         let (todo, have): (Vec<Event>, Vec<Event>) = stored
             .into_iter()
-            .partition(|e| !owed.contains(&e.id) && !mirrored.contains(&e.id));
+            .partition(|e| !owed.contains(e.id()) && !mirrored.contains(e.id()));
         held += have.len() as u64;
         for (n, chunk) in todo.chunks(BACKFILL_FILE_ROWS).enumerate() {
             let bytes =
@@ -497,8 +533,9 @@ async fn read_hour(
         for ev in &page {
             // Through the record the live mirror reads: one mapping.
             let record = record_of(ev);
+            let bytes = Bytes::copy_from_slice(record.as_bytes());
             for read in records_in(&record) {
-                out.push(event_of(read.map_err(|e| e.to_string())?));
+                out.push(event_of(&record, &bytes, read.map_err(|e| e.to_string())?));
             }
         }
         match page.last() {
@@ -545,22 +582,17 @@ async fn ids_in(objects: &Objects, path: &str) -> Result<HashSet<String>, String
 }
 
 /// Values of an optional column and their definition levels.
-fn optional(values: impl Iterator<Item = Option<Vec<u8>>>) -> (Vec<ByteArray>, Vec<i16>) {
+/// The values present and the definition level of each row.
+fn optional<'a>(values: impl Iterator<Item = Option<&'a ByteArray>>) -> (Vec<ByteArray>, Vec<i16>) {
     let mut present = Vec::new();
     let mut levels = Vec::new();
     for v in values {
         levels.push(i16::from(v.is_some()));
         if let Some(v) = v {
-            present.push(ByteArray::from(v));
+            present.push(v.clone());
         }
     }
     (present, levels)
-}
-
-fn required<'a>(values: impl Iterator<Item = &'a str>) -> Vec<ByteArray> {
-    values
-        .map(|v| ByteArray::from(v.as_bytes().to_vec()))
-        .collect()
 }
 
 /// A file of one tenant's events.
@@ -573,10 +605,10 @@ fn encode(
     let mut writer = SerializedFileWriter::new(Vec::new(), schema.clone(), props.clone())?;
     for group in events.chunks(ROW_GROUP_ROWS) {
         let mut rg = writer.next_row_group()?;
-        let text = |f: fn(&Event) -> &str| required(group.iter().map(f));
-        let opt = |f: fn(&Event) -> Option<&str>| {
-            optional(group.iter().map(|e| f(e).map(|s| s.as_bytes().to_vec())))
+        let text = |f: fn(&Event) -> &ByteArray| -> Vec<ByteArray> {
+            group.iter().map(|e| f(e).clone()).collect()
         };
+        let opt = |f: fn(&Event) -> Option<&ByteArray>| optional(group.iter().map(f));
         let micros = |f: fn(&Event) -> DateTime<Utc>| -> Vec<i64> {
             group.iter().map(|e| f(e).timestamp_micros()).collect()
         };
@@ -586,9 +618,9 @@ fn encode(
                 0 => write_bytes(&mut col, &text(|e| &e.id), None)?,
                 1 => write_bytes(&mut col, &vec![ByteArray::from(tenant); group.len()], None)?,
                 2 => write_bytes(&mut col, &text(|e| &e.kind), None)?,
-                3 => write_opt(&mut col, opt(|e| e.event.as_deref()))?,
-                4 => write_opt(&mut col, opt(|e| e.user_id.as_deref()))?,
-                5 => write_opt(&mut col, opt(|e| e.anonymous_id.as_deref()))?,
+                3 => write_opt(&mut col, opt(|e| e.event.as_ref()))?,
+                4 => write_opt(&mut col, opt(|e| e.user_id.as_ref()))?,
+                5 => write_opt(&mut col, opt(|e| e.anonymous_id.as_ref()))?,
                 6 => write_bytes(&mut col, &text(|e| &e.contact_id), None)?,
                 7 => {
                     col.typed::<Int64Type>()
@@ -607,9 +639,9 @@ fn encode(
                     col.typed::<Int64Type>()
                         .write_batch(&present, Some(&levels), None)?;
                 }
-                10 => write_opt(&mut col, opt(|e| e.properties.as_deref()))?,
-                11 => write_opt(&mut col, opt(|e| e.traits.as_deref()))?,
-                12 => write_opt(&mut col, opt(|e| e.schema_violations.as_deref()))?,
+                10 => write_opt(&mut col, opt(|e| e.properties.as_ref()))?,
+                11 => write_opt(&mut col, opt(|e| e.traits.as_ref()))?,
+                12 => write_opt(&mut col, opt(|e| e.schema_violations.as_ref()))?,
                 _ => {
                     return Err(parquet::errors::ParquetError::General(format!(
                         "the schema has a column {column} the mirror does not write"
