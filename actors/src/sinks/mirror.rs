@@ -31,8 +31,8 @@ use fastack_core::{
     Config,
     objects::Objects,
     store::{
-        EventQuery, EventRecord, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic,
-        record_of, records_in,
+        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, record_of,
+        records_in,
     },
 };
 use fastack_entities::{EventId, Job, TenantId};
@@ -254,42 +254,42 @@ impl Event {
 
 /// The events a row carries (a grouped row carries several).
 fn events_of(row: &OutboxRow) -> impl Iterator<Item = Result<Event, String>> + '_ {
-    // One copy of the body; each field is then a view of it.
-    let bytes = Bytes::copy_from_slice(row.body.as_bytes());
-    records_in(&row.body).map(move |record| {
-        record
-            .map(|record| event_of(&row.body, &bytes, record))
-            .map_err(|e| format!("outbox row {}: {e}", row.id))
-    })
+    events_in(&row.body).map(move |event| event.map_err(|e| format!("outbox row {}: {e}", row.id)))
 }
 
-/// The event of a record read from `text`, whose bytes are `bytes`.
-fn event_of(text: &str, bytes: &Bytes, r: EventRecord<'_>) -> Event {
-    let view = |value: Cow<'_, str>| match value {
-        Cow::Borrowed(part) => {
-            let at = (part.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
-            match bytes.get(at..at + part.len()) {
-                Some(_) => ByteArray::from(bytes.slice(at..at + part.len())),
-                None => ByteArray::from(part.as_bytes()),
-            }
-        }
+/// The events of a body of records (a row's, or the backfill's), each
+/// text a view of one copy of the body rather than a copy of its own.
+fn events_in(text: &str) -> impl Iterator<Item = Result<Event, String>> + '_ {
+    let bytes = Bytes::copy_from_slice(text.as_bytes());
+    let view = move |value: Cow<'_, str>| match value {
+        Cow::Borrowed(part) => (part.as_ptr() as usize)
+            .checked_sub(text.as_ptr() as usize)
+            .and_then(|at| bytes.get(at..at.checked_add(part.len())?).map(|_| at))
+            .map_or_else(
+                || ByteArray::from(part.as_bytes()),
+                |at| ByteArray::from(bytes.slice(at..at + part.len())),
+            ),
+        // Unescaped from a row written before records.
         Cow::Owned(part) => ByteArray::from(part.into_bytes()),
     };
-    let opt = |value: Option<Cow<'_, str>>| value.map(view);
-    Event {
-        id: view(r.id),
-        kind: view(r.kind),
-        event: opt(r.event),
-        user_id: opt(r.user_id),
-        anonymous_id: opt(r.anonymous_id),
-        contact_id: view(r.contact_id),
-        occurred_at: r.occurred_at,
-        received_at: r.received_at,
-        plan_version: r.plan_version,
-        properties: opt(r.properties),
-        traits: opt(r.traits),
-        schema_violations: opt(r.schema_violations),
-    }
+    records_in(text).map(move |record| {
+        let r = record.map_err(|e| e.to_string())?;
+        let opt = |value: Option<Cow<'_, str>>| value.map(&view);
+        Ok(Event {
+            id: view(r.id),
+            kind: view(r.kind),
+            event: opt(r.event),
+            user_id: opt(r.user_id),
+            anonymous_id: opt(r.anonymous_id),
+            contact_id: view(r.contact_id),
+            occurred_at: r.occurred_at,
+            received_at: r.received_at,
+            plan_version: r.plan_version,
+            properties: opt(r.properties),
+            traits: opt(r.traits),
+            schema_violations: opt(r.schema_violations),
+        })
+    })
 }
 
 /// The batch's files: one per tenant and hour, rows in outbox order.
@@ -530,13 +530,10 @@ async fn read_hour(
             })
             .await
             .map_err(|e| e.to_string())?;
-        for ev in &page {
-            // Through the record the live mirror reads: one mapping.
-            let record = record_of(ev);
-            let bytes = Bytes::copy_from_slice(record.as_bytes());
-            for read in records_in(&record) {
-                out.push(event_of(&record, &bytes, read.map_err(|e| e.to_string())?));
-            }
+        // Through the records the live mirror reads: one mapping.
+        let records: String = page.iter().map(record_of).collect();
+        for event in events_in(&records) {
+            out.push(event?);
         }
         match page.last() {
             Some(last) if page.len() == BACKFILL_PAGE as usize => {
@@ -581,7 +578,6 @@ async fn ids_in(objects: &Objects, path: &str) -> Result<HashSet<String>, String
     Ok(ids)
 }
 
-/// Values of an optional column and their definition levels.
 /// The values present and the definition level of each row.
 fn optional<'a>(values: impl Iterator<Item = Option<&'a ByteArray>>) -> (Vec<ByteArray>, Vec<i16>) {
     let mut present = Vec::new();
