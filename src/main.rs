@@ -822,7 +822,7 @@ async fn run_jobs_here(
     let keys = fastack_core::crypto::Keys::load(config)?;
     let clock: fastack_core::clock::SharedClock =
         std::sync::Arc::new(fastack_core::clock::SystemClock::default());
-    let emit = fastack_actors::sinks::Routing::for_config(config).jobs;
+    let routing = fastack_actors::sinks::Routing::for_config(config);
     let env = JobEnv {
         store,
         config,
@@ -830,7 +830,8 @@ async fn run_jobs_here(
         keys: &keys,
         clock: &clock,
         node: fastack_entities::NodeId::new(),
-        emit: &emit,
+        emit: &routing.jobs,
+        erased: &routing.erased,
     };
     let terminal = std::io::stderr().is_terminal() && !json;
     let mut ended = Vec::new();

@@ -12,7 +12,7 @@ use fastack_core::{
     Config,
     clock::SharedClock,
     crypto::Keys,
-    export, jobs,
+    erasure, export, jobs,
     objects::Objects,
     retention,
     store::{Emit, Store},
@@ -132,6 +132,7 @@ async fn run_job(ctx: &Arc<Ctx>, job: Job) {
         clock: &ctx.clock,
         node: ctx.node_id,
         emit: &ctx.routing.jobs,
+        erased: &ctx.routing.erased,
     };
     let id = job.id;
     // A line at every tenth of the way.
@@ -159,6 +160,8 @@ pub struct JobEnv<'a> {
     pub node: NodeId,
     /// The sinks of jobs' terminal events.
     pub emit: &'a Emit,
+    /// The sinks of `core.contact.erased`.
+    pub erased: &'a Emit,
 }
 
 /// A job's progress: (done, total) in its own unit (rows, hours).
@@ -224,6 +227,26 @@ async fn work(env: &JobEnv<'_>, job: &Job, progress: Progress<'_>) -> Result<Val
         JobKind::Backfill => {
             crate::sinks::mirror::backfill(env.store.as_ref(), env.config, job, progress).await
         }
+        JobKind::Erasure => {
+            let lake = match crate::sinks::mirror::MirrorLake::new(env.config) {
+                Some(Ok(lake)) => Some(lake),
+                Some(Err(e)) => return Err(jobs::error_chain(&e)),
+                None => None,
+            };
+            let clock = env.clock.clone();
+            let now = move || clock.now();
+            let erasure = erasure::Env {
+                store: env.store.as_ref(),
+                objects: env.objects,
+                keys: env.keys,
+                lake: lake.as_ref().map(|l| l as &dyn erasure::Lake),
+                now: &now,
+                progress,
+            };
+            erasure::run(&erasure, job)
+                .await
+                .map_err(|e| jobs::error_chain(&e))
+        }
     }
 }
 
@@ -231,7 +254,14 @@ async fn work(env: &JobEnv<'_>, job: &Job, progress: Progress<'_>) -> Result<Val
 /// it did. Retries briefly: the job's claim outlives a short database blip.
 async fn finish(env: &JobEnv<'_>, job: &Job) -> bool {
     for attempt in 0..5u32 {
-        match env.store.finish_job(job, env.node, env.emit).await {
+        let ended = match job.kind {
+            // Its holds are lifted and its event written with its end.
+            JobKind::Erasure => {
+                erasure::finish(env.store.as_ref(), job, env.node, env.emit, env.erased).await
+            }
+            _ => env.store.finish_job(job, env.node, env.emit).await,
+        };
+        match ended {
             Ok(true) => {
                 info!(job = %job.id, status = %job.status, "job finished");
                 return true;

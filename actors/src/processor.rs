@@ -173,6 +173,17 @@ impl ProcessorActor {
         ctx.metrics
             .events_processed
             .inc_by(out.appended.len() as u64);
+        for (reason, n) in [("suppressed", out.suppressed), ("erasure", out.held)] {
+            if n > 0 {
+                ctx.metrics
+                    .privacy_dropped_events
+                    .get_or_create(&fastack_core::metrics::PrivacyLabels {
+                        tenant: state.tenant_id.to_string(),
+                        reason,
+                    })
+                    .inc_by(n as u64);
+            }
+        }
         let done = ctx.now();
         for received in &out.received {
             let lag = (done - *received).num_microseconds().unwrap_or(0).max(0);
@@ -185,6 +196,7 @@ impl ProcessorActor {
             consumed = out.consumed,
             appended = out.appended.len(),
             already_processed = out.already_processed,
+            dropped = out.suppressed + out.held,
             "processed batch"
         );
     }

@@ -14,4 +14,7 @@ pub struct Routing {
     pub tracked: Emit,
     /// `core.event.tracked` of tenants whose endpoints subscribe to it.
     pub tracked_if_subscribed: Emit,
+    /// `core.contact.erased`: the sinks of jobs' events (the streams and
+    /// the webhook fan-out), never the mirror.
+    pub erased: Emit,
 }

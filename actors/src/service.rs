@@ -15,14 +15,15 @@ use fastack_core::{
     admin::{self, CreatedEndpoint, CreatedKey},
     auth::KeyCache,
     console::{self, Session, SignIn, Token, User},
+    erasure::{self, ErasureRequest},
     export,
-    store::{EventQuery, Replayed, TakenKey},
+    store::{EventQuery, Replayed, Subject, Suppression, TakenKey},
     taxonomy,
 };
 use fastack_entities::{
     ApiKey, ApiKeyId, Contact, ContactId, Delivery, DeliveryId, DeliveryStatus, Endpoint,
-    EndpointId, EventId, IdentityKind, Job, JobId, JobStatus, Plan, PlanVersion, QuarantinedEvent,
-    StoredEvent, Tenant, TenantId, UserId,
+    EndpointId, EventId, IdentityKind, Job, JobId, JobKind, JobStatus, Plan, PlanVersion,
+    QuarantinedEvent, StoredEvent, Tenant, TenantId, UserId,
 };
 
 use crate::Runtime;
@@ -268,6 +269,52 @@ impl Runtime {
         self.ctx.store.insert_job(job).await?;
         self.job_queued();
         Ok(())
+    }
+
+    // --- privacy ---------------------------------------------------------------
+
+    /// Queues an erasure (its job, its record, the hold on its people); the
+    /// runner looks at once.
+    pub async fn request_erasure(
+        &self,
+        tenant: TenantId,
+        req: &ErasureRequest,
+        metadata: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Job> {
+        let job =
+            erasure::request(self.ctx.store.as_ref(), tenant, req, metadata, self.now()).await?;
+        self.job_queued();
+        Ok(job)
+    }
+
+    /// The tenant's erasure requests, newest first.
+    pub async fn erasure_requests(&self, tenant: TenantId, limit: u32) -> Result<Vec<Job>> {
+        self.ctx
+            .store
+            .erasures()
+            .jobs(tenant, JobKind::Erasure, None, limit)
+            .await
+    }
+
+    /// The tenant's suppressions, newest first (of one identifier when
+    /// given).
+    pub async fn suppressions(
+        &self,
+        tenant: TenantId,
+        only: Option<&Subject>,
+        limit: u32,
+    ) -> Result<Vec<Suppression>> {
+        self.ctx
+            .store
+            .erasures()
+            .suppressions(tenant, only, limit)
+            .await
+    }
+
+    /// Lifts a suppression: the identifier's events are processed again
+    /// from now on. Whether there was one.
+    pub async fn lift_suppression(&self, tenant: TenantId, subject: &Subject) -> Result<bool> {
+        self.ctx.store.erasures().lift(tenant, subject).await
     }
 
     pub async fn job(&self, tenant: TenantId, id: JobId) -> Result<Option<Job>> {

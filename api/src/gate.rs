@@ -306,6 +306,8 @@ fn route_label(path: &str) -> &'static str {
         "/v1/core/contacts" => "/v1/core/contacts",
         p if p.starts_with("/v1/core/contacts/") => "/v1/core/contacts/{id}",
         "/v1/core/exports" => "/v1/core/exports",
+        "/v1/core/erasures" => "/v1/core/erasures",
+        "/v1/core/suppressions" => "/v1/core/suppressions",
         "/v1/core/jobs" => "/v1/core/jobs",
         p if p.starts_with("/v1/core/jobs/") && p.ends_with("/result") => {
             "/v1/core/jobs/{id}/result"

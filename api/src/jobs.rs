@@ -84,6 +84,15 @@ pub struct JobResult {
     pub protection: JobProtection,
 }
 
+/// A completed job's result: an export's object, or an erasure's
+/// certificate.
+#[derive(Debug, poem_openapi::Union)]
+#[oai(one_of)]
+pub enum JobResultOut {
+    Export(JobResult),
+    Erasure(crate::privacy::ErasureCertificate),
+}
+
 /// A job. A failed job has no `result` and no `completed_at`; its
 /// `metadata.error.message` says why (addresses redacted).
 #[derive(Debug, Object)]
@@ -92,7 +101,7 @@ pub struct JobOut {
     pub kind: JobKindOut,
     pub status: JobState,
     pub metadata: BTreeMap<String, Value>,
-    pub result: Option<JobResult>,
+    pub result: Option<JobResultOut>,
     pub execution_time_ms: Option<i64>,
     pub created_at: crate::dto::Timestamp,
     pub completed_at: Option<crate::dto::Timestamp>,
@@ -310,12 +319,13 @@ fn job_id(raw: &str) -> Result<JobId, ApiError> {
 
 pub struct JobsApi;
 
-/// What a job does: an `export` requested through this API, or a
-/// `retention` archive of a partition (the operator's).
+/// What a job does: an `export` or an `erasure` requested through this
+/// API, or a `retention` archive of a partition (the operator's).
 #[derive(Clone, Copy, Debug, poem_openapi::Enum)]
 #[oai(rename = "JobKind", rename_all = "lowercase")]
 pub enum JobKindOut {
     Export,
+    Erasure,
     Retention,
 }
 

@@ -11,6 +11,7 @@ pub mod gate;
 pub mod ingest;
 pub mod jobs;
 pub mod listener;
+pub mod privacy;
 pub mod problem;
 pub mod routes;
 pub mod server;

@@ -417,6 +417,7 @@ error_sets! {
     IngestErrors: [BAD_JSON, TIMEOUT, KEY_CONFLICT, TOO_LARGE, MEDIA, INVALID_EVENT];
     /// `POST /v1/core/exports`.
     ExportErrors: [BAD_BODY, TIMEOUT, TOO_LARGE, MEDIA, INVALID];
+    ErasureErrors: [BAD_BODY, TIMEOUT, TOO_LARGE, MEDIA, INVALID];
     /// Lists read with query parameters.
     ListErrors: [BAD_QUERY];
     /// A contact found by one of its ids.

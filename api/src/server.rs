@@ -16,6 +16,7 @@ use crate::{
     gate::{gate, observe},
     jobs::JobsApi,
     listener::Limits,
+    privacy::PrivacyApi,
     routes::CoreApi,
     state::{AppState, SharedState},
 };
@@ -23,8 +24,8 @@ use crate::{
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The OpenAPI service of the tenant API (no state needed to describe it).
-pub fn openapi_service() -> OpenApiService<(CoreApi, JobsApi), ()> {
-    OpenApiService::new((CoreApi, JobsApi), "fastack", VERSION)
+pub fn openapi_service() -> OpenApiService<(CoreApi, JobsApi, PrivacyApi), ()> {
+    OpenApiService::new((CoreApi, JobsApi, PrivacyApi), "fastack", VERSION)
         .description(
             "Event pipeline: send track/identify/batch events (202 once durable), \
              read events and contacts. Errors are RFC 9457 problem documents with a \

@@ -302,11 +302,20 @@ impl Emitter {
                     .ok_or_else(|| Error::Corrupt(format!("routing key {}", row.routing_key)))?;
                 (format!("io.fastack.job.{status}"), "job", status.to_owned())
             }
-            Topic::Core => (
-                "io.fastack.event.tracked".to_owned(),
-                "event",
-                "tracked".to_owned(),
-            ),
+            // `core.<resource>.<event type>`: `core.event.tracked`,
+            // `core.contact.erased`.
+            Topic::Core => {
+                let (resource, event_type) = row
+                    .routing_key
+                    .strip_prefix("core.")
+                    .and_then(|rest| rest.split_once('.'))
+                    .ok_or_else(|| Error::Corrupt(format!("routing key {}", row.routing_key)))?;
+                (
+                    format!("io.fastack.{resource}.{event_type}"),
+                    resource,
+                    event_type.to_owned(),
+                )
+            }
         };
         let tenant = if self.single_tenant {
             SINGLE_TENANT.to_owned()

@@ -137,3 +137,106 @@ pub async fn read_result(
     }
     Ok(plain)
 }
+
+/// A completed export's stored result, decrypted; `None` when it is gone.
+async fn stored_plain(objects: &Objects, keys: &Keys, path: &str) -> Result<Option<Vec<u8>>> {
+    if !objects.exists(path).await? {
+        return Ok(None);
+    }
+    read(objects, keys, path).await.map(Some)
+}
+
+/// The events of an export's NDJSON that `pick` wants.
+fn picked(line: &[u8], pick: &(dyn Fn(&Value) -> bool + Sync)) -> bool {
+    serde_json::from_slice::<Value>(line).is_ok_and(|doc| pick(&doc))
+}
+
+/// The events of a completed export's stored result that `pick` wants.
+pub async fn count_in_result(
+    objects: &Objects,
+    keys: &Keys,
+    job: &Job,
+    pick: &(dyn Fn(&Value) -> bool + Sync),
+) -> Result<u64> {
+    let Some(path) = job.result.as_ref().and_then(|r| r["path"].as_str()) else {
+        return Ok(0);
+    };
+    let Some(plain) = stored_plain(objects, keys, path).await? else {
+        return Ok(0);
+    };
+    Ok(plain
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty() && picked(l, pick))
+        .count() as u64)
+}
+
+/// Writes a completed export's result (at `path`) again without the
+/// events `pick` wants, encrypted, as `to`; reads it back, decrypts it and
+/// checks its new HMAC. Returns the events removed and the new `result`
+/// block (naming `path`), or `None` (nothing written) when it holds none.
+pub async fn rewrite_result(
+    objects: &Objects,
+    keys: &Keys,
+    job: &Job,
+    to: &str,
+    path: &str,
+    pick: &(dyn Fn(&Value) -> bool + Sync),
+) -> Result<Option<(u64, Value)>> {
+    let Some(plain) = stored_plain(objects, keys, path).await? else {
+        return Ok(None);
+    };
+    let (mut kept, mut removed) = (Vec::with_capacity(plain.len()), 0u64);
+    for line in plain.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        if picked(line, pick) {
+            removed += 1;
+        } else {
+            kept.extend_from_slice(line);
+            kept.push(b'\n');
+        }
+    }
+    if removed == 0 {
+        return Ok(None);
+    }
+    let mut enc = Encryptor::new(&keys.storage_key());
+    enc.update(&kept);
+    let mut sealed = enc.take_output();
+    sealed.extend(enc.finish());
+    objects.put(to, sealed).await?;
+    Ok(Some((
+        removed,
+        checked_result(objects, keys, job, to, path).await?,
+    )))
+}
+
+/// The `result` block of a result staged at `to` for `path`, read back
+/// from storage (decrypted, its lines counted, its HMAC computed).
+async fn checked_result(
+    objects: &Objects,
+    keys: &Keys,
+    job: &Job,
+    to: &str,
+    path: &str,
+) -> Result<Value> {
+    let back = read(objects, keys, to).await?;
+    let mut mac = HmacSha256::new_from_slice(&keys.tenant_hmac(job.tenant_id))
+        .expect("HMAC takes any key length");
+    mac.update(&back);
+    let rows = back.iter().filter(|b| **b == b'\n').count() as u64;
+    let hmac_hex = hex::encode(mac.finalize().into_bytes());
+    Ok(result_json(path, back.len() as u64, rows, &hmac_hex))
+}
+
+/// The new `result` block of a rewrite staged at `to` before a crash;
+/// `None` when nothing is staged there any more.
+pub async fn staged_result(
+    objects: &Objects,
+    keys: &Keys,
+    job: &Job,
+    to: &str,
+    path: &str,
+) -> Result<Option<Value>> {
+    if !objects.exists(to).await? {
+        return Ok(None);
+    }
+    checked_result(objects, keys, job, to, path).await.map(Some)
+}

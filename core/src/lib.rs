@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod crypto;
+pub mod erasure;
 pub mod error;
 pub mod export;
 pub mod faults;

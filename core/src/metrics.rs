@@ -36,6 +36,14 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// Why processing dropped a tenant's event: `suppressed` (its identifier
+/// is suppressed) or `erasure` (its person's erasure was running).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrivacyLabels {
+    pub tenant: String,
+    pub reason: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~26 s
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
@@ -68,6 +76,7 @@ pub struct Metrics {
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_first_attempt_lag_seconds: Histogram,
     pub quarantined_events: Counter,
+    pub privacy_dropped_events: Family<PrivacyLabels, Counter>,
     pub group_commit_splits: Counter,
     pub ingest_deadline_missed: Counter,
     pub requests_refused: Family<OutcomeLabels, Counter>,
@@ -229,6 +238,12 @@ impl Metrics {
             "accepted events moved to quarantine after failing processing repeatedly",
             quarantined_events.clone(),
         );
+        let privacy_dropped_events = Family::<PrivacyLabels, Counter>::default();
+        registry.register(
+            "privacy_dropped_events",
+            "accepted events processing dropped before storing or sending them: their identifier is suppressed, or their person's erasure was running",
+            privacy_dropped_events.clone(),
+        );
         let ingest_deadline_missed = Counter::default();
         registry.register(
             "ingest_deadline_missed",
@@ -251,6 +266,7 @@ impl Metrics {
         Metrics {
             registry,
             quarantined_events,
+            privacy_dropped_events,
             group_commit_splits,
             ingest_deadline_missed,
             requests_refused,

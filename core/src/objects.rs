@@ -179,6 +179,25 @@ impl Objects {
         Ok(paths)
     }
 
+    /// Whether an object exists.
+    pub async fn exists(&self, path: &str) -> Result<bool> {
+        match self.store.head(&ObjectPath::from(path)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(storage_err(e)),
+        }
+    }
+
+    /// Copies an object over another (the destination is replaced whole:
+    /// readers see the old object or the new one).
+    pub async fn copy(&self, from: &str, to: &str) -> Result<()> {
+        self.store
+            .copy(&ObjectPath::from(from), &ObjectPath::from(to))
+            .await
+            .map_err(storage_err)?;
+        restrict(self.local_root.as_deref(), to)
+    }
+
     pub async fn delete(&self, path: &str) -> Result<()> {
         self.store
             .delete(&ObjectPath::from(path))

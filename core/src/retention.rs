@@ -139,6 +139,8 @@ pub async fn maintain(
 }
 
 /// What an archive holds (also written next to it as `.manifest.json`).
+/// An archive an erasure wrote again without a person's rows has a new
+/// manifest naming the erasures (`erasures`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub partition: String,
@@ -151,6 +153,8 @@ pub struct Manifest {
     pub compressed_sha256: String,
     pub format: String,
     pub created_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub erasures: Vec<JobId>,
 }
 
 /// The outcome of one partition's run.
@@ -282,6 +286,7 @@ pub async fn archive_and_drop(
         compressed_sha256: sha_hex(gz_hash),
         format: "ndjson.gz".to_owned(),
         created_at: Utc::now(),
+        erasures: Vec::new(),
     };
     objects
         .put(
@@ -313,6 +318,198 @@ pub async fn archive_and_drop(
         manifest,
         dropped,
     })
+}
+
+/// Where archives are kept in object storage.
+const ARCHIVES: &str = "archives/tracked_events";
+
+/// Every archive in object storage with its manifest: `(archive,
+/// manifest)` paths, sorted.
+pub async fn archives(objects: &Objects) -> Result<Vec<(String, String)>> {
+    let paths = objects.list(ARCHIVES).await?;
+    let all: std::collections::HashSet<&str> = paths.iter().map(String::as_str).collect();
+    Ok(paths
+        .iter()
+        .filter_map(|p| {
+            let manifest = format!("{}.manifest.json", p.strip_suffix(".ndjson.gz")?);
+            all.contains(manifest.as_str())
+                .then(|| (p.clone(), manifest))
+        })
+        .collect())
+}
+
+/// A manifest as stored.
+pub async fn read_manifest(objects: &Objects, path: &str) -> Result<Manifest> {
+    serde_json::from_slice(&objects.get(path).await?)
+        .map_err(|e| Error::Corrupt(format!("manifest {path}: {e}")))
+}
+
+/// An archive decompressed chunk by chunk into whole lines.
+struct Lines {
+    gz: flate2::write::GzDecoder<Vec<u8>>,
+    rest: Vec<u8>,
+    path: String,
+}
+
+impl Lines {
+    fn new(path: &str) -> Self {
+        Lines {
+            gz: flate2::write::GzDecoder::new(Vec::new()),
+            rest: Vec::new(),
+            path: path.to_owned(),
+        }
+    }
+
+    fn not_gzip(&self, e: std::io::Error) -> Error {
+        Error::Corrupt(format!("archive {} is not valid gzip: {e}", self.path))
+    }
+
+    /// The whole lines completed by `chunk` (each with its `\n`).
+    fn push(&mut self, chunk: &[u8]) -> Result<Vec<u8>> {
+        if let Err(e) = self.gz.write_all(chunk) {
+            return Err(self.not_gzip(e));
+        }
+        self.rest.append(self.gz.get_mut());
+        let whole = self
+            .rest
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        let tail = self.rest.split_off(whole);
+        Ok(std::mem::replace(&mut self.rest, tail))
+    }
+
+    /// What is left at the end (a last line without `\n`).
+    fn finish(mut self) -> Result<Vec<u8>> {
+        let last = match self.gz.try_finish() {
+            Ok(()) => std::mem::take(self.gz.get_mut()),
+            Err(e) => return Err(self.not_gzip(e)),
+        };
+        self.rest.extend(last);
+        Ok(self.rest)
+    }
+}
+
+/// Whether an archive line is a row `pick` wants (a line that is not JSON
+/// is not).
+fn picked(line: &[u8], pick: &(dyn Fn(&Value) -> bool + Sync)) -> bool {
+    serde_json::from_slice::<Value>(line).is_ok_and(|row| pick(&row))
+}
+
+/// The rows of an archive `pick` wants.
+pub async fn count_in_archive(
+    objects: &Objects,
+    path: &str,
+    pick: &(dyn Fn(&Value) -> bool + Sync),
+) -> Result<u64> {
+    let mut stream = std::pin::pin!(objects.get_stream(path).await?);
+    let mut lines = Lines::new(path);
+    let mut n = 0;
+    let mut count = |block: &[u8]| {
+        n += block
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty() && picked(l, pick))
+            .count() as u64;
+    };
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        count(&lines.push(&chunk?)?);
+    }
+    count(&lines.finish()?);
+    Ok(n)
+}
+
+/// Writes archive `path` again without the rows `pick` wants, as `to`
+/// with its manifest `to_manifest` (recording erasure `by`), and verifies
+/// both from storage. `None` (nothing written) when it holds none of them.
+/// Streams: memory stays bounded whatever the archive's size.
+pub async fn rewrite_archive(
+    objects: &Objects,
+    path: &str,
+    to: &str,
+    to_manifest: &str,
+    by: JobId,
+    pick: &(dyn Fn(&Value) -> bool + Sync),
+) -> Result<Option<(u64, Manifest)>> {
+    let old_manifest_path = format!(
+        "{}.manifest.json",
+        path.strip_suffix(".ndjson.gz").unwrap_or(path)
+    );
+    let old = read_manifest(objects, &old_manifest_path).await?;
+    let mut stream = std::pin::pin!(objects.get_stream(path).await?);
+    let mut lines = Lines::new(path);
+    let mut writer = objects.writer(to);
+    let mut gz = GzEncoder::new(Vec::with_capacity(1 << 20), Compression::default());
+    let (mut plain_hash, mut gz_hash) = (Sha256::new(), Sha256::new());
+    let (mut rows, mut removed, mut plain_bytes, mut gz_bytes) = (0u64, 0u64, 0u64, 0u64);
+    let written: Result<()> = async {
+        let mut end = false;
+        while !end {
+            let block = match futures::StreamExt::next(&mut stream).await {
+                Some(chunk) => lines.push(&chunk?)?,
+                None => {
+                    end = true;
+                    std::mem::replace(&mut lines, Lines::new(path)).finish()?
+                }
+            };
+            let mut kept = Vec::with_capacity(block.len());
+            for line in block.split_inclusive(|b| *b == b'\n') {
+                let text = line.strip_suffix(b"\n").unwrap_or(line);
+                if text.is_empty() {
+                    continue;
+                }
+                if picked(text, pick) {
+                    removed += 1;
+                } else {
+                    kept.extend_from_slice(text);
+                    kept.push(b'\n');
+                    rows += 1;
+                }
+            }
+            plain_hash.update(&kept);
+            plain_bytes += kept.len() as u64;
+            gz.write_all(&kept).map_err(|e| Error::io("gzip", e))?;
+            let out = std::mem::take(gz.get_mut());
+            gz_hash.update(&out);
+            gz_bytes += out.len() as u64;
+            writer.write(&out).await?;
+        }
+        let tail = std::mem::replace(&mut gz, GzEncoder::new(Vec::new(), Compression::default()))
+            .finish()
+            .map_err(|e| Error::io("gzip", e))?;
+        gz_hash.update(&tail);
+        gz_bytes += tail.len() as u64;
+        writer.write(&tail).await?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = written {
+        writer.abort().await;
+        return Err(e);
+    }
+    if removed == 0 {
+        writer.abort().await;
+        return Ok(None);
+    }
+    writer.finish().await?;
+    let mut erasures = old.erasures.clone();
+    erasures.push(by);
+    let manifest = Manifest {
+        rows,
+        uncompressed_bytes: plain_bytes,
+        uncompressed_sha256: sha_hex(plain_hash),
+        compressed_bytes: gz_bytes,
+        compressed_sha256: sha_hex(gz_hash),
+        erasures,
+        ..old
+    };
+    objects
+        .put(
+            to_manifest,
+            serde_json::to_vec_pretty(&manifest).expect("manifest serialises"),
+        )
+        .await?;
+    verify(objects, to, to_manifest, &manifest).await?;
+    Ok(Some((removed, manifest)))
 }
 
 /// Hashes, counts bytes and counts lines of what is written to it.

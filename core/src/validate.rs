@@ -455,7 +455,7 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
 /// C0 and C1 control characters and DEL: refused in ids, keys and event
 /// names (they are identifiers, shown in logs and consoles); property and
 /// trait values may hold them (JSON escapes them).
-fn is_control(c: char) -> bool {
+pub(crate) fn is_control(c: char) -> bool {
     c.is_control()
 }
 

@@ -16,6 +16,8 @@ pub enum JobKind {
     Retention,
     /// Writes a tenant's stored events to the Parquet mirror.
     Backfill,
+    /// Removes a person from every store (`POST /v1/core/erasures`).
+    Erasure,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,7 +58,12 @@ macro_rules! str_enum {
     };
 }
 
-str_enum!(JobKind { Export => "export", Retention => "retention", Backfill => "backfill" });
+str_enum!(JobKind {
+    Export => "export",
+    Retention => "retention",
+    Backfill => "backfill",
+    Erasure => "erasure",
+});
 str_enum!(JobStatus {
     Queued => "queued",
     Processing => "processing",

@@ -8,13 +8,18 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{DeliveryId, EndpointId, TenantId};
 
 /// The event types an endpoint can subscribe to.
-pub const EVENT_TYPES: [&str; 5] = [
+pub const EVENT_TYPES: [&str; 6] = [
     "job.completed",
     "job.failed",
     "core.event.tracked",
+    CONTACT_ERASED,
     ENDPOINT_DISABLED,
     DELIVERY_EXHAUSTED,
 ];
+/// A person was erased (`POST /v1/core/erasures`): the request and the
+/// SHA-256 of the identifiers erased, so the tenant's own systems can
+/// mirror the deletion.
+pub const CONTACT_ERASED: &str = "core.contact.erased";
 /// Operational: an endpoint of the tenant was disabled (it answered 404 or
 /// 410, or an operator disabled it).
 pub const ENDPOINT_DISABLED: &str = "endpoint.disabled";

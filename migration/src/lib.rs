@@ -23,6 +23,7 @@ mod m20261201_000011_inbox_file;
 mod m20261205_000012_outbox_batches;
 mod m20261205_000013_outbox_events;
 mod m20261205_000014_outbox_lz4;
+mod m20261205_000015_privacy;
 
 pub struct Migrator;
 
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000012_outbox_batches::Migration),
             Box::new(m20261205_000013_outbox_events::Migration),
             Box::new(m20261205_000014_outbox_lz4::Migration),
+            Box::new(m20261205_000015_privacy::Migration),
         ]
     }
 }

@@ -19,6 +19,7 @@ mod multinode;
 mod netfault;
 mod ops;
 mod partitions;
+mod privacy;
 mod ratelimit;
 mod supervision;
 mod taxonomy;

@@ -28,11 +28,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, DurationRound, Timelike, Utc};
 use fastack_core::{
-    Config,
+    Config, erasure,
     objects::Objects,
     store::{
-        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, record_of,
-        records_in,
+        EventQuery, Matcher, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic,
+        record_of, records_in,
     },
 };
 use fastack_entities::{EventId, Job, TenantId};
@@ -491,6 +491,173 @@ pub async fn backfill(
         "rewrite": rewrite,
         "location": objects.location,
     }))
+}
+
+/// The mirror's files as an erasure reaches them: each of a tenant's files
+/// holding a person's events is written again under its own name without
+/// them (the same schema and writer properties), or deleted when nothing
+/// else is left in it.
+pub struct MirrorLake {
+    objects: Objects,
+    schema: Arc<Type>,
+    props: Arc<WriterProperties>,
+}
+
+impl MirrorLake {
+    /// The lake of a deployment with `FASTACK_MIRROR_URL` set (`None`
+    /// without).
+    pub fn new(config: &Config) -> Option<fastack_core::Result<Self>> {
+        let url = config.mirror_url.as_deref()?;
+        Some(Objects::at(config, url).and_then(|objects| {
+            let (schema, props) = writer().map_err(fastack_core::Error::Storage)?;
+            Ok(MirrorLake {
+                objects,
+                schema,
+                props,
+            })
+        }))
+    }
+}
+
+/// The columns an erasure decides by.
+const WHO: &str = "message event {
+    REQUIRED BYTE_ARRAY id (STRING);
+    OPTIONAL BYTE_ARRAY user_id (STRING);
+    OPTIONAL BYTE_ARRAY anonymous_id (STRING);
+    REQUIRED BYTE_ARRAY contact_id (STRING);
+    REQUIRED INT64 occurred_at (TIMESTAMP(MICROS,true));
+}";
+
+#[async_trait]
+impl erasure::Lake for MirrorLake {
+    async fn files(&self, tenant: TenantId) -> fastack_core::Result<Vec<String>> {
+        files_in(&self.objects, &format!("tenant={tenant}"))
+            .await
+            .map_err(fastack_core::Error::Storage)
+    }
+
+    async fn without(
+        &self,
+        path: &str,
+        matcher: &Matcher,
+    ) -> fastack_core::Result<Option<erasure::LakeRewrite>> {
+        let bytes = self.objects.get(path).await?;
+        // Who first (five columns): most files hold none of the people.
+        let theirs = |bytes: Bytes| -> Result<Vec<bool>, String> {
+            use parquet::file::reader::{FileReader, SerializedFileReader};
+            let who = parse_message_type(WHO).map_err(|e| e.to_string())?;
+            let reader = SerializedFileReader::new(bytes).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            for row in reader.get_row_iter(Some(who)).map_err(|e| e.to_string())? {
+                let row = row.map_err(|e| e.to_string())?;
+                let f = fields(&row);
+                out.push(matcher.matches(
+                    f.text("contact_id"),
+                    f.text("user_id"),
+                    f.text("anonymous_id"),
+                    f.micros("occurred_at").unwrap_or_default(),
+                ));
+            }
+            Ok(out)
+        };
+        let corrupt = |e: String| fastack_core::Error::Corrupt(format!("{path}: {e}"));
+        let picked = theirs(bytes.clone()).map_err(corrupt)?;
+        let removed = picked.iter().filter(|p| **p).count() as u64;
+        if removed == 0 {
+            return Ok(None);
+        }
+        let (tenant, kept) = read_events(bytes, &picked).map_err(corrupt)?;
+        let n = kept.len() as u64;
+        let bytes = if kept.is_empty() {
+            None
+        } else {
+            Some(
+                encode(&tenant, &kept, &self.schema, &self.props)
+                    .map_err(|e| corrupt(e.to_string()))?,
+            )
+        };
+        Ok(Some(erasure::LakeRewrite {
+            removed,
+            kept: n,
+            bytes,
+        }))
+    }
+
+    async fn replace(&self, path: &str, bytes: Option<Vec<u8>>) -> fastack_core::Result<()> {
+        match bytes {
+            Some(bytes) => self.objects.put(path, bytes).await,
+            None => self.objects.delete(path).await,
+        }
+    }
+}
+
+/// A row's fields by name.
+struct Fields<'r>(Vec<(&'r String, &'r parquet::record::Field)>);
+
+fn fields(row: &parquet::record::Row) -> Fields<'_> {
+    Fields(row.get_column_iter().collect())
+}
+
+impl Fields<'_> {
+    fn get(&self, name: &str) -> Option<&parquet::record::Field> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+    }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        match self.get(name)? {
+            parquet::record::Field::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn long(&self, name: &str) -> Option<i64> {
+        match self.get(name)? {
+            parquet::record::Field::Long(v) | parquet::record::Field::TimestampMicros(v) => {
+                Some(*v)
+            }
+            _ => None,
+        }
+    }
+
+    fn micros(&self, name: &str) -> Option<DateTime<Utc>> {
+        self.long(name).and_then(DateTime::from_timestamp_micros)
+    }
+}
+
+/// The events of a file (its tenant and the rows not `picked`), as the
+/// mirror writes them.
+fn read_events(bytes: Bytes, picked: &[bool]) -> Result<(String, Vec<Event>), String> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(bytes).map_err(|e| e.to_string())?;
+    let (mut tenant, mut kept) = (String::new(), Vec::new());
+    let rows = reader.get_row_iter(None).map_err(|e| e.to_string())?;
+    for (row, theirs) in rows.zip(picked) {
+        let row = row.map_err(|e| e.to_string())?;
+        let f = fields(&row);
+        if tenant.is_empty() {
+            tenant = f.text("tenant_id").unwrap_or_default().to_owned();
+        }
+        if *theirs {
+            continue;
+        }
+        let text = |name: &str| f.text(name).map(ByteArray::from);
+        let required = |name: &str| text(name).ok_or_else(|| format!("a row has no {name}"));
+        kept.push(Event {
+            id: required("id")?,
+            kind: required("type")?,
+            event: text("event"),
+            user_id: text("user_id"),
+            anonymous_id: text("anonymous_id"),
+            contact_id: required("contact_id")?,
+            occurred_at: f.micros("occurred_at").ok_or("a row has no occurred_at")?,
+            received_at: f.micros("received_at").ok_or("a row has no received_at")?,
+            plan_version: f.long("plan_version"),
+            properties: text("properties"),
+            traits: text("traits"),
+            schema_violations: text("schema_violations"),
+        });
+    }
+    Ok((tenant, kept))
 }
 
 /// The ids of the tenant's events the live mirror still owes: it is going

@@ -81,6 +81,7 @@ impl Routing {
         };
         Routing {
             jobs: pick(&|s| s.jobs),
+            erased: pick(&|s| s.jobs),
             tracked: pick(&|s| s.tracked == Tracked::Every),
             tracked_if_subscribed: pick(&|s| s.tracked == Tracked::WhenSubscribed),
         }

@@ -22,8 +22,9 @@ use crate::{
 pub mod console;
 pub mod deliveries;
 mod encoding;
+pub mod erasures;
 mod ingest;
-mod outbox;
+pub(crate) mod outbox;
 pub mod postgres;
 mod processing;
 mod record;
@@ -42,6 +43,10 @@ pub use console::ConsoleRecords;
 pub use deliveries::{Deliveries, Replayed};
 pub(crate) use encoding::{annotations, decode_payload, plan_of};
 pub use encoding::{archive_row, tracked_body, v7_floor};
+pub use erasures::{
+    ErasureRecord, Erasures, Found, Matcher, OutboxScrub, Person, Subject, SubjectKind,
+    Suppression, Window, sha256_hex,
+};
 pub use record::{EventRecord, record_of, records_in};
 pub use records::*;
 pub use sql::Db;
@@ -59,6 +64,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// The account console's users, links and sessions ([`console`]). A
     /// new record kind is a module here with a handle like these.
     fn console(&self) -> ConsoleRecords<'_>;
+
+    /// Erasure requests, their holds and suppressions, and an erasure's
+    /// work on the database ([`erasures`]).
+    fn erasures(&self) -> Erasures<'_>;
 
     /// The connection itself, for tests that inspect its session settings;
     /// nothing else reads or writes through it.

@@ -202,6 +202,10 @@ impl Layout for PgStore {
 
 #[async_trait]
 impl Engine for PgStore {
+    fn layout(&self) -> &dyn Layout {
+        self
+    }
+
     async fn migrate(&self) -> Result<()> {
         // Serialise migrations of several nodes starting at once.
         let mut conn = self.pool.acquire().await?;

@@ -8,7 +8,7 @@
 //! says where a month's rows go ([`Layout`]); everything else is here.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
 
@@ -21,6 +21,7 @@ use uuid::Uuid;
 use super::{
     Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, annotations, decode_payload,
     encoding::{TrackedView, json_text, tracked_body_of},
+    erasures::{SCREEN, sha256_hex},
     outbox,
     record::write_record,
     sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
@@ -54,8 +55,10 @@ pub(crate) enum Consume {
     /// After it commits, by the caller ([`ProcessOutcome::to_consume`]): the
     /// inbox lives in a file with a writer of its own, an event's
     /// `tracked_events` row is the second fence (an event already stored is
-    /// skipped), and the rows were read beforehand ([`read`]).
-    Afterwards(Vec<Item>),
+    /// skipped), and the rows were read beforehand ([`read`]). `screen`:
+    /// the tenant has a running erasure or a suppression ([`SCREEN`], read
+    /// on the writer before the transaction began).
+    Afterwards { items: Vec<Item>, screen: bool },
 }
 
 /// One inbox row, decoded.
@@ -127,21 +130,32 @@ pub(crate) async fn run(
 ) -> Result<ProcessOutcome> {
     let d = tx.dialect();
     let tenant = req.tenant_id;
-    let (items, in_transaction) = match consume {
+    let (items, in_transaction, screen) = match consume {
         // Reading the rows deletes them. A row is returned by one committed
         // delete only (a concurrent one waits for its row locks, then finds
         // it gone), so the delete is the second fence: nothing more is
         // written for it.
+        //
+        // The same statement reads whether the tenant's events must be
+        // screened: it runs once the transaction holds the tenant's lease
+        // row, so an erasure that waited for that row before its work sees
+        // this transaction's events stored, or this transaction sees its
+        // holds.
         Consume::InTransaction => {
             let sql = format!(
                 "DELETE FROM inbox WHERE tenant_id = $1 AND {} \
-                 RETURNING seq, event_id, payload, received_at",
+                 RETURNING seq, event_id, payload, received_at, {SCREEN} AS screen",
                 d.in_subquery("seq", &format!("SELECT seq {NEXT_ROWS}"))
             );
             let q = next_rows(Q::new(sql), tenant, req.after_seq, req.limit);
-            (decode(&tx.fetch(q).await?)?, true)
+            let rows = tx.fetch(q).await?;
+            let screen = match rows.first() {
+                Some(r) => r.bool("screen")?,
+                None => false,
+            };
+            (decode(&rows)?, true, screen)
         }
-        Consume::Afterwards(items) => (items, false),
+        Consume::Afterwards { items, screen } => (items, false, screen),
     };
     if items.is_empty() {
         tx.commit().await?;
@@ -181,6 +195,11 @@ pub(crate) async fn run(
         already_processed: n - todo.len(),
         received: items.iter().map(|i| i.received_at).collect(),
         ..Default::default()
+    };
+    let todo = if screen && !todo.is_empty() {
+        screen_out(&mut tx, tenant, todo, &mut outcome).await?
+    } else {
+        todo
     };
 
     if !todo.is_empty() {
@@ -362,6 +381,130 @@ pub(crate) async fn run(
     tx.commit().await?;
     layout.created(&keys);
     Ok(outcome)
+}
+
+/// The events of `items` that are not dropped: those of a suppressed
+/// identifier, and those of a running erasure's people (in its window) are
+/// consumed without being stored or emitted, and counted on their hold or
+/// suppression and in `outcome`.
+async fn screen_out<'i>(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    items: Vec<&'i Item>,
+    outcome: &mut ProcessOutcome,
+) -> Result<Vec<&'i Item>> {
+    let d = tx.dialect();
+    let hashes: Vec<[Option<(i64, String)>; 2]> = items
+        .iter()
+        .map(|i| {
+            [
+                i.event
+                    .user_id
+                    .as_deref()
+                    .map(|v| (i64::from(IdentityKind::User.as_i16()), sha256_hex(v))),
+                i.event
+                    .anonymous_id
+                    .as_deref()
+                    .map(|v| (i64::from(IdentityKind::Anonymous.as_i16()), sha256_hex(v))),
+            ]
+        })
+        .collect();
+    let mut wanted: Vec<String> = hashes
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|(_, sha)| sha.clone())
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut suppressed: HashMap<(i64, String), i64> = HashMap::new();
+    for r in tx
+        .fetch(
+            Q::new(format!(
+                "SELECT kind, sha256 FROM suppressions WHERE tenant_id = $1 AND {}",
+                d.in_list("sha256", 2, ListKind::Text)
+            ))
+            .bind(tenant.0)
+            .bind(wanted.clone()),
+        )
+        .await?
+    {
+        suppressed.insert((r.int("kind")?, r.text("sha256")?), 0);
+    }
+    type Hold = (i64, String, Uuid);
+    let mut holds: Vec<(Hold, Option<DateTime<Utc>>, Option<DateTime<Utc>>)> = Vec::new();
+    for r in tx
+        .fetch(
+            Q::new(format!(
+                "SELECT h.kind, h.sha256, h.request_id, e.window_from, e.window_to \
+                 FROM erasure_holds h JOIN erasures e ON e.id = h.request_id \
+                 WHERE h.tenant_id = $1 AND {}",
+                d.in_list("h.sha256", 2, ListKind::Text)
+            ))
+            .bind(tenant.0)
+            .bind(wanted),
+        )
+        .await?
+    {
+        holds.push((
+            (r.int("kind")?, r.text("sha256")?, r.uuid("request_id")?),
+            r.opt_time("window_from")?,
+            r.opt_time("window_to")?,
+        ));
+    }
+    let mut held: HashMap<Hold, i64> = HashMap::new();
+    let mut kept = Vec::with_capacity(items.len());
+    'items: for (item, ids) in items.into_iter().zip(&hashes) {
+        for id in ids.iter().flatten() {
+            if let Some(n) = suppressed.get_mut(id) {
+                *n += 1;
+                outcome.suppressed += 1;
+                continue 'items;
+            }
+        }
+        let at = item.event.occurred_at.with_timezone(&Utc);
+        for id in ids.iter().flatten() {
+            let hold = holds.iter().find(|((kind, sha, _), from, to)| {
+                (*kind, sha) == (id.0, &id.1)
+                    && from.is_none_or(|f| at >= f)
+                    && to.is_none_or(|t| at < t)
+            });
+            if let Some((key, _, _)) = hold {
+                *held.entry(key.clone()).or_default() += 1;
+                outcome.held += 1;
+                continue 'items;
+            }
+        }
+        kept.push(item);
+    }
+    for ((kind, sha), n) in suppressed.into_iter().filter(|(_, n)| *n > 0) {
+        tx.execute(
+            Q::new(
+                "UPDATE suppressions SET dropped = dropped + $4 \
+                 WHERE tenant_id = $1 AND kind = $2 AND sha256 = $3",
+            )
+            .bind(tenant.0)
+            .bind(kind)
+            .bind(sha)
+            .bind(n),
+        )
+        .await?;
+    }
+    for ((kind, sha, request), n) in held {
+        tx.execute(
+            Q::new(
+                "UPDATE erasure_holds SET dropped = dropped + $5 \
+                 WHERE tenant_id = $1 AND kind = $2 AND sha256 = $3 AND request_id = $4",
+            )
+            .bind(tenant.0)
+            .bind(kind)
+            .bind(sha)
+            .bind(request)
+            .bind(n),
+        )
+        .await?;
+    }
+    Ok(kept)
 }
 
 /// An item as the event JSON and record render it.

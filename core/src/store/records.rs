@@ -591,6 +591,12 @@ pub struct ProcessOutcome {
     pub outboxed: usize,
     /// Webhook deliveries created (the fan-out, in the same transaction).
     pub deliveries: usize,
+    /// Events consumed without being stored: their identifier is
+    /// suppressed.
+    pub suppressed: usize,
+    /// Events consumed without being stored: they belong to a running
+    /// erasure's people.
+    pub held: usize,
     /// Inbox rows (`seq`) this transaction processed but left in the inbox:
     /// the caller passes them to [`Storage::consume_inbox`] once it has
     /// acted on the commit (empty where the transaction deleted them).

@@ -137,6 +137,19 @@ impl Dialect {
         }
     }
 
+    /// Member `member` of the JSON object in text column `col`, as text
+    /// (`NULL` when the column holds no JSON object: a scrubbed payload).
+    pub fn json_member(self, col: &str, member: &str) -> String {
+        match self {
+            Dialect::Postgres => {
+                format!("(CASE WHEN {col} LIKE '{{%' THEN ({col})::jsonb ->> '{member}' END)")
+            }
+            Dialect::Sqlite => {
+                format!("(CASE WHEN json_valid({col}) THEN json_extract({col}, '$.{member}') END)")
+            }
+        }
+    }
+
     /// A notification on `channel`, sent when the transaction commits
     /// (PostgreSQL's `NOTIFY`); SQLite is one process, it has no one to
     /// tell.
@@ -525,6 +538,13 @@ impl Row {
     }
 
     pub fn bytes(&self, col: &str) -> Result<Vec<u8>> {
+        Ok(match self {
+            Row::Pg(r) => r.try_get(col)?,
+            Row::Lite(r) => r.try_get(col)?,
+        })
+    }
+
+    pub fn bool(&self, col: &str) -> Result<bool> {
         Ok(match self {
             Row::Pg(r) => r.try_get(col)?,
             Row::Lite(r) => r.try_get(col)?,

@@ -33,9 +33,10 @@ use serde_json::{Map, Value};
 
 use super::{
     ArchiveCursor, ArchiveRow, AttemptOutcome, AttemptRecord, Backend, ConsoleRecords, Deliveries,
-    DropOutcome, DueDelivery, Emit, EventQuery, Fence, IngestRow, KeepFn, KeyRecord, NewDelivery,
-    OutboxBatch, OutboxRow, Owed, PartitionInfo, PartitionKey, ProcessOutcome, ProcessRequest,
-    SealedSecrets, SinkName, Storage, TakenKey, TimeRange, Topic, ingest, job_event, outbox,
+    DropOutcome, DueDelivery, Emit, Erasures, EventQuery, Fence, IngestRow, KeepFn, KeyRecord,
+    NewDelivery, OutboxBatch, OutboxRow, Owed, PartitionInfo, PartitionKey, ProcessOutcome,
+    ProcessRequest, SealedSecrets, SinkName, Storage, TakenKey, TimeRange, Topic, ingest,
+    job_event, outbox,
     sql::{Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::error::{Error, Result};
@@ -43,7 +44,7 @@ use crate::error::{Error, Result};
 /// What a backend does its own way: the storage layout of events (monthly
 /// partitions), the hot path's bulk statements, schema migrations.
 #[async_trait]
-pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
+pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn migrate(&self) -> Result<()>;
     async fn commit_ingest(
         &self,
@@ -66,6 +67,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64>;
     /// The partitions that exist, sorted.
     async fn partition_keys(&self) -> Result<Vec<PartitionKey>>;
+    /// Where a partition's rows are (`tracked_events`, or the month's own
+    /// table).
+    fn layout(&self) -> &dyn super::processing::Layout;
     async fn partition_rows(&self, key: PartitionKey) -> Result<Option<i64>>;
     async fn drop_partition(&self, key: PartitionKey, expected_rows: i64) -> Result<DropOutcome>;
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64>;
@@ -245,6 +249,13 @@ impl Storage for SqlStore {
         Deliveries {
             store: self,
             db: &self.db,
+        }
+    }
+
+    fn erasures(&self) -> Erasures<'_> {
+        Erasures {
+            db: &self.db,
+            engine: self.engine.as_ref(),
         }
     }
 
@@ -512,18 +523,7 @@ impl Storage for SqlStore {
 
     // --- jobs -------------------------------------------------------------
     async fn insert_job(&self, j: &Job) -> Result<()> {
-        use sea_orm::ActiveValue::Set;
-        let row = job::ActiveModel {
-            id: Set(j.id),
-            tenant_id: Set(j.tenant_id),
-            kind: Set(j.kind.as_str().to_owned()),
-            status: Set(j.status.as_str().to_owned()),
-            params: Set(j.params.clone()),
-            metadata: Set(Value::Object(j.metadata.clone())),
-            created_at: Set(j.created_at.into()),
-            ..Default::default()
-        };
-        job::Entity::insert(row)
+        job::Entity::insert(job_model(j))
             .exec_without_returning(&self.db)
             .await
             .map_err(|e| unique_as_conflict(e.into(), "an active job for this partition"))?;
@@ -609,48 +609,10 @@ impl Storage for SqlStore {
     }
 
     async fn finish_job(&self, j: &Job, node: NodeId, emit: &Emit) -> Result<bool> {
-        use job::Column as C;
-        let body = j.render();
         let mut tx = self.db.begin().await?;
-        let n = tx
-            .run(
-                &job::Entity::update_many()
-                    .col_expr(C::Status, Expr::value(j.status.as_str()))
-                    .col_expr(C::Metadata, Expr::value(Value::Object(j.metadata.clone())))
-                    .col_expr(C::Result, Expr::value(j.result.clone()))
-                    .col_expr(C::ExecutionTimeMs, Expr::value(j.execution_time_ms))
-                    .col_expr(C::FinishedAt, Expr::value(j.finished_at.map(Time)))
-                    .col_expr(C::EventBody, Expr::value(body.as_str()))
-                    // Pending while a relayed sink owes its outbox row; the
-                    // fan-out's deliveries commit with this transaction.
-                    .col_expr(C::EventPending, Expr::value(emit.relays()))
-                    .col_expr(C::ClaimedBy, Expr::value(Option::<NodeId>::None))
-                    .col_expr(C::ClaimExpiresAt, Expr::value(Option::<Time>::None))
-                    .filter(C::Id.eq(j.id))
-                    .filter(C::ClaimedBy.eq(node))
-                    .filter(C::Status.eq(JobStatus::Processing.as_str())),
-            )
-            .await?;
-        if n != 1 {
+        if !end_job(&mut tx, j, node, emit).await? {
             return Ok(false);
         }
-        let (routing_key, ce_id) = job_event(j.id, j.status);
-        outbox::write(
-            &mut tx,
-            vec![outbox::Entry {
-                tenant_id: j.tenant_id,
-                topic: Topic::Job,
-                routing_key,
-                ce_id,
-                subject: j.id.0.to_string(),
-                body,
-                record: None,
-                job_id: Some(j.id),
-                created_at: j.finished_at.unwrap_or_else(Utc::now),
-            }],
-            emit,
-        )
-        .await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -1536,6 +1498,69 @@ pub(crate) async fn drop_counted(
 }
 
 /// A unique violation is a conflict with a readable message.
+/// A new job row.
+pub(crate) fn job_model(j: &Job) -> job::ActiveModel {
+    use sea_orm::ActiveValue::Set;
+    job::ActiveModel {
+        id: Set(j.id),
+        tenant_id: Set(j.tenant_id),
+        kind: Set(j.kind.as_str().to_owned()),
+        status: Set(j.status.as_str().to_owned()),
+        params: Set(j.params.clone()),
+        metadata: Set(Value::Object(j.metadata.clone())),
+        created_at: Set(j.created_at.into()),
+        ..Default::default()
+    }
+}
+
+/// Writes a job's terminal state, its pending-event marker and its outbox
+/// row in `tx` — only if `node` still holds the job, so a job ends exactly
+/// once. Returns whether it did (the caller commits).
+pub(crate) async fn end_job(tx: &mut Tx<'_>, j: &Job, node: NodeId, emit: &Emit) -> Result<bool> {
+    use job::Column as C;
+    let body = j.render();
+    let n = tx
+        .run(
+            &job::Entity::update_many()
+                .col_expr(C::Status, Expr::value(j.status.as_str()))
+                .col_expr(C::Metadata, Expr::value(Value::Object(j.metadata.clone())))
+                .col_expr(C::Result, Expr::value(j.result.clone()))
+                .col_expr(C::ExecutionTimeMs, Expr::value(j.execution_time_ms))
+                .col_expr(C::FinishedAt, Expr::value(j.finished_at.map(Time)))
+                .col_expr(C::EventBody, Expr::value(body.as_str()))
+                // Pending while a relayed sink owes its outbox row; the
+                // fan-out's deliveries commit with this transaction.
+                .col_expr(C::EventPending, Expr::value(emit.relays()))
+                .col_expr(C::ClaimedBy, Expr::value(Option::<NodeId>::None))
+                .col_expr(C::ClaimExpiresAt, Expr::value(Option::<Time>::None))
+                .filter(C::Id.eq(j.id))
+                .filter(C::ClaimedBy.eq(node))
+                .filter(C::Status.eq(JobStatus::Processing.as_str())),
+        )
+        .await?;
+    if n != 1 {
+        return Ok(false);
+    }
+    let (routing_key, ce_id) = job_event(j.id, j.status);
+    outbox::write(
+        tx,
+        vec![outbox::Entry {
+            tenant_id: j.tenant_id,
+            topic: Topic::Job,
+            routing_key,
+            ce_id,
+            subject: j.id.0.to_string(),
+            body,
+            record: None,
+            job_id: Some(j.id),
+            created_at: j.finished_at.unwrap_or_else(Utc::now),
+        }],
+        emit,
+    )
+    .await?;
+    Ok(true)
+}
+
 pub(crate) fn unique_as_conflict(err: Error, what: &str) -> Error {
     match &err {
         Error::Database(sqlx::Error::Database(db)) if db.is_unique_violation() => {

@@ -58,7 +58,7 @@ use uuid::Uuid;
 
 use super::{
     DropOutcome, EventQuery, Fence, IngestRow, KeepFn, Month, PartitionKey, ProcessOutcome,
-    ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
+    ProcessRequest, TRACKED_SUBSCRIBED, TimeRange, erasures::SCREEN,
 };
 use crate::{
     backoff::Backoff,
@@ -524,6 +524,10 @@ impl Layout for SqliteStore {
 
 #[async_trait]
 impl Engine for SqliteStore {
+    fn layout(&self) -> &dyn Layout {
+        self
+    }
+
     async fn migrate(&self) -> Result<()> {
         let conn = SqlxSqliteConnector::from_sqlx_sqlite_pool(self.writer.clone());
         super::newer_schema(
@@ -561,14 +565,16 @@ impl Engine for SqliteStore {
             None => self.read_round(req).await?,
         };
         let mut conn = self.writer.acquire().await?;
-        // Whether the tenant's endpoints take `core.event.tracked` now. On
-        // the one writer connection nothing can change the endpoints
-        // between this read and the transaction below.
-        let fanout: bool =
-            sqlx::query_scalar(AssertSqlSafe(format!("SELECT {TRACKED_SUBSCRIBED}")))
-                .bind(req.tenant_id.0)
-                .fetch_one(&mut *conn)
-                .await?;
+        // Whether the tenant's endpoints take `core.event.tracked` now, and
+        // whether its events must be screened (a running erasure, a
+        // suppression). On the one writer connection nothing can change
+        // either between this read and the transaction below.
+        let (fanout, screen): (bool, bool) = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT {TRACKED_SUBSCRIBED}, {SCREEN}"
+        )))
+        .bind(req.tenant_id.0)
+        .fetch_one(&mut *conn)
+        .await?;
         let emit = req.emit_tracked(fanout);
         // The commit syncs even without outbox rows: the inbox rows it
         // processed are deleted right after, in the other file, and that
@@ -592,7 +598,7 @@ impl Engine for SqliteStore {
             Tx::Lite(tx),
             emit,
             req,
-            processing::Consume::Afterwards(items),
+            processing::Consume::Afterwards { items, screen },
         )
         .await
     }

@@ -1,0 +1,1459 @@
+//! Erasure and suppression records, reached through [`Erasures`]
+//! (`Storage::erasures`): `erasures` (a request: whom it covers, its
+//! window, what it removed so far), `erasure_holds` (identifiers whose
+//! events processing drops while their erasure runs) and `suppressions`
+//! (identifiers whose events processing drops until lifted), and the
+//! erasure's own work on the database: the person's events partition by
+//! partition (the partition key on every statement), contacts and
+//! identities, quarantined events, owed outbox rows, stored webhook
+//! payloads — each with its part of the report in the same transaction, so
+//! a run resumed after a crash neither loses nor doubles a count.
+//!
+//! Identifiers are kept as the hex SHA-256 of their value in holds,
+//! suppressions and the report; the request keeps their values only while
+//! its job runs. The rules of an erasure (order of the steps, verification,
+//! the certificate) are `crate::erasure`'s; this module reads and writes
+//! rows.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use fastack_entities::{
+    ContactId, IdentityKind, Job, JobId, JobKind, JobStatus, NodeId, TenantId, db::job,
+};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::{
+    Emit, PartitionKey, Topic,
+    outbox::{self, Entry},
+    record::{records_in, write_event_record},
+    sql::{Col, Db, Dialect, ListKind, Q, Tx},
+    sql_store::{Engine, end_job, job_model},
+};
+use crate::error::{Error, Result};
+
+/// What an identifier names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubjectKind {
+    UserId,
+    AnonymousId,
+    ContactId,
+}
+
+impl SubjectKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubjectKind::UserId => "user_id",
+            SubjectKind::AnonymousId => "anonymous_id",
+            SubjectKind::ContactId => "contact_id",
+        }
+    }
+
+    /// The kind of an identity (holds and suppressions keep identities).
+    fn of(kind: IdentityKind) -> SubjectKind {
+        match kind {
+            IdentityKind::User => SubjectKind::UserId,
+            IdentityKind::Anonymous => SubjectKind::AnonymousId,
+        }
+    }
+
+    fn identity(self) -> Option<IdentityKind> {
+        match self {
+            SubjectKind::UserId => Some(IdentityKind::User),
+            SubjectKind::AnonymousId => Some(IdentityKind::Anonymous),
+            SubjectKind::ContactId => None,
+        }
+    }
+}
+
+/// An identifier as erasure records keep it: its kind and the hex SHA-256
+/// of its value (UTF-8; a contact id in its hyphenated lowercase form).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Subject {
+    pub kind: SubjectKind,
+    pub sha256: String,
+}
+
+impl Subject {
+    pub fn of(kind: SubjectKind, value: &str) -> Subject {
+        Subject {
+            kind,
+            sha256: sha256_hex(value),
+        }
+    }
+}
+
+/// The hex SHA-256 of a text.
+pub fn sha256_hex(value: &str) -> String {
+    hex::encode(Sha256::digest(value.as_bytes()))
+}
+
+/// Whom an erasure covers, by value: every identifier and contact linked to
+/// the people it names. Kept only while its job runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Person {
+    #[serde(default)]
+    pub user_ids: Vec<String>,
+    #[serde(default)]
+    pub anonymous_ids: Vec<String>,
+    #[serde(default)]
+    pub contact_ids: Vec<ContactId>,
+}
+
+impl Person {
+    /// Sorted, without repeats.
+    pub fn normalized(mut self) -> Person {
+        for list in [&mut self.user_ids, &mut self.anonymous_ids] {
+            list.sort_unstable();
+            list.dedup();
+        }
+        self.contact_ids.sort_unstable();
+        self.contact_ids.dedup();
+        self
+    }
+
+    /// Identifiers and contacts in all.
+    pub fn len(&self) -> usize {
+        self.user_ids.len() + self.anonymous_ids.len() + self.contact_ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// This person and `other`.
+    pub fn union(&self, other: &Person) -> Person {
+        let mut out = self.clone();
+        out.user_ids.extend(other.user_ids.iter().cloned());
+        out.anonymous_ids
+            .extend(other.anonymous_ids.iter().cloned());
+        out.contact_ids.extend(other.contact_ids.iter().copied());
+        out.normalized()
+    }
+
+    /// The identities (user and anonymous ids), with their kind.
+    pub fn identities(&self) -> impl Iterator<Item = (IdentityKind, &str)> {
+        self.user_ids
+            .iter()
+            .map(|v| (IdentityKind::User, v.as_str()))
+            .chain(
+                self.anonymous_ids
+                    .iter()
+                    .map(|v| (IdentityKind::Anonymous, v.as_str())),
+            )
+    }
+
+    /// Every identifier as a hash, sorted.
+    pub fn subjects(&self) -> Vec<Subject> {
+        let mut out: Vec<Subject> = self
+            .identities()
+            .map(|(kind, v)| Subject::of(SubjectKind::of(kind), v))
+            .chain(
+                self.contact_ids
+                    .iter()
+                    .map(|c| Subject::of(SubjectKind::ContactId, &c.to_string())),
+            )
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn contact_texts(&self) -> Vec<String> {
+        self.contact_ids.iter().map(ContactId::to_string).collect()
+    }
+
+    fn contact_uuids(&self) -> Vec<Uuid> {
+        self.contact_ids.iter().map(|c| c.0).collect()
+    }
+}
+
+/// Events whose `occurred_at` is in `[from, to)`; an end left out is
+/// open. The whole of time by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<DateTime<Utc>>,
+}
+
+impl Window {
+    /// Whether it is the whole of time (the contact goes too).
+    pub fn is_whole(&self) -> bool {
+        self.from.is_none() && self.to.is_none()
+    }
+
+    pub fn contains(&self, t: DateTime<Utc>) -> bool {
+        self.from.is_none_or(|f| t >= f) && self.to.is_none_or(|to| t < to)
+    }
+
+    /// `[start, end)` cut to the window; `None` when they do not meet.
+    pub fn clamp(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let from = self.from.map_or(start, |f| f.max(start));
+        let to = self.to.map_or(end, |t| t.min(end));
+        (from < to).then_some((from, to))
+    }
+}
+
+/// Tells whether an event belongs to an erasure: one of its identifiers
+/// or its contact is the person's, and it occurred in the window.
+#[derive(Clone, Debug, Default)]
+pub struct Matcher {
+    contacts: HashSet<String>,
+    users: HashSet<String>,
+    anonymous: HashSet<String>,
+    window: Window,
+}
+
+impl Matcher {
+    pub fn new(person: &Person, window: Window) -> Matcher {
+        Matcher {
+            contacts: person.contact_texts().into_iter().collect(),
+            users: person.user_ids.iter().cloned().collect(),
+            anonymous: person.anonymous_ids.iter().cloned().collect(),
+            window,
+        }
+    }
+
+    pub fn window(&self) -> Window {
+        self.window
+    }
+
+    /// Whether an event with these fields is the person's.
+    pub fn matches(
+        &self,
+        contact_id: Option<&str>,
+        user_id: Option<&str>,
+        anonymous_id: Option<&str>,
+        occurred_at: DateTime<Utc>,
+    ) -> bool {
+        let theirs = contact_id.is_some_and(|c| self.contacts.contains(&c.to_ascii_lowercase()))
+            || user_id.is_some_and(|u| self.users.contains(u))
+            || anonymous_id.is_some_and(|a| self.anonymous.contains(a));
+        theirs && self.window.contains(occurred_at)
+    }
+
+    /// Whether a JSON document of an event (the event JSON, an archive
+    /// row, an inbox payload) is the person's. A document without a
+    /// readable `occurred_at` counts as in the window.
+    pub fn matches_json(&self, doc: &Value) -> bool {
+        let text = |k: &str| doc.get(k).and_then(Value::as_str);
+        let at = text("occurred_at")
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc));
+        let theirs = text("contact_id")
+            .is_some_and(|c| self.contacts.contains(&c.to_ascii_lowercase()))
+            || text("user_id").is_some_and(|u| self.users.contains(u))
+            || text("anonymous_id").is_some_and(|a| self.anonymous.contains(a));
+        theirs && at.is_none_or(|t| self.window.contains(t))
+    }
+}
+
+/// An erasure as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErasureRecord {
+    pub id: JobId,
+    pub tenant_id: TenantId,
+    /// Whom it covers, by value; `None` once its job ended.
+    pub person: Option<Person>,
+    /// Whom it covers, hashed (kept).
+    pub subjects: Vec<Subject>,
+    /// What it removed so far, store by store ([`crate::erasure`]).
+    pub report: Value,
+    pub suppress: bool,
+    pub window: Window,
+    /// The tenant's last inbox row when the erasure settled: every row up
+    /// to it was accepted before the request was answered.
+    pub watermark: Option<i64>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A suppressed identifier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Suppression {
+    pub kind: SubjectKind,
+    pub sha256: String,
+    /// The erasure that set it.
+    pub request_id: JobId,
+    pub created_at: DateTime<Utc>,
+    /// Events of the identifier processing dropped since.
+    pub dropped: i64,
+}
+
+/// What one pass over the owed outbox rows did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutboxScrub {
+    /// Rows no longer sent: every event they carried was the person's.
+    pub rows_cancelled: u64,
+    /// Grouped rows written again without the person's events.
+    pub rows_rewritten: u64,
+    /// The person's events in both.
+    pub events_removed: u64,
+    /// A sink holds a batch with the person's events right now: nothing
+    /// was changed; look again once its claim ends.
+    pub busy: bool,
+}
+
+/// What was found of a person in the database (the verification pass).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Found {
+    pub tracked_events: u64,
+    pub contacts: u64,
+    pub identities: u64,
+    pub inbox: u64,
+    pub quarantine: u64,
+    pub outbox: u64,
+    pub webhook_payloads: u64,
+}
+
+impl Found {
+    pub fn total(&self) -> u64 {
+        self.tracked_events
+            + self.contacts
+            + self.identities
+            + self.inbox
+            + self.quarantine
+            + self.outbox
+            + self.webhook_payloads
+    }
+}
+
+/// Whether a tenant's processing must screen its events: it has a running
+/// erasure or a suppression (`$1` is the tenant). Read by the processing
+/// transaction in a statement that runs once it holds its lease row.
+pub(crate) const SCREEN: &str = "(EXISTS (SELECT 1 FROM erasure_holds WHERE tenant_id = $1) \
+     OR EXISTS (SELECT 1 FROM suppressions WHERE tenant_id = $1))";
+
+/// The erasure and suppression records (see the module doc).
+pub struct Erasures<'a> {
+    pub(super) db: &'a Db,
+    pub(super) engine: &'a dyn Engine,
+}
+
+impl Erasures<'_> {
+    fn d(&self) -> Dialect {
+        self.db.dialect()
+    }
+
+    /// Queues an erasure in one transaction: its job, its record, a hold on
+    /// every identifier of the people it names (resolved now, merges
+    /// followed), and their suppression when asked. From its commit on,
+    /// processing drops their events.
+    pub async fn request(
+        &self,
+        job: &Job,
+        asked: &Person,
+        window: Window,
+        suppress: bool,
+    ) -> Result<ErasureRecord> {
+        let tenant = job.tenant_id;
+        let mut tx = self.db.begin().await?;
+        let person = resolve(&mut tx, tenant, asked).await?;
+        let subjects = person.subjects();
+        tx.run(&job::Entity::insert(job_model(job))).await?;
+        tx.execute(
+            Q::new(
+                "INSERT INTO erasures (id, tenant_id, request, subjects, report, suppress, \
+                 window_from, window_to, watermark, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9)",
+            )
+            .bind(job.id.0)
+            .bind(tenant.0)
+            .bind(json(&person))
+            .bind(json(&subjects))
+            .bind(Value::Object(Map::new()))
+            .bind(suppress)
+            .bind(window.from)
+            .bind(window.to)
+            .bind(job.created_at),
+        )
+        .await?;
+        hold(&mut tx, tenant, job.id, &person, suppress, job.created_at).await?;
+        tx.commit().await?;
+        Ok(ErasureRecord {
+            id: job.id,
+            tenant_id: tenant,
+            person: Some(person),
+            subjects,
+            report: Value::Object(Map::new()),
+            suppress,
+            window,
+            watermark: None,
+            created_at: job.created_at,
+        })
+    }
+
+    /// One erasure.
+    pub async fn get(&self, id: JobId) -> Result<Option<ErasureRecord>> {
+        let Some(r) = self
+            .db
+            .read_opt(
+                Q::new(
+                    "SELECT id, tenant_id, request, subjects, report, suppress, window_from, \
+                     window_to, watermark, created_at FROM erasures WHERE id = $1",
+                )
+                .bind(id.0),
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(ErasureRecord {
+            id: JobId(r.uuid("id")?),
+            tenant_id: TenantId(r.uuid("tenant_id")?),
+            person: r
+                .opt_json("request")?
+                .filter(|v| !v.is_null())
+                .map(|v| parse("request", v))
+                .transpose()?,
+            subjects: parse("subjects", r.json("subjects")?)?,
+            report: r.json("report")?,
+            suppress: r.bool("suppress")?,
+            window: Window {
+                from: r.opt_time("window_from")?,
+                to: r.opt_time("window_to")?,
+            },
+            watermark: r.opt_int("watermark")?,
+            created_at: r.time("created_at")?,
+        }))
+    }
+
+    /// Makes the erasure's hold complete before its work starts: waits out
+    /// the tenant's processing transaction in flight (it holds its lease row
+    /// until it commits; one that starts later sees the holds), resolves
+    /// the person again (identities linked since the request), holds those
+    /// too, and records the tenant's last inbox row once. Returns the
+    /// person and that watermark.
+    pub async fn settle(&self, rec: &ErasureRecord) -> Result<(Person, i64)> {
+        let d = self.d();
+        let tenant = rec.tenant_id;
+        let known = rec.person.clone().unwrap_or_default();
+        let mut tx = self.db.begin().await?;
+        tx.fetch(
+            Q::new(format!(
+                "SELECT tenant_id FROM tenant_leases WHERE tenant_id = $1{}",
+                d.lock()
+            ))
+            .bind(tenant.0),
+        )
+        .await?;
+        let person = resolve(&mut tx, tenant, &known).await?;
+        hold(
+            &mut tx,
+            tenant,
+            rec.id,
+            &person,
+            rec.suppress,
+            rec.created_at,
+        )
+        .await?;
+        let watermark = match rec.watermark {
+            Some(w) => w,
+            None => tx
+                .fetch_opt(
+                    Q::new("SELECT MAX(seq) AS seq FROM inbox WHERE tenant_id = $1").bind(tenant.0),
+                )
+                .await?
+                .map(|r| r.opt_int("seq"))
+                .transpose()?
+                .flatten()
+                .unwrap_or(0),
+        };
+        tx.execute(
+            Q::new("UPDATE erasures SET request = $2, subjects = $3, watermark = $4 WHERE id = $1")
+                .bind(rec.id.0)
+                .bind(json(&person))
+                .bind(json(&person.subjects()))
+                .bind(watermark),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((person, watermark))
+    }
+
+    /// Whether any of the tenant's inbox rows up to `watermark` is still
+    /// waiting for processing.
+    pub async fn inbox_waiting(&self, tenant: TenantId, watermark: i64) -> Result<bool> {
+        Ok(self
+            .db
+            .read_opt(
+                Q::new("SELECT seq FROM inbox WHERE tenant_id = $1 AND seq <= $2 LIMIT 1")
+                    .bind(tenant.0)
+                    .bind(watermark),
+            )
+            .await?
+            .is_some())
+    }
+
+    /// Writes the report (after work outside the database).
+    pub async fn save_report(&self, id: JobId, report: &Value) -> Result<()> {
+        self.db
+            .execute(
+                Q::new("UPDATE erasures SET report = $2 WHERE id = $1")
+                    .bind(id.0)
+                    .bind(report.clone()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The partitions of `tracked_events`, oldest first.
+    pub async fn partitions(&self) -> Result<Vec<PartitionKey>> {
+        self.engine.partition_keys().await
+    }
+
+    /// Deletes the person's events of one partition (and, within a window,
+    /// the traits their erased `identify` events set, unless set again
+    /// since), then writes `report(events, traits)` — one transaction.
+    /// Every statement names the partition's time range.
+    pub async fn erase_partition(
+        &self,
+        id: JobId,
+        tenant: TenantId,
+        key: PartitionKey,
+        person: &Person,
+        window: Window,
+        report: impl FnOnce(u64, u64) -> Value,
+    ) -> Result<u64> {
+        let Some((from, to)) = window.clamp(key.month.start(), key.month.end()) else {
+            return Ok(0);
+        };
+        let d = self.d();
+        let table = self.engine.layout().table(&key);
+        let returning = if window.is_whole() {
+            "id"
+        } else {
+            "kind, contact_id, properties"
+        };
+        let mut tx = self.db.begin().await?;
+        let rows = tx
+            .fetch(
+                Q::new(format!(
+                    "DELETE FROM {table} WHERE tenant_id = $1 AND retention_class = $2 \
+                     AND occurred_at >= $3 AND occurred_at < $4 AND {} RETURNING {returning}",
+                    person_predicate(
+                        d,
+                        5,
+                        ("contact_id", ListKind::Uuid),
+                        "user_id",
+                        "anonymous_id"
+                    )
+                ))
+                .bind(tenant.0)
+                .bind(i64::from(key.retention_class))
+                .bind(from)
+                .bind(to)
+                .bind(person.contact_uuids())
+                .bind(person.user_ids.clone())
+                .bind(person.anonymous_ids.clone()),
+            )
+            .await?;
+        let erased = rows.len() as u64;
+        let mut traits = 0;
+        if !window.is_whole() {
+            let mut set: Vec<(ContactId, Map<String, Value>)> = Vec::new();
+            for r in &rows {
+                if r.text("kind")? == "identify"
+                    && let Value::Object(t) = r.json("properties")?
+                {
+                    set.push((ContactId(r.uuid("contact_id")?), t));
+                }
+            }
+            traits = strip_traits(&mut tx, tenant, &set).await?;
+        }
+        save(&mut tx, id, report(erased, traits)).await?;
+        tx.commit().await?;
+        Ok(erased)
+    }
+
+    /// Deletes the person's contacts and identities, then writes
+    /// `report(contacts, identities)` — one transaction.
+    pub async fn erase_contacts(
+        &self,
+        id: JobId,
+        tenant: TenantId,
+        person: &Person,
+        report: impl FnOnce(u64, u64) -> Value,
+    ) -> Result<()> {
+        let d = self.d();
+        let mut tx = self.db.begin().await?;
+        let identities = tx
+            .execute(
+                Q::new(format!(
+                    "DELETE FROM contact_identities WHERE tenant_id = $1 AND ({} OR (kind = 1 AND {}) \
+                     OR (kind = 2 AND {}))",
+                    d.in_list("contact_id", 2, ListKind::Uuid),
+                    d.in_list("value", 3, ListKind::Text),
+                    d.in_list("value", 4, ListKind::Text),
+                ))
+                .bind(tenant.0)
+                .bind(person.contact_uuids())
+                .bind(person.user_ids.clone())
+                .bind(person.anonymous_ids.clone()),
+            )
+            .await?;
+        let contacts = tx
+            .execute(
+                Q::new(format!(
+                    "DELETE FROM contacts WHERE tenant_id = $1 AND {}",
+                    d.in_list("id", 2, ListKind::Uuid)
+                ))
+                .bind(tenant.0)
+                .bind(person.contact_uuids()),
+            )
+            .await?;
+        save(&mut tx, id, report(contacts, identities)).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Drops the person's quarantined events, then writes `report(n)` —
+    /// one transaction. Returns how many (with `act` false, only counts).
+    pub async fn erase_quarantine(
+        &self,
+        id: JobId,
+        tenant: TenantId,
+        matcher: &Matcher,
+        act: bool,
+        report: impl FnOnce(u64) -> Value,
+    ) -> Result<u64> {
+        let d = self.d();
+        let mut tx = self.db.begin().await?;
+        let mut theirs = Vec::new();
+        for r in tx
+            .fetch(
+                Q::new("SELECT event_id, payload FROM quarantine WHERE tenant_id = $1")
+                    .bind(tenant.0),
+            )
+            .await?
+        {
+            if payload_matches(matcher, &r.text("payload")?) {
+                theirs.push(r.uuid("event_id")?);
+            }
+        }
+        let n = theirs.len() as u64;
+        if act {
+            if !theirs.is_empty() {
+                tx.execute(
+                    Q::new(format!(
+                        "DELETE FROM quarantine WHERE tenant_id = $1 AND {}",
+                        d.in_list("event_id", 2, ListKind::Uuid)
+                    ))
+                    .bind(tenant.0)
+                    .bind(theirs),
+                )
+                .await?;
+            }
+            save(&mut tx, id, report(n)).await?;
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// The person's events still owed to a sink: a row that only carries
+    /// theirs is no longer sent, a grouped row that carries others' too is
+    /// written again without theirs; then `report(scrub)` — one
+    /// transaction. Nothing changes while a sink holds one of those rows in
+    /// a claimed batch ([`OutboxScrub::busy`]): its files are being written
+    /// from the rows as they were. With `act` false, only counts.
+    pub async fn cancel_outbox(
+        &self,
+        id: JobId,
+        tenant: TenantId,
+        matcher: &Matcher,
+        now: DateTime<Utc>,
+        act: bool,
+        report: impl FnOnce(&OutboxScrub) -> Value,
+    ) -> Result<OutboxScrub> {
+        let d = self.d();
+        let mut tx = self.db.begin().await?;
+        let rows = tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT id, body FROM outbox WHERE tenant_id = $1 AND topic = $2 \
+                     AND routing_key = 'core.event.tracked' ORDER BY id{}",
+                    d.lock()
+                ))
+                .bind(tenant.0)
+                .bind(Topic::Core.as_str()),
+            )
+            .await?;
+        let mut scrub = OutboxScrub::default();
+        let (mut cancel, mut rewrite) = (Vec::new(), Vec::new());
+        for r in &rows {
+            let body = r.text("body")?;
+            let (mut kept, mut theirs, mut all) = (String::new(), 0u64, 0u64);
+            for record in records_in(&body) {
+                // A row this build cannot read is left to its sink, which
+                // reports it.
+                let Ok(record) = record else {
+                    theirs = 0;
+                    break;
+                };
+                all += 1;
+                if matcher.matches(
+                    Some(&record.contact_id),
+                    record.user_id.as_deref(),
+                    record.anonymous_id.as_deref(),
+                    record.occurred_at,
+                ) {
+                    theirs += 1;
+                } else {
+                    write_event_record(&mut kept, &record);
+                }
+            }
+            if theirs == 0 {
+                continue;
+            }
+            scrub.events_removed += theirs;
+            let row_id = r.int("id")?;
+            if theirs == all {
+                scrub.rows_cancelled += 1;
+                cancel.push(row_id);
+            } else {
+                scrub.rows_rewritten += 1;
+                rewrite.push((row_id, kept, (all - theirs) as i64));
+            }
+        }
+        let touched: Vec<i64> = cancel
+            .iter()
+            .copied()
+            .chain(rewrite.iter().map(|(id, _, _)| *id))
+            .collect();
+        if !act || touched.is_empty() {
+            tx.commit().await?;
+            return Ok(scrub);
+        }
+        let claimed = tx
+            .fetch_opt(
+                Q::new(format!(
+                    "SELECT outbox_id FROM outbox_sinks WHERE {} AND batch IS NOT NULL \
+                     AND claimed_until >= $2 LIMIT 1",
+                    d.in_list("outbox_id", 1, ListKind::Int)
+                ))
+                .bind(touched.clone())
+                .bind(now),
+            )
+            .await?;
+        if claimed.is_some() {
+            tx.commit().await?;
+            return Ok(OutboxScrub {
+                busy: true,
+                ..OutboxScrub::default()
+            });
+        }
+        if !cancel.is_empty() {
+            for table_col in [("outbox_sinks", "outbox_id"), ("outbox", "id")] {
+                tx.execute(
+                    Q::new(format!(
+                        "DELETE FROM {} WHERE {}",
+                        table_col.0,
+                        d.in_list(table_col.1, 1, ListKind::Int)
+                    ))
+                    .bind(cancel.clone()),
+                )
+                .await?;
+            }
+        }
+        for (row_id, body, events) in rewrite {
+            tx.execute(
+                Q::new("UPDATE outbox SET body = $2 WHERE id = $1")
+                    .bind(row_id)
+                    .bind(body),
+            )
+            .await?;
+            tx.execute(
+                Q::new("UPDATE outbox_sinks SET events = $2 WHERE outbox_id = $1")
+                    .bind(row_id)
+                    .bind(events),
+            )
+            .await?;
+        }
+        save(&mut tx, id, report(&scrub)).await?;
+        tx.commit().await?;
+        Ok(scrub)
+    }
+
+    /// Scrubs the stored payloads of the person's `core.event.tracked`
+    /// deliveries (the delivery and its attempts stay, the content goes);
+    /// those still pending are not sent. Then `report(cancelled,
+    /// scrubbed)` — one transaction. With `act` false, only counts.
+    pub async fn scrub_deliveries(
+        &self,
+        id: JobId,
+        tenant: TenantId,
+        person: &Person,
+        matcher: &Matcher,
+        act: bool,
+        report: impl FnOnce(u64, u64) -> Value,
+    ) -> Result<u64> {
+        let d = self.d();
+        let mut tx = self.db.begin().await?;
+        let member = |m: &str| d.json_member("body", m);
+        let rows = tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT id, body FROM webhook_deliveries WHERE tenant_id = $1 \
+                     AND event_type = 'core.event.tracked' AND body <> '' AND {}",
+                    person_predicate(
+                        d,
+                        2,
+                        (&member("contact_id"), ListKind::Text),
+                        &member("user_id"),
+                        &member("anonymous_id")
+                    )
+                ))
+                .bind(tenant.0)
+                .bind(person.contact_texts())
+                .bind(person.user_ids.clone())
+                .bind(person.anonymous_ids.clone()),
+            )
+            .await?;
+        let mut theirs = Vec::new();
+        for r in &rows {
+            let doc: Value = serde_json::from_str(&r.text("body")?).unwrap_or(Value::Null);
+            if matcher.matches_json(&doc) {
+                theirs.push(r.uuid("id")?);
+            }
+        }
+        let scrubbed = theirs.len() as u64;
+        if act {
+            let mut cancelled = 0;
+            if !theirs.is_empty() {
+                cancelled = tx
+                    .execute(
+                        Q::new(format!(
+                            "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL \
+                             WHERE status = 'pending' AND {}",
+                            d.in_list("id", 1, ListKind::Uuid)
+                        ))
+                        .bind(theirs.clone()),
+                    )
+                    .await?;
+                tx.execute(
+                    Q::new(format!(
+                        "UPDATE webhook_deliveries SET body = '' WHERE {}",
+                        d.in_list("id", 1, ListKind::Uuid)
+                    ))
+                    .bind(theirs),
+                )
+                .await?;
+            }
+            save(&mut tx, id, report(cancelled, scrubbed)).await?;
+        }
+        tx.commit().await?;
+        Ok(scrubbed)
+    }
+
+    /// Events of the person's the tenant's inbox still holds up to
+    /// `watermark` (none once processing has passed it).
+    async fn inbox_matches(
+        &self,
+        tenant: TenantId,
+        watermark: i64,
+        matcher: &Matcher,
+    ) -> Result<u64> {
+        let mut n = 0;
+        for r in self
+            .db
+            .read(
+                Q::new("SELECT payload FROM inbox WHERE tenant_id = $1 AND seq <= $2")
+                    .bind(tenant.0)
+                    .bind(watermark),
+            )
+            .await?
+        {
+            if payload_matches(matcher, &r.text("payload")?) {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Looks for the person everywhere in the database, changing nothing:
+    /// the verification pass.
+    pub async fn search(
+        &self,
+        tenant: TenantId,
+        person: &Person,
+        window: Window,
+        watermark: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Found> {
+        let d = self.d();
+        let matcher = Matcher::new(person, window);
+        let mut found = Found::default();
+        for key in self.partitions().await? {
+            let Some((from, to)) = window.clamp(key.month.start(), key.month.end()) else {
+                continue;
+            };
+            let table = self.engine.layout().table(&key);
+            let r = self
+                .db
+                .read_one(
+                    Q::new(format!(
+                        "SELECT COUNT(*) AS n FROM {table} WHERE tenant_id = $1 \
+                         AND retention_class = $2 AND occurred_at >= $3 AND occurred_at < $4 AND {}",
+                        person_predicate(
+                        d,
+                        5,
+                        ("contact_id", ListKind::Uuid),
+                        "user_id",
+                        "anonymous_id"
+                    )
+                    ))
+                    .bind(tenant.0)
+                    .bind(i64::from(key.retention_class))
+                    .bind(from)
+                    .bind(to)
+                    .bind(person.contact_uuids())
+                    .bind(person.user_ids.clone())
+                    .bind(person.anonymous_ids.clone()),
+                )
+                .await?;
+            found.tracked_events += r.int("n")? as u64;
+        }
+        if window.is_whole() {
+            found.contacts = self
+                .db
+                .read_one(
+                    Q::new(format!(
+                        "SELECT COUNT(*) AS n FROM contacts WHERE tenant_id = $1 AND {}",
+                        d.in_list("id", 2, ListKind::Uuid)
+                    ))
+                    .bind(tenant.0)
+                    .bind(person.contact_uuids()),
+                )
+                .await?
+                .int("n")? as u64;
+            found.identities = self
+                .db
+                .read_one(
+                    Q::new(format!(
+                        "SELECT COUNT(*) AS n FROM contact_identities WHERE tenant_id = $1 \
+                         AND ({} OR (kind = 1 AND {}) OR (kind = 2 AND {}))",
+                        d.in_list("contact_id", 2, ListKind::Uuid),
+                        d.in_list("value", 3, ListKind::Text),
+                        d.in_list("value", 4, ListKind::Text),
+                    ))
+                    .bind(tenant.0)
+                    .bind(person.contact_uuids())
+                    .bind(person.user_ids.clone())
+                    .bind(person.anonymous_ids.clone()),
+                )
+                .await?
+                .int("n")? as u64;
+        }
+        found.inbox = self.inbox_matches(tenant, watermark, &matcher).await?;
+        let nothing = |_: u64| Value::Null;
+        found.quarantine = self
+            .erase_quarantine(JobId(Uuid::nil()), tenant, &matcher, false, nothing)
+            .await?;
+        found.outbox = self
+            .cancel_outbox(JobId(Uuid::nil()), tenant, &matcher, now, false, |_| {
+                Value::Null
+            })
+            .await?
+            .events_removed;
+        found.webhook_payloads = self
+            .scrub_deliveries(
+                JobId(Uuid::nil()),
+                tenant,
+                person,
+                &matcher,
+                false,
+                |_, _| Value::Null,
+            )
+            .await?;
+        Ok(found)
+    }
+
+    /// Events of a running erasure's people that processing dropped.
+    pub async fn dropped(&self, id: JobId) -> Result<u64> {
+        let r = self
+            .db
+            .read_one(
+                Q::new(
+                    "SELECT CAST(COALESCE(SUM(dropped), 0) AS BIGINT) AS n FROM erasure_holds \
+                     WHERE request_id = $1",
+                )
+                .bind(id.0),
+            )
+            .await?;
+        Ok(r.int("n")?.max(0) as u64)
+    }
+
+    /// Ends an erasure's job (as `Storage::finish_job`, only while this
+    /// runner holds it) and, in the same transaction, lifts its holds,
+    /// forgets the identifiers' values and writes `announce` (the
+    /// `core.contact.erased` event) for the sinks of `announce_to`.
+    pub(crate) async fn finish(
+        &self,
+        job: &Job,
+        node: NodeId,
+        emit: &Emit,
+        announce: Option<(Entry, &Emit)>,
+    ) -> Result<bool> {
+        let mut tx = self.db.begin().await?;
+        if !end_job(&mut tx, job, node, emit).await? {
+            return Ok(false);
+        }
+        tx.execute(Q::new("DELETE FROM erasure_holds WHERE request_id = $1").bind(job.id.0))
+            .await?;
+        tx.execute(Q::new("UPDATE erasures SET request = NULL WHERE id = $1").bind(job.id.0))
+            .await?;
+        if let Some((entry, to)) = announce {
+            outbox::write(&mut tx, vec![entry], to).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Writes an export job's result (and its document) again: its stored
+    /// result was rewritten by an erasure.
+    pub async fn rewrite_result(&self, job: &Job) -> Result<()> {
+        use job::Column as C;
+        use sea_orm::sea_query::Expr;
+        job::Entity::update_many()
+            .col_expr(C::Result, Expr::value(job.result.clone()))
+            .col_expr(C::EventBody, Expr::value(job.render()))
+            .filter(C::Id.eq(job.id))
+            .exec(self.db)
+            .await?;
+        Ok(())
+    }
+
+    /// A tenant's jobs of one kind (in one status), newest first, at most
+    /// `limit`: its erasure requests, or the exports an erasure rewrites.
+    pub async fn jobs(
+        &self,
+        tenant: TenantId,
+        kind: JobKind,
+        status: Option<JobStatus>,
+        limit: u32,
+    ) -> Result<Vec<Job>> {
+        use job::Column as C;
+        let mut q = job::Entity::find()
+            .filter(C::TenantId.eq(tenant))
+            .filter(C::Kind.eq(kind.as_str()));
+        if let Some(s) = status {
+            q = q.filter(C::Status.eq(s.as_str()));
+        }
+        q.order_by_desc(C::CreatedAt)
+            .order_by_desc(C::Id)
+            .limit(u64::from(limit))
+            .all(self.db)
+            .await?
+            .into_iter()
+            .map(|m| Job::try_from(m).map_err(Error::from))
+            .collect()
+    }
+
+    /// A tenant's suppressions, newest first; of one identifier when given.
+    pub async fn suppressions(
+        &self,
+        tenant: TenantId,
+        only: Option<&Subject>,
+        limit: u32,
+    ) -> Result<Vec<Suppression>> {
+        let (filter, kind, sha) = match only.and_then(|s| Some((s.kind.identity()?, s))) {
+            Some((kind, s)) => (
+                " AND kind = $3 AND sha256 = $4",
+                i64::from(kind.as_i16()),
+                s.sha256.clone(),
+            ),
+            None => ("", 0, String::new()),
+        };
+        let mut q = Q::new(format!(
+            "SELECT kind, sha256, request_id, created_at, dropped FROM suppressions \
+             WHERE tenant_id = $1{filter} ORDER BY created_at DESC, kind, sha256 LIMIT $2"
+        ))
+        .bind(tenant.0)
+        .bind(i64::from(limit));
+        if !filter.is_empty() {
+            q = q.bind(kind).bind(sha);
+        }
+        self.db
+            .read(q)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(Suppression {
+                    kind: subject_kind(r.int("kind")?)?,
+                    sha256: r.text("sha256")?,
+                    request_id: JobId(r.uuid("request_id")?),
+                    created_at: r.time("created_at")?,
+                    dropped: r.int("dropped")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Lifts a suppression; whether there was one.
+    pub async fn lift(&self, tenant: TenantId, subject: &Subject) -> Result<bool> {
+        let Some(kind) = subject.kind.identity() else {
+            return Ok(false);
+        };
+        Ok(self
+            .db
+            .execute(
+                Q::new(
+                    "DELETE FROM suppressions WHERE tenant_id = $1 AND kind = $2 AND sha256 = $3",
+                )
+                .bind(tenant.0)
+                .bind(i64::from(kind.as_i16()))
+                .bind(subject.sha256.clone()),
+            )
+            .await?
+            == 1)
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(col: &str, v: Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| Error::Corrupt(format!("erasures.{col}: {e}")))
+}
+
+fn json<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("erasure records serialise")
+}
+
+fn subject_kind(v: i64) -> Result<SubjectKind> {
+    i16::try_from(v)
+        .ok()
+        .and_then(IdentityKind::from_i16)
+        .map(SubjectKind::of)
+        .ok_or_else(|| Error::Corrupt(format!("identity kind {v}")))
+}
+
+async fn save(tx: &mut Tx<'_>, id: JobId, report: Value) -> Result<()> {
+    tx.execute(
+        Q::new("UPDATE erasures SET report = $2 WHERE id = $1")
+            .bind(id.0)
+            .bind(report),
+    )
+    .await?;
+    Ok(())
+}
+
+/// `(contact IN $n OR user IN $n+1 OR anonymous IN $n+2)` over the given
+/// column expressions: an event of the person, whatever contact it was
+/// recorded under.
+fn person_predicate(
+    d: Dialect,
+    n: usize,
+    (contact, contacts): (&str, ListKind),
+    user: &str,
+    anonymous: &str,
+) -> String {
+    format!(
+        "({} OR {} OR {})",
+        d.in_list(contact, n, contacts),
+        d.in_list(user, n + 1, ListKind::Text),
+        d.in_list(anonymous, n + 2, ListKind::Text)
+    )
+}
+
+/// Whether an inbox or quarantine payload is the person's event.
+fn payload_matches(matcher: &Matcher, payload: &str) -> bool {
+    serde_json::from_str::<Value>(payload).is_ok_and(|doc| matcher.matches_json(&doc))
+}
+
+/// Everyone `asked` names, with every identifier and contact linked to
+/// them: each identifier's contact, merges followed to the survivor, the
+/// survivor's whole family (the contacts merged into it) and every
+/// identity of the family.
+async fn resolve(tx: &mut Tx<'_>, tenant: TenantId, asked: &Person) -> Result<Person> {
+    let d = tx.dialect();
+    let mut named: HashSet<Uuid> = asked.contact_ids.iter().map(|c| c.0).collect();
+    for (kind, values) in [
+        (IdentityKind::User, &asked.user_ids),
+        (IdentityKind::Anonymous, &asked.anonymous_ids),
+    ] {
+        if values.is_empty() {
+            continue;
+        }
+        for r in tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT contact_id FROM contact_identities WHERE tenant_id = $1 AND kind = $2 AND {}",
+                    d.in_list("value", 3, ListKind::Text)
+                ))
+                .bind(tenant.0)
+                .bind(i64::from(kind.as_i16()))
+                .bind(values.clone()),
+            )
+            .await?
+        {
+            named.insert(r.uuid("contact_id")?);
+        }
+    }
+    let mut out = asked.clone();
+    if named.is_empty() {
+        return Ok(out.normalized());
+    }
+    let named: Vec<Uuid> = named.into_iter().collect();
+    let mut roots: HashSet<Uuid> = HashSet::new();
+    for r in tx
+        .fetch(
+            Q::new(format!(
+                "SELECT id, merged_into FROM contacts WHERE tenant_id = $1 AND {}",
+                d.in_list("id", 2, ListKind::Uuid)
+            ))
+            .bind(tenant.0)
+            .bind(named),
+        )
+        .await?
+    {
+        roots.insert(r.opt_uuid("merged_into")?.unwrap_or(r.uuid("id")?));
+    }
+    let roots: Vec<Uuid> = roots.into_iter().collect();
+    let mut family: Vec<Uuid> = roots.clone();
+    for r in tx
+        .fetch(
+            Q::new(format!(
+                "SELECT id FROM contacts WHERE tenant_id = $1 AND ({} OR {})",
+                d.in_list("id", 2, ListKind::Uuid),
+                d.in_list("merged_into", 2, ListKind::Uuid)
+            ))
+            .bind(tenant.0)
+            .bind(roots),
+        )
+        .await?
+    {
+        family.push(r.uuid("id")?);
+    }
+    for r in tx
+        .fetch(
+            Q::new(format!(
+                "SELECT kind, value FROM contact_identities WHERE tenant_id = $1 AND {}",
+                d.in_list("contact_id", 2, ListKind::Uuid)
+            ))
+            .bind(tenant.0)
+            .bind(family.clone()),
+        )
+        .await?
+    {
+        let value = r.text("value")?;
+        match i16::try_from(r.int("kind")?)
+            .ok()
+            .and_then(IdentityKind::from_i16)
+        {
+            Some(IdentityKind::User) => out.user_ids.push(value),
+            Some(IdentityKind::Anonymous) => out.anonymous_ids.push(value),
+            None => {}
+        }
+    }
+    out.contact_ids.extend(family.into_iter().map(ContactId));
+    Ok(out.normalized())
+}
+
+/// Holds every identity of the person for erasure `id` (and suppresses
+/// them when asked); identities held already are left as they are.
+async fn hold(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    id: JobId,
+    person: &Person,
+    suppress: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let d = tx.dialect();
+    let ids: Vec<(i64, String)> = person
+        .identities()
+        .map(|(kind, v)| (i64::from(kind.as_i16()), sha256_hex(v)))
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let k = ids.len();
+    let kinds = || Col::Int(ids.iter().map(|(kind, _)| *kind).collect());
+    let shas = || Col::Text(ids.iter().map(|(_, sha)| sha.clone()).collect());
+    tx.insert(d.insert(
+        "erasure_holds",
+        &[
+            ("tenant_id", Col::Uuid(vec![tenant.0; k])),
+            ("kind", kinds()),
+            ("sha256", shas()),
+            ("request_id", Col::Uuid(vec![id.0; k])),
+        ],
+        "ON CONFLICT DO NOTHING",
+    ))
+    .await?;
+    if suppress {
+        tx.insert(d.insert(
+            "suppressions",
+            &[
+                ("tenant_id", Col::Uuid(vec![tenant.0; k])),
+                ("kind", kinds()),
+                ("sha256", shas()),
+                ("request_id", Col::Uuid(vec![id.0; k])),
+                ("created_at", Col::Time(vec![now; k])),
+            ],
+            "ON CONFLICT DO NOTHING",
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
+/// Within a window the contact stays, but what an erased `identify` set
+/// goes: each trait it set is removed from its contact (and the contact it
+/// was merged into) where the contact still holds that value. Returns the
+/// traits removed.
+async fn strip_traits(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    set: &[(ContactId, Map<String, Value>)],
+) -> Result<u64> {
+    if set.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = set.iter().map(|(c, _)| c.0).collect();
+    let mut merged: HashMap<Uuid, Uuid> = HashMap::new();
+    let mut traits: BTreeMap<Uuid, Map<String, Value>> = BTreeMap::new();
+    let mut survivors = Vec::new();
+    for (id, into, t) in contact_traits(tx, tenant, ids).await? {
+        if let Some(s) = into {
+            merged.insert(id, s);
+            survivors.push(s);
+        }
+        traits.insert(id, t);
+    }
+    survivors.retain(|s| !traits.contains_key(s));
+    for (id, _, t) in contact_traits(tx, tenant, survivors).await? {
+        traits.insert(id, t);
+    }
+    let mut changed: HashSet<Uuid> = HashSet::new();
+    let mut removed = 0u64;
+    for (contact, erased) in set {
+        for target in [Some(contact.0), merged.get(&contact.0).copied()]
+            .into_iter()
+            .flatten()
+        {
+            let Some(current) = traits.get_mut(&target) else {
+                continue;
+            };
+            for (k, v) in erased {
+                if current.get(k) == Some(v) {
+                    current.remove(k);
+                    changed.insert(target);
+                    removed += 1;
+                }
+            }
+        }
+    }
+    for id in changed {
+        tx.execute(
+            Q::new("UPDATE contacts SET traits = $3 WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant.0)
+                .bind(id)
+                .bind(Value::Object(traits.remove(&id).unwrap_or_default())),
+        )
+        .await?;
+    }
+    Ok(removed)
+}
+
+/// Contacts' ids, what they were merged into and their traits.
+async fn contact_traits(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    ids: Vec<Uuid>,
+) -> Result<Vec<(Uuid, Option<Uuid>, Map<String, Value>)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let d = tx.dialect();
+    let mut out = Vec::new();
+    for r in tx
+        .fetch(
+            Q::new(format!(
+                "SELECT id, merged_into, traits FROM contacts WHERE tenant_id = $1 AND {}",
+                d.in_list("id", 2, ListKind::Uuid)
+            ))
+            .bind(tenant.0)
+            .bind(ids),
+        )
+        .await?
+    {
+        let t = match r.json("traits")? {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        out.push((r.uuid("id")?, r.opt_uuid("merged_into")?, t));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_person_matches_by_any_identifier_within_the_window() {
+        let c = ContactId::new();
+        let person = Person {
+            user_ids: vec!["u-1".into()],
+            anonymous_ids: vec!["a-1".into()],
+            contact_ids: vec![c],
+        };
+        let t: DateTime<Utc> = "2026-11-01T10:00:00Z".parse().unwrap();
+        let all = Matcher::new(&person, Window::default());
+        assert!(all.matches(None, Some("u-1"), None, t));
+        assert!(all.matches(None, None, Some("a-1"), t));
+        assert!(all.matches(Some(&c.to_string().to_uppercase()), None, None, t));
+        assert!(!all.matches(Some(&ContactId::new().to_string()), Some("u-2"), None, t));
+        let window = Window {
+            from: Some(t),
+            to: Some(t + chrono::Duration::minutes(10)),
+        };
+        let some = Matcher::new(&person, window);
+        assert!(some.matches(None, Some("u-1"), None, t));
+        assert!(!some.matches(None, Some("u-1"), None, t + chrono::Duration::minutes(10)));
+        assert!(some.matches_json(&serde_json::json!({
+            "user_id": "u-1", "occurred_at": "2026-11-01T12:05:00+02:00"
+        })));
+        assert!(!some.matches_json(&serde_json::json!({
+            "user_id": "u-1", "occurred_at": "2026-11-01T12:15:00+02:00"
+        })));
+    }
+
+    #[test]
+    fn subjects_are_hashes_sorted_once() {
+        let person = Person {
+            user_ids: vec!["u-1".into(), "u-1".into()],
+            anonymous_ids: vec![],
+            contact_ids: vec![],
+        }
+        .normalized();
+        let subjects = person.subjects();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].kind, SubjectKind::UserId);
+        // sha256("u-1"), as `printf u-1 | sha256sum` prints it.
+        assert_eq!(
+            subjects[0].sha256,
+            "a24a7f55f278dd49fb1f99c5507800cb198a5bfe10fe2126cd0b25672152b0da"
+        );
+        let window = Window {
+            from: Some("2026-01-01T00:00:00Z".parse().unwrap()),
+            to: None,
+        };
+        let start: DateTime<Utc> = "2025-12-01T00:00:00Z".parse().unwrap();
+        let end: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(window.clamp(start, end), None);
+        assert_eq!(
+            window.clamp(end, end + chrono::Duration::days(31)),
+            Some((end, end + chrono::Duration::days(31)))
+        );
+    }
+}

@@ -1,0 +1,755 @@
+//! Forgetting a person (erasure and suppression), end to end on both
+//! backends: a person with events in several months, one month archived
+//! and dropped, the Parquet lake on, a webhook subscription with stored
+//! payloads, a quarantined event and an export; the erasure; then every
+//! store is searched for the person (the database row by row, the archives
+//! line by line, the lake with pyarrow, the export) and holds nothing of
+//! them, the certificate's counts match and verify, a retried event is a
+//! duplicate and is not stored again, and everyone else is untouched.
+//! Suppression and its lifting, the window, events still in the inbox when
+//! the request is answered, typed refusals.
+
+use std::{
+    collections::HashSet,
+    io::Read,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use fastack_api::StartOptions;
+use fastack_core::{
+    clock::ManualClock, crypto::hmac_hex, faults::Faults, objects::Objects, retention::Manifest,
+};
+use fastack_entities::{JobStatus, Plan};
+use serde_json::{Value, json};
+use sha2::Digest;
+use uuid::Uuid;
+
+use crate::helpers::{
+    Backend, S3Bucket, TestApp, TestDb, bin_path, eventually, make_tenant, services_required,
+    spawn_with,
+};
+use crate::webhooks::{ADMIN_TOKEN, Receiver};
+
+fn at(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+fn sha256(s: &str) -> String {
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+/// A node with a manual clock, armed faults, the admin listener, private
+/// webhook receivers allowed, the lake on (flushed at every round) and,
+/// where configured, object storage on S3.
+async fn app(
+    backend: Backend,
+    now: &str,
+    s3: Option<&S3Bucket>,
+) -> Option<(TestApp, Arc<ManualClock>, Arc<Faults>, PathBuf)> {
+    let db = Arc::new(TestDb::new(backend).await?);
+    let lake = db.dir.path().join("lake");
+    let clock = ManualClock::new(at(now));
+    let faults = Faults::new();
+    let options = StartOptions {
+        clock: clock.clone(),
+        faults: faults.clone(),
+        ..StartOptions::default()
+    };
+    let url = format!("file://{}", lake.display());
+    let app = spawn_with(db, options, |c| {
+        crate::webhooks::tweak(c);
+        c.mirror_url = Some(url);
+        c.mirror_flush_rows = 1;
+        c.process_max_attempts = 2;
+        if let Some(b) = s3 {
+            b.apply(c);
+        }
+    })
+    .await;
+    Some((app, clock, faults, lake))
+}
+
+async fn admin(app: &TestApp, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    let url = crate::webhooks::admin_url(app, path);
+    let mut req = app.http.request(method, url).bearer_auth(ADMIN_TOKEN);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let a = crate::helpers::answer(req.send().await.unwrap()).await;
+    assert!(a.status < 300, "{path}: {} {}", a.status, a.body);
+    a.body
+}
+
+/// Registers an endpoint of `tenant` (by name): (id, secret).
+async fn register(app: &TestApp, tenant: &str, url: &str, events: &[&str]) -> (String, String) {
+    let b = admin(
+        app,
+        reqwest::Method::POST,
+        &format!("/admin/v1/tenants/{tenant}/webhooks"),
+        Some(json!({"url": url, "events": events})),
+    )
+    .await;
+    (
+        b["id"].as_str().unwrap().to_owned(),
+        b["secret"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn track(key: &str, user: Option<&str>, anon: Option<&str>, when: DateTime<Utc>) -> Value {
+    let mut t = json!({
+        "type": "track",
+        "event": "Order Completed",
+        "properties": {"total": 42.5, "email": "secret@example.com"},
+        "occurred_at": when.to_rfc3339(),
+        "idempotency_key": key,
+    });
+    if let Some(u) = user {
+        t["user_id"] = json!(u);
+    }
+    if let Some(a) = anon {
+        t["anonymous_id"] = json!(a);
+    }
+    t
+}
+
+fn identify(key: &str, user: &str, anon: &str, traits: Value, when: DateTime<Utc>) -> Value {
+    json!({
+        "type": "identify",
+        "user_id": user,
+        "anonymous_id": anon,
+        "traits": traits,
+        "occurred_at": when.to_rfc3339(),
+        "idempotency_key": key,
+    })
+}
+
+/// Sends a batch; the ids in order.
+async fn batch(app: &TestApp, key: &str, items: Vec<Value>) -> Vec<String> {
+    let a = app
+        .post("/v1/core/batch", key, &json!({ "batch": items }))
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    a.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+const EVER: (&str, &str) = ("2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z");
+
+async fn events(app: &TestApp, key: &str) -> Vec<Value> {
+    app.events(key, EVER.0, EVER.1, "").await
+}
+
+async fn wait_events(app: &TestApp, key: &str, n: usize) -> Vec<Value> {
+    eventually(
+        &format!("{n} events readable"),
+        Duration::from_secs(30),
+        || async {
+            let e = events(app, key).await;
+            (e.len() >= n).then_some(e)
+        },
+    )
+    .await
+}
+
+async fn wait_job(app: &TestApp, key: &str, id: &str) -> Value {
+    eventually(
+        &format!("job {id} to end"),
+        Duration::from_secs(90),
+        || async {
+            let a = app.get(&format!("/v1/core/jobs/{id}"), key).await;
+            assert_eq!(a.status, 200, "{}", a.body);
+            matches!(a.body["status"].as_str(), Some("completed" | "failed")).then_some(a.body)
+        },
+    )
+    .await
+}
+
+/// Requests an erasure and waits for its job: the job document.
+async fn erase(app: &TestApp, key: &str, body: Value) -> Value {
+    let a = app.post("/v1/core/erasures", key, &body).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let id = a.body["job_id"].as_str().unwrap().to_owned();
+    let job = wait_job(app, key, &id).await;
+    assert_eq!(job["status"], "completed", "{job}");
+    assert_eq!(job["kind"], "erasure");
+    job
+}
+
+/// The tenant's external HMAC key, as `fastack keys external-hmac` prints
+/// it for a consumer.
+fn tenant_key(app: &TestApp, tenant: &str) -> Vec<u8> {
+    let out = std::process::Command::new(bin_path())
+        .args(["keys", "external-hmac", "--tenant", tenant])
+        .env_clear()
+        .envs(app.db.env())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hex::decode(String::from_utf8(out.stdout).unwrap().trim()).unwrap()
+}
+
+/// Checks a certificate's HMAC as a consumer would: the certificate
+/// without `hmac` and `integrity`, keys sorted, no whitespace.
+fn assert_signed(app: &TestApp, tenant: &str, cert: &Value) {
+    let mut unsigned = cert.clone();
+    let sig = unsigned["hmac"].as_str().unwrap().to_owned();
+    assert_eq!(cert["integrity"]["signature"], sig.as_str());
+    assert_eq!(cert["integrity"]["algorithm"], "HMAC-SHA256");
+    let m = unsigned.as_object_mut().unwrap();
+    m.remove("hmac");
+    m.remove("integrity");
+    let text = serde_json::to_string(&unsigned).unwrap();
+    assert_eq!(hmac_hex(&tenant_key(app, tenant), &[text.as_bytes()]), sig);
+}
+
+/// Every row of every table of the node's database, as text (blobs that
+/// are uuids in their hyphenated form), with its table.
+async fn database_rows(app: &TestApp) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    match app.db.backend {
+        Backend::Postgres => {
+            let pool = app.db.pg_pool().await;
+            let tables: Vec<String> = sqlx::query_scalar(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            for t in tables {
+                let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT r::text FROM \"{t}\" r"
+                )))
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+                out.extend(rows.into_iter().map(|r| (t.clone(), r)));
+            }
+            pool.close().await;
+        }
+        Backend::Sqlite => {
+            use sqlx::{Column, Row, TypeInfo, ValueRef};
+            for file in ["fastack.db", "fastack-inbox.db"] {
+                let path = app.db.dir.path().join(file);
+                let url = format!("sqlite://{}?mode=ro", path.display());
+                let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+                let tables: Vec<String> = sqlx::query_scalar(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1",
+                )
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+                for t in tables {
+                    let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM \"{t}\"")))
+                        .fetch_all(&pool)
+                        .await
+                        .unwrap();
+                    for row in rows {
+                        let mut text = Vec::new();
+                        for (i, c) in row.columns().iter().enumerate() {
+                            let raw = row.try_get_raw(i).unwrap();
+                            if raw.is_null() {
+                                continue;
+                            }
+                            let kind = raw.type_info().name().to_owned();
+                            let v = match kind.as_str() {
+                                "TEXT" => row.get::<String, _>(i),
+                                "BLOB" => {
+                                    let b: Vec<u8> = row.get(i);
+                                    match Uuid::from_slice(&b) {
+                                        Ok(u) => u.to_string(),
+                                        Err(_) => String::from_utf8_lossy(&b).into_owned(),
+                                    }
+                                }
+                                _ => String::new(),
+                            };
+                            text.push(format!("{}={v}", c.name()));
+                        }
+                        out.push((t.clone(), text.join(" ")));
+                    }
+                }
+                pool.close().await;
+            }
+        }
+    }
+    out
+}
+
+/// Every retention archive, decompressed, with its path.
+async fn archives(objects: &Objects) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (path, _) in fastack_core::retention::archives(objects).await.unwrap() {
+        let gz = objects.get(&path).await.unwrap();
+        let mut plain = String::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_string(&mut plain)
+            .unwrap();
+        out.push((path, plain));
+    }
+    out
+}
+
+/// What pyarrow reads in the lake: (rows, distinct ids, rows of `tenant`,
+/// rows of `tenant` carrying one of `ids`); `None` without a configured
+/// Python with pyarrow (an error where services are required).
+fn lake_check(root: &Path, tenant: &str, ids: &[&str]) -> Option<Value> {
+    let Ok(python) = std::env::var("FASTACK_TEST_PYTHON") else {
+        assert!(
+            !services_required(),
+            "FASTACK_TEST_PYTHON (a Python with pyarrow) is required with the services"
+        );
+        eprintln!("pyarrow check skipped: FASTACK_TEST_PYTHON is not set");
+        return None;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/privacy/lake.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(root)
+        .arg(tenant)
+        .args(ids)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// The lake's event ids, read with the parquet crate.
+fn lake_ids(root: &Path) -> Vec<String> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::RowAccessor;
+    let mut ids = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                let bytes = bytes::Bytes::from(std::fs::read(&p).unwrap());
+                let reader = SerializedFileReader::new(bytes).unwrap();
+                for row in reader.get_row_iter(None).unwrap() {
+                    ids.push(row.unwrap().get_string(0).unwrap().clone());
+                }
+            }
+        }
+    }
+    ids
+}
+
+async fn wait_lake(root: &Path, ids: &HashSet<String>) {
+    eventually(
+        "the lake to hold every event",
+        Duration::from_secs(30),
+        || async {
+            let have: HashSet<String> = lake_ids(root).into_iter().collect();
+            ids.is_subset(&have).then_some(())
+        },
+    )
+    .await
+}
+
+/// The person, their neighbour and everyone else, through every store.
+async fn erasure_reaches_every_store(backend: Backend, s3: Option<&S3Bucket>) {
+    let Some((app, clock, faults, lake)) = app(backend, "2025-01-10T12:00:00Z", s3).await else {
+        return;
+    };
+    let shop = make_tenant(&app.store, "shop", Plan::Free, None).await;
+    let other = app.t.clone();
+    let hooks = Receiver::start(&[]).await;
+    let (_, secret) = register(
+        &app,
+        "shop",
+        &hooks.url(),
+        &["core.event.tracked", "core.contact.erased", "job.completed"],
+    )
+    .await;
+    let anon = format!("a-erase-{}", Uuid::new_v4().simple());
+    let user = "u-erase";
+    let mut all_ids: HashSet<String> = HashSet::new();
+    let mut theirs: HashSet<String> = HashSet::new();
+    let mut keep: HashSet<String> = HashSet::new();
+
+    // January 2025, archived and dropped below: the person (their anonymous
+    // id linked to their user id by an identify), a neighbour.
+    let jan = at("2025-01-10T08:00:00Z");
+    let ids = batch(
+        &app,
+        &shop.key,
+        vec![
+            track("jan-1", None, Some(&anon), jan),
+            identify("jan-2", user, &anon, json!({"email": "p@example.com"}), jan),
+            track("jan-3", Some(user), None, jan + chrono::Duration::hours(1)),
+            track("jan-4", Some("u-keep"), None, jan),
+            track(
+                "jan-5",
+                Some("u-keep"),
+                None,
+                jan + chrono::Duration::hours(2),
+            ),
+        ],
+    )
+    .await;
+    theirs.extend(ids[..3].iter().cloned());
+    keep.extend(ids[3..].iter().cloned());
+    all_ids.extend(ids);
+    // The same user id in another tenant is another person.
+    let ids = batch(
+        &app,
+        &other.key,
+        vec![
+            track("o-1", Some(user), None, jan),
+            track("o-2", Some(user), None, jan + chrono::Duration::days(1)),
+        ],
+    )
+    .await;
+    let others: HashSet<String> = ids.iter().cloned().collect();
+    all_ids.extend(ids);
+    wait_events(&app, &shop.key, 5).await;
+    wait_lake(&lake, &all_ids).await;
+
+    // Fourteen months later January is past the free plan's retention.
+    clock.set(at("2026-03-02T12:00:00Z"));
+    app.server
+        .as_ref()
+        .unwrap()
+        .state()
+        .runtime
+        .maintain_partitions();
+    eventually(
+        "January archived and dropped",
+        Duration::from_secs(60),
+        || async {
+            let jobs = app
+                .store
+                .list_jobs(fastack_core::retention::SYSTEM_TENANT, None, 500)
+                .await
+                .unwrap();
+            jobs.iter()
+                .find(|j| {
+                    j.params["partition"] == "tracked_events_y2025m01_r13"
+                        && j.status == JobStatus::Completed
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
+
+    // Three later months, each with the person and the neighbour.
+    let mut stored_theirs = 0;
+    for (n, month) in [
+        "2025-06-15T10:00:00Z",
+        "2025-12-15T10:00:00Z",
+        "2026-02-15T10:00:00Z",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let t = at(month);
+        let ids = batch(
+            &app,
+            &shop.key,
+            vec![
+                track(&format!("p-{n}-1"), Some(user), None, t),
+                track(
+                    &format!("p-{n}-2"),
+                    None,
+                    Some(&anon),
+                    t + chrono::Duration::minutes(5),
+                ),
+                track(&format!("q-{n}-1"), Some("u-keep"), None, t),
+            ],
+        )
+        .await;
+        theirs.extend(ids[..2].iter().cloned());
+        keep.insert(ids[2].clone());
+        all_ids.extend(ids);
+        stored_theirs += 2;
+    }
+    // One of the person's events refused by processing until quarantined.
+    faults.fail_processing_of("p-poison");
+    batch(
+        &app,
+        &shop.key,
+        vec![track(
+            "p-poison",
+            Some(user),
+            None,
+            at("2026-02-20T10:00:00Z"),
+        )],
+    )
+    .await;
+    eventually(
+        "the poison event quarantined",
+        Duration::from_secs(30),
+        || async {
+            (app.store
+                .list_quarantine(shop.tenant.id, 10)
+                .await
+                .unwrap()
+                .len()
+                == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    faults.clear();
+    let before = wait_events(&app, &shop.key, 3 + stored_theirs).await;
+    assert_eq!(before.len(), 3 + stored_theirs, "{before:?}");
+    wait_lake(&lake, &all_ids).await;
+    // Every delivery of the person's events reached the receiver (their
+    // payloads are stored).
+    hooks
+        .wait_hits(3 + stored_theirs + 5, Duration::from_secs(30))
+        .await;
+    // An export holding the person's events.
+    let a = app
+        .post(
+            "/v1/core/exports",
+            &shop.key,
+            &json!({"from": "2025-02-01T00:00:00Z", "to": "2026-03-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let export = a.body["job_id"].as_str().unwrap().to_owned();
+    let done = wait_job(&app, &shop.key, &export).await;
+    assert_eq!(done["result"]["row_count"], 9, "{done}");
+    let other_before = events(&app, &other.key).await;
+    let contact = app
+        .get(&format!("/v1/core/contacts?user_id={user}"), &shop.key)
+        .await;
+    assert_eq!(contact.status, 200, "{}", contact.body);
+    let contact_id = contact.body["id"].as_str().unwrap().to_owned();
+
+    // The erasure, named by the user id alone.
+    let job = erase(
+        &app,
+        &shop.key,
+        json!({"user_ids": [user], "metadata": {"ticket": "GDPR-1"}}),
+    )
+    .await;
+    assert_eq!(job["metadata"]["ticket"], "GDPR-1");
+    let cert = &job["result"];
+    assert_signed(&app, &shop.tenant.id.to_string(), cert);
+    assert_eq!(cert["request_id"], job["job_id"]);
+    assert_eq!(cert["verification"]["found"], 0, "{cert}");
+    let stores = &cert["stores"];
+    assert_eq!(
+        stores["tracked_events"]["events_removed"], stored_theirs,
+        "{cert}"
+    );
+    assert_eq!(
+        stores["tracked_events"]["by_month"],
+        json!({"2025-06": 2, "2025-12": 2, "2026-02": 2}),
+        "{cert}"
+    );
+    assert_eq!(stores["contacts"]["identities_removed"], 2, "{cert}");
+    assert!(
+        stores["contacts"]["contacts_removed"].as_u64().unwrap() >= 1,
+        "{cert}"
+    );
+    assert_eq!(stores["quarantine"]["events_dropped"], 1, "{cert}");
+    assert_eq!(stores["archives"]["events_removed"], 3, "{cert}");
+    assert_eq!(stores["archives"]["objects_rewritten"], 1, "{cert}");
+    assert_eq!(stores["exports"]["events_removed"], 6, "{cert}");
+    assert_eq!(
+        stores["lake"]["events_removed"],
+        3 + stored_theirs,
+        "{cert}"
+    );
+    assert_eq!(
+        stores["webhooks"]["payloads_scrubbed"],
+        3 + stored_theirs,
+        "{cert}"
+    );
+    let mut subjects: Vec<(String, String)> = cert["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["kind"].as_str().unwrap().to_owned(),
+                s["sha256"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    subjects.sort();
+    assert!(
+        subjects.contains(&("user_id".into(), sha256(user))),
+        "{subjects:?}"
+    );
+    assert!(subjects.contains(&("anonymous_id".into(), sha256(&anon))));
+    assert!(subjects.contains(&("contact_id".into(), sha256(&contact_id))));
+
+    // Every store searched for the person: the database row by row...
+    let rows = database_rows(&app).await;
+    for needle in [anon.as_str(), contact_id.as_str(), "p@example.com"] {
+        let hits: Vec<&(String, String)> =
+            rows.iter().filter(|(_, r)| r.contains(needle)).collect();
+        assert!(hits.is_empty(), "{needle} still in the database: {hits:?}");
+    }
+    // (the user id only in the other tenant's rows)
+    let other_id = other.tenant.id.to_string();
+    for (table, row) in rows.iter().filter(|(_, r)| r.contains(user)) {
+        assert!(row.contains(&other_id), "{user} in {table}: {row}");
+    }
+    // ... the archives line by line, their new manifest verified ...
+    let objects = Objects::from_config(&app.server.as_ref().unwrap().state().config).unwrap();
+    let shop_id = shop.tenant.id.to_string();
+    let mut neighbours = 0;
+    for (path, plain) in archives(&objects).await {
+        for line in plain.lines() {
+            let row: Value = serde_json::from_str(line).unwrap();
+            if row["tenant_id"] == shop_id.as_str() {
+                assert_ne!(row["user_id"], user, "{path}: {line}");
+                assert_ne!(row["anonymous_id"], anon.as_str(), "{path}: {line}");
+                neighbours += 1;
+            }
+        }
+        let manifest_path = path.replace(".ndjson.gz", ".manifest.json");
+        let manifest: Manifest =
+            serde_json::from_slice(&objects.get(&manifest_path).await.unwrap()).unwrap();
+        fastack_core::retention::verify(&objects, &path, &manifest_path, &manifest)
+            .await
+            .unwrap();
+        if path.contains("y2025m01_r13") && manifest.rows > 0 {
+            assert_eq!(manifest.erasures.len(), 1, "{manifest:?}");
+        }
+    }
+    assert_eq!(neighbours, 2, "the neighbour's archived rows stay");
+    // ... the export ...
+    let result = app
+        .get(&format!("/v1/core/jobs/{export}/result"), &shop.key)
+        .await;
+    assert_eq!(result.status, 200, "{}", result.body);
+    let text = result.body.as_str().unwrap().to_owned();
+    assert!(!text.contains(user) && !text.contains(&anon), "{text}");
+    assert_eq!(text.lines().count(), 3);
+    let export_job = wait_job(&app, &shop.key, &export).await;
+    assert_eq!(export_job["result"]["row_count"], 3);
+    assert_eq!(export_job["result"]["erasures"], json!([job["job_id"]]));
+    // ... and the lake, with pyarrow.
+    let expected_rows = all_ids.len() - theirs.len();
+    if let Some(seen) = lake_check(&lake, &shop_id, &[user, &anon, &contact_id]) {
+        assert_eq!(seen["theirs"], 0, "{seen}");
+        assert_eq!(seen["rows"], expected_rows, "{seen}");
+        assert_eq!(seen["distinct_ids"], expected_rows, "{seen}");
+    }
+    let lake_now: HashSet<String> = lake_ids(&lake).into_iter().collect();
+    assert!(lake_now.is_disjoint(&theirs));
+    assert!(keep.is_subset(&lake_now) && others.is_subset(&lake_now));
+
+    // Nothing of the person is readable; everyone else is.
+    let after = events(&app, &shop.key).await;
+    let after_ids: HashSet<String> = after
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(after_ids.is_disjoint(&theirs));
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert_eq!(events(&app, &other.key).await, other_before);
+    let gone = app
+        .get(&format!("/v1/core/contacts?user_id={user}"), &shop.key)
+        .await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+
+    // Downstream was told: hashes and the request id, signed.
+    let told = eventually(
+        "core.contact.erased delivered",
+        Duration::from_secs(30),
+        || async {
+            hooks
+                .hits()
+                .into_iter()
+                .find(|h| h.header("webhook-event") == "core.contact.erased")
+        },
+    )
+    .await;
+    // Signed at the node's (manual) time: the signature is checked with
+    // the Standard Webhooks library at that time, not against the wall
+    // clock.
+    let wh = standardwebhooks::Webhook::new(&secret).unwrap();
+    let expected = wh
+        .sign(
+            &told.header("webhook-id"),
+            told.header("webhook-timestamp").parse().unwrap(),
+            &told.body,
+        )
+        .unwrap();
+    assert!(
+        told.header("webhook-signature")
+            .split(' ')
+            .any(|s| s == expected),
+        "signature"
+    );
+    let body: Value = serde_json::from_slice(&told.body).unwrap();
+    assert_eq!(body["request_id"], job["job_id"]);
+    let text = String::from_utf8_lossy(&told.body).into_owned();
+    assert!(!text.contains(user) && !text.contains(&anon), "{text}");
+    assert!(text.contains(&sha256(user)));
+
+    // A retry of an erased event is the duplicate it is, and stays erased.
+    let again = batch(
+        &app,
+        &shop.key,
+        vec![
+            track("p-2-1", Some(user), None, at("2026-02-15T10:00:00Z")),
+            track("q-late", Some("u-keep"), None, at("2026-02-16T10:00:00Z")),
+        ],
+    )
+    .await;
+    assert!(theirs.contains(&again[0]), "the original id answers");
+    wait_events(&app, &shop.key, 4).await;
+    let now: Vec<Value> = events(&app, &shop.key).await;
+    assert_eq!(now.len(), 4, "{now:?}");
+    assert!(
+        now.iter()
+            .all(|e| !theirs.contains(e["id"].as_str().unwrap()))
+    );
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_erasure_reaches_every_store() {
+    erasure_reaches_every_store(Backend::Sqlite, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_erasure_reaches_every_store() {
+    erasure_reaches_every_store(Backend::Postgres, None).await;
+}
+
+/// The production object storage path: archives and exports on S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_erasure_rewrites_s3_archives() {
+    let Some(bucket) = S3Bucket::create().await else {
+        return;
+    };
+    erasure_reaches_every_store(Backend::Postgres, Some(&bucket)).await;
+    let keys = bucket.keys().await;
+    assert!(
+        keys.iter()
+            .any(|k| k.contains("archives/tracked_events/tracked_events_y2025m01_r13")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter().all(|k| !k.contains("/erasures/")),
+        "staged objects left behind: {keys:?}"
+    );
+}
