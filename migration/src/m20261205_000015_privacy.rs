@@ -1,7 +1,7 @@
-//! Erasure and suppression: `erasures` (one row per request: what it was
-//! asked, the hashes of whom it covers, what it removed so far),
-//! `erasure_holds` (the identifiers a running erasure covers: processing
-//! drops their events until it ends) and `suppressions` (identifiers whose
+//! Erasure and suppression: `erasures` (one row per request: whom it covers,
+//! its window, what it removed so far), `erasure_holds` (the identifiers a
+//! running erasure covers: processing drops their events, within the
+//! erasure's window, until it ends) and `suppressions` (identifiers whose
 //! events processing drops until the suppression is lifted). Identifiers
 //! are kept as the hex SHA-256 of their value in the last two; the request
 //! keeps its identifiers only while its job runs. Written once with the
@@ -36,8 +36,6 @@ enum ErasureHolds {
     Kind,
     Sha256,
     RequestId,
-    WindowFrom,
-    WindowTo,
     Dropped,
 }
 
@@ -98,8 +96,6 @@ impl MigrationTrait for Migration {
                     )
                     .col(ColumnDef::new(ErasureHolds::Sha256).text().not_null())
                     .col(column::id(b, ErasureHolds::RequestId))
-                    .col(column::time(b, ErasureHolds::WindowFrom))
-                    .col(column::time(b, ErasureHolds::WindowTo))
                     .col(counter(ErasureHolds::Dropped))
                     .primary_key(
                         Index::create()

@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, DurationRound, Utc};
 use fastack_api::StartOptions;
 use fastack_core::{
     clock::ManualClock, crypto::hmac_hex, faults::Faults, objects::Objects, retention::Manifest,
@@ -753,3 +753,342 @@ async fn postgres_erasure_rewrites_s3_archives() {
         "staged objects left behind: {keys:?}"
     );
 }
+
+async fn metric(app: &TestApp, name: &str, label: &str) -> f64 {
+    app.metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn delete(app: &TestApp, path: &str, key: &str) -> crate::helpers::Answer {
+    let resp = app
+        .http
+        .delete(app.url(path))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::answer(resp).await
+}
+
+/// With `suppress`, the person's later events are answered 202 as any and
+/// dropped by processing (counted per tenant) until the suppression is
+/// lifted; suppressions are listed by hash, never by value.
+async fn suppression_drops_until_lifted(app: TestApp) {
+    let key = app.t.key.clone();
+    let now = Utc::now() - chrono::Duration::hours(1);
+    batch(
+        &app,
+        &key,
+        vec![
+            track("s-1", Some("u-sup"), None, now),
+            track("n-1", Some("u-n"), None, now),
+        ],
+    )
+    .await;
+    wait_events(&app, &key, 2).await;
+    let job = erase(&app, &key, json!({"user_ids": ["u-sup"], "suppress": true})).await;
+    assert_eq!(job["result"]["suppressed"], true);
+    assert_eq!(
+        job["result"]["stores"]["tracked_events"]["events_removed"],
+        1
+    );
+    let later = batch(
+        &app,
+        &key,
+        vec![
+            track(
+                "s-2",
+                Some("u-sup"),
+                None,
+                now + chrono::Duration::minutes(1),
+            ),
+            track(
+                "s-3",
+                Some("u-sup"),
+                Some("a-new"),
+                now + chrono::Duration::minutes(2),
+            ),
+            track("n-2", Some("u-n"), None, now + chrono::Duration::minutes(3)),
+        ],
+    )
+    .await;
+    // The neighbour's event after theirs is readable: processing has
+    // passed the person's, and dropped them.
+    let seen = wait_events(&app, &key, 2).await;
+    let seen: HashSet<&str> = seen.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert!(seen.contains(later[2].as_str()));
+    assert!(!seen.contains(later[0].as_str()) && !seen.contains(later[1].as_str()));
+    let tenant = app.t.tenant.id.to_string();
+    let label = format!("tenant=\"{tenant}\"");
+    eventually("the drops counted", Duration::from_secs(10), || async {
+        (metric(&app, "fastack_privacy_dropped_events_total", &label).await >= 2.0).then_some(())
+    })
+    .await;
+    // Listed by hash, found by value.
+    let list = app.get("/v1/core/suppressions", &key).await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    let entries = list.body["suppressions"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{}", list.body);
+    assert_eq!(entries[0]["kind"], "user_id");
+    assert_eq!(entries[0]["sha256"], sha256("u-sup"));
+    assert_eq!(entries[0]["request_id"], job["job_id"]);
+    assert!(entries[0]["dropped"].as_i64().unwrap() >= 2);
+    assert!(!list.body.to_string().contains("u-sup"));
+    let one = app.get("/v1/core/suppressions?user_id=u-sup", &key).await;
+    assert_eq!(one.body["suppressions"].as_array().unwrap().len(), 1);
+    let none = app.get("/v1/core/suppressions?user_id=u-n", &key).await;
+    assert_eq!(none.body["suppressions"].as_array().unwrap().len(), 0);
+    let both = app
+        .get("/v1/core/suppressions?user_id=a&anonymous_id=b", &key)
+        .await;
+    assert_eq!(both.status, 400);
+    assert_eq!(both.body["code"], "invalid_query");
+    // Lifted: their events are processed again.
+    let lifted = delete(&app, "/v1/core/suppressions?user_id=u-sup", &key).await;
+    assert_eq!(lifted.status, 200, "{}", lifted.body);
+    assert_eq!(lifted.body["lifted"]["sha256"], sha256("u-sup"));
+    let again = delete(&app, "/v1/core/suppressions?user_id=u-sup", &key).await;
+    assert_eq!(again.status, 404, "{}", again.body);
+    assert_eq!(again.body["code"], "not_found");
+    let back = batch(
+        &app,
+        &key,
+        vec![track(
+            "s-4",
+            Some("u-sup"),
+            None,
+            now + chrono::Duration::minutes(4),
+        )],
+    )
+    .await;
+    let seen = wait_events(&app, &key, 3).await;
+    assert!(seen.iter().any(|e| e["id"] == back[0].as_str()));
+    app.cleanup().await;
+}
+
+/// With a window, only what occurred in it goes — and the traits an erased
+/// `identify` set; the contact and everything else stay.
+async fn a_window_erases_only_what_was_sent_then(app: TestApp) {
+    let key = app.t.key.clone();
+    let t0 = (Utc::now() - chrono::Duration::hours(2))
+        .duration_trunc(chrono::Duration::seconds(1))
+        .unwrap();
+    let ids = batch(
+        &app,
+        &key,
+        vec![
+            identify(
+                "w-0",
+                "u-w",
+                "a-w",
+                json!({"plan": "pro"}),
+                t0 - chrono::Duration::hours(1),
+            ),
+            track("w-1", Some("u-w"), None, t0),
+            identify(
+                "w-2",
+                "u-w",
+                "a-w",
+                json!({"ssn": "078-05-1120"}),
+                t0 + chrono::Duration::minutes(1),
+            ),
+            track("w-3", None, Some("a-w"), t0 + chrono::Duration::minutes(30)),
+        ],
+    )
+    .await;
+    wait_events(&app, &key, 4).await;
+    let contact = app.get("/v1/core/contacts?user_id=u-w", &key).await;
+    assert_eq!(
+        contact.body["traits"]["ssn"], "078-05-1120",
+        "{}",
+        contact.body
+    );
+    let from = t0.to_rfc3339();
+    let to = (t0 + chrono::Duration::minutes(10)).to_rfc3339();
+    let job = erase(
+        &app,
+        &key,
+        json!({"anonymous_ids": ["a-w"], "from": from, "to": to}),
+    )
+    .await;
+    let cert = &job["result"];
+    assert_eq!(
+        cert["stores"]["tracked_events"]["events_removed"], 2,
+        "{cert}"
+    );
+    assert_eq!(cert["stores"]["contacts"]["contacts_removed"], 0, "{cert}");
+    assert_eq!(cert["stores"]["contacts"]["traits_removed"], 1, "{cert}");
+    assert!(cert["window"]["from"].is_string(), "{cert}");
+    let left: Vec<String> = events(&app, &key)
+        .await
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(left, vec![ids[0].clone(), ids[3].clone()]);
+    let contact = app.get("/v1/core/contacts?user_id=u-w", &key).await;
+    assert_eq!(contact.status, 200, "the contact stays: {}", contact.body);
+    assert_eq!(contact.body["traits"], json!({"plan": "pro"}));
+    app.cleanup().await;
+}
+
+/// A malformed request is a typed 4xx; a person fastack does not know
+/// completes with zero counts; 5,000 identifiers are one request.
+async fn requests_are_checked_and_strangers_complete_empty(app: TestApp) {
+    let key = app.t.key.clone();
+    let post = |body: Value| {
+        let app = &app;
+        let key = key.clone();
+        async move { app.post("/v1/core/erasures", &key, &body).await }
+    };
+    let a = post(json!({})).await;
+    assert_eq!(
+        (a.status, a.body["code"].as_str()),
+        (422, Some("invalid_payload"))
+    );
+    assert_eq!(a.body["errors"][0]["code"], "required");
+    let a = post(json!({"user_ids": "u-1"})).await;
+    assert_eq!(a.body["errors"][0]["field"], "/user_ids");
+    let a = post(json!({"user_ids": ["u-1"], "contact_ids": ["nope"], "x": 1})).await;
+    let fields: Vec<&str> = a.body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["/contact_ids/0", "/x"], "{}", a.body);
+    let many: Vec<String> = (0..5_001).map(|i| format!("u-{i}")).collect();
+    let a = post(json!({"user_ids": many})).await;
+    assert_eq!(a.status, 422, "{}", a.body);
+    assert_eq!(a.body["errors"][0]["code"], "too_many_identifiers");
+    let a = post(
+        json!({"user_ids": ["u-1"], "from": "2026-02-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!(a.body["errors"][0]["field"], "/to");
+    let raw = app
+        .post_raw("/v1/core/erasures", &key, b"{\"user_ids\": [".to_vec())
+        .await;
+    assert_eq!(
+        (raw.status, raw.body["code"].as_str()),
+        (400, Some("invalid_json"))
+    );
+    let a = app
+        .post("/v1/core/erasures", "nope", &json!({"user_ids": ["u"]}))
+        .await;
+    assert_eq!(a.status, 401);
+
+    let job = erase(
+        &app,
+        &key,
+        json!({"user_ids": ["nobody"], "contact_ids": [Uuid::now_v7()]}),
+    )
+    .await;
+    let stores = &job["result"]["stores"];
+    assert_eq!(stores["tracked_events"]["events_removed"], 0);
+    assert_eq!(stores["contacts"]["contacts_removed"], 0);
+    assert_eq!(job["result"]["verification"]["found"], 0);
+    // 5,000 people in one request: 4,990 strangers and ten who exist.
+    let now = Utc::now() - chrono::Duration::minutes(30);
+    let ten: Vec<Value> = (0..10)
+        .map(|i| track(&format!("m-{i}"), Some(&format!("many-{i}")), None, now))
+        .collect();
+    batch(&app, &key, ten).await;
+    wait_events(&app, &key, 10).await;
+    let people: Vec<String> = (0..5_000).map(|i| format!("many-{i}")).collect();
+    let job = erase(&app, &key, json!({"user_ids": people})).await;
+    assert_eq!(
+        job["result"]["stores"]["tracked_events"]["events_removed"],
+        10
+    );
+    assert_eq!(job["result"]["subjects"].as_array().unwrap().len(), 5_010);
+    assert!(events(&app, &key).await.is_empty());
+    app.cleanup().await;
+}
+
+/// Makes this node's processing lease of the tenant another node's (for an
+/// hour) or gives it back (expired), as a node that stopped would.
+async fn lease(app: &TestApp, held: bool) {
+    use sea_orm::ConnectionTrait;
+    let tenant = app.t.tenant.id.0;
+    let other = Uuid::now_v7();
+    let until = Utc::now() + chrono::Duration::hours(if held { 1 } else { -1 });
+    let sql = match app.db.backend {
+        Backend::Postgres => format!(
+            "UPDATE tenant_leases SET node_id = '{other}', expires_at = '{}' WHERE tenant_id = '{tenant}'",
+            until.to_rfc3339()
+        ),
+        Backend::Sqlite => format!(
+            "UPDATE tenant_leases SET node_id = x'{}', expires_at = {} WHERE tenant_id = x'{}'",
+            other.simple(),
+            until.timestamp_micros(),
+            tenant.simple()
+        ),
+    };
+    let db = app.store.connection_for_tests();
+    let done = db.execute_unprepared(&sql).await.unwrap();
+    assert_eq!(done.rows_affected(), 1);
+}
+
+/// Events of the person accepted before the request and still waiting in
+/// the inbox when it is answered are erased too: processing drops them,
+/// and the erasure waits until it has.
+async fn events_still_in_the_inbox_are_erased_too(app: TestApp) {
+    let key = app.t.key.clone();
+    let now = Utc::now() - chrono::Duration::minutes(30);
+    batch(&app, &key, vec![track("i-0", Some("u-n"), None, now)]).await;
+    wait_events(&app, &key, 1).await;
+    lease(&app, true).await;
+    let waiting = batch(
+        &app,
+        &key,
+        vec![
+            track("i-1", Some("u-in"), None, now),
+            track("i-2", None, Some("a-in"), now),
+            identify("i-3", "u-in", "a-in", json!({}), now),
+            track("i-4", Some("u-n"), None, now),
+        ],
+    )
+    .await;
+    let a = app
+        .post("/v1/core/erasures", &key, &json!({"user_ids": ["u-in"]}))
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let id = a.body["job_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let job = app.get(&format!("/v1/core/jobs/{id}"), &key).await;
+    assert!(
+        matches!(job.body["status"].as_str(), Some("queued" | "processing")),
+        "the erasure waits for processing: {}",
+        job.body
+    );
+    lease(&app, false).await;
+    let job = wait_job(&app, &key, &id).await;
+    assert_eq!(job["status"], "completed", "{job}");
+    // `a-in` was linked to `u-in` only by an identify still waiting: its
+    // lone event is the person's too.
+    let cert = &job["result"];
+    assert_eq!(cert["stores"]["inbox"]["events_dropped"], 3, "{cert}");
+    assert_eq!(
+        cert["stores"]["tracked_events"]["events_removed"], 0,
+        "{cert}"
+    );
+    let left: HashSet<String> = wait_events(&app, &key, 2)
+        .await
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&waiting[3]));
+    app.cleanup().await;
+}
+
+crate::on_both_backends!(
+    suppression_drops_until_lifted,
+    a_window_erases_only_what_was_sent_then,
+    requests_are_checked_and_strangers_complete_empty,
+    events_still_in_the_inbox_are_erased_too,
+);

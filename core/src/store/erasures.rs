@@ -447,16 +447,6 @@ impl Erasures<'_> {
             .bind(tenant.0),
         )
         .await?;
-        let person = resolve(&mut tx, tenant, &known).await?;
-        hold(
-            &mut tx,
-            tenant,
-            rec.id,
-            &person,
-            rec.suppress,
-            rec.created_at,
-        )
-        .await?;
         let watermark = match rec.watermark {
             Some(w) => w,
             None => tx
@@ -469,6 +459,22 @@ impl Erasures<'_> {
                 .flatten()
                 .unwrap_or(0),
         };
+        let mut person = resolve(&mut tx, tenant, &known).await?;
+        // An `identify` accepted before the request and not processed yet
+        // links its identifiers all the same.
+        let linked = inbox_links(&mut tx, tenant, watermark, &person).await?;
+        if linked.len() > person.len() {
+            person = resolve(&mut tx, tenant, &linked).await?;
+        }
+        hold(
+            &mut tx,
+            tenant,
+            rec.id,
+            &person,
+            rec.suppress,
+            rec.created_at,
+        )
+        .await?;
         tx.execute(
             Q::new("UPDATE erasures SET request = $2, subjects = $3, watermark = $4 WHERE id = $1")
                 .bind(rec.id.0)
@@ -1255,6 +1261,55 @@ async fn resolve(tx: &mut Tx<'_>, tenant: TenantId, asked: &Person) -> Result<Pe
     }
     out.contact_ids.extend(family.into_iter().map(ContactId));
     Ok(out.normalized())
+}
+
+/// The person with the identifiers the `identify` events waiting in the
+/// tenant's inbox (up to `watermark`) link to theirs, transitively.
+async fn inbox_links(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    watermark: i64,
+    person: &Person,
+) -> Result<Person> {
+    let mut links: Vec<(String, String)> = Vec::new();
+    for r in tx
+        .fetch(
+            Q::new("SELECT payload FROM inbox WHERE tenant_id = $1 AND seq <= $2")
+                .bind(tenant.0)
+                .bind(watermark),
+        )
+        .await?
+    {
+        // A payload this build cannot read is processing's to refuse.
+        let Ok(e) = super::decode_payload(&r.text("payload")?) else {
+            continue;
+        };
+        if let (fastack_entities::EventKind::Identify, Some(u), Some(a)) =
+            (e.kind, e.user_id, e.anonymous_id)
+        {
+            links.push((u, a));
+        }
+    }
+    let mut users: HashSet<String> = person.user_ids.iter().cloned().collect();
+    let mut anons: HashSet<String> = person.anonymous_ids.iter().cloned().collect();
+    loop {
+        let before = users.len() + anons.len();
+        for (u, a) in &links {
+            if users.contains(u) || anons.contains(a) {
+                users.insert(u.clone());
+                anons.insert(a.clone());
+            }
+        }
+        if users.len() + anons.len() == before {
+            break;
+        }
+    }
+    Ok(Person {
+        user_ids: users.into_iter().collect(),
+        anonymous_ids: anons.into_iter().collect(),
+        contact_ids: person.contact_ids.clone(),
+    }
+    .normalized())
 }
 
 /// Holds every identity of the person for erasure `id` (and suppresses
