@@ -217,12 +217,71 @@ pub struct Report {
     pub quarantine: QuarantineReport,
     pub outbox: OutboxReport,
     pub webhooks: WebhooksReport,
-    /// By object path.
-    pub archives: BTreeMap<String, Rewritten>,
-    /// By export job id.
-    pub exports: BTreeMap<String, Rewritten>,
-    /// By file path; `None` when the mirror is off.
-    pub lake: Option<BTreeMap<String, Rewritten>>,
+    /// Objects outside the database, by (store, path): archives by object
+    /// path, exports by job id, lake files by path. Each is its own row of
+    /// the erasure's records ([`record`]), not part of the report's JSON.
+    #[serde(skip)]
+    pub objects: BTreeMap<(String, String), Rewritten>,
+}
+
+/// The stores of objects outside the database.
+const ARCHIVES: &str = "archives";
+const EXPORTS: &str = "exports";
+const LAKE: &str = "lake";
+
+impl Report {
+    fn object(&self, store: &str, path: &str) -> Option<&Rewritten> {
+        self.objects.get(&(store.to_owned(), path.to_owned()))
+    }
+
+    /// One store's objects, by path.
+    fn of(&self, store: &str) -> BTreeMap<String, Rewritten> {
+        self.objects
+            .iter()
+            .filter(|((s, _), _)| s == store)
+            .map(|((_, p), r)| (p.clone(), r.clone()))
+            .collect()
+    }
+}
+
+/// Records what the erasure did (or is about to do) to one object, in the
+/// report and in the erasure's records.
+async fn record(
+    env: &Env<'_>,
+    id: JobId,
+    report: &mut Report,
+    store: &str,
+    path: &str,
+    entry: Rewritten,
+) -> Result<()> {
+    env.store
+        .erasures()
+        .record_object(id, store, path, &json(&entry))
+        .await?;
+    report
+        .objects
+        .insert((store.to_owned(), path.to_owned()), entry);
+    Ok(())
+}
+
+/// Records that an object's replacement is done.
+async fn replaced(
+    env: &Env<'_>,
+    id: JobId,
+    report: &mut Report,
+    store: &str,
+    path: &str,
+) -> Result<()> {
+    match report.object(store, path) {
+        Some(r) => {
+            let entry = Rewritten {
+                state: DONE.to_owned(),
+                ..r.clone()
+            };
+            record(env, id, report, store, path, entry).await
+        }
+        None => Ok(()),
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -313,6 +372,11 @@ pub async fn run(env: &Env<'_>, job: &Job) -> Result<Value> {
         )));
     }
     let mut report: Report = serde_json::from_value(rec.report.clone()).unwrap_or_default();
+    for (store, path, entry) in erasures.objects(job.id).await? {
+        if let Ok(entry) = serde_json::from_value(entry) {
+            report.objects.insert((store, path), entry);
+        }
+    }
     let (person, watermark) = erasures.settle(&rec).await?;
     let matcher = Matcher::new(&person, rec.window);
     let steps = 9u64;
@@ -369,8 +433,8 @@ pub async fn run(env: &Env<'_>, job: &Job) -> Result<Value> {
     info!(
         job = %job.id,
         events = report.tracked_events.events_removed,
-        archives = report.archives.len(),
-        lake_files = report.lake.as_ref().map_or(0, BTreeMap::len),
+        archives = report.of(ARCHIVES).len(),
+        lake_files = report.of(LAKE).len(),
         "erasure done"
     );
     Ok(certificate)
@@ -486,10 +550,8 @@ async fn erase_archives(
     for (path, manifest_path) in retention::archives(env.objects).await? {
         let stage = staged(rec.id, &path);
         let stage_manifest = staged(rec.id, &manifest_path);
-        let pending = report
-            .archives
-            .get(&path)
-            .is_some_and(|r| r.state == REPLACING);
+        let before = report.object(ARCHIVES, &path).cloned();
+        let pending = before.as_ref().is_some_and(|r| r.state == REPLACING);
         if !pending {
             let Some((removed, manifest)) = retention::rewrite_archive(
                 env.objects,
@@ -503,21 +565,15 @@ async fn erase_archives(
             else {
                 continue;
             };
-            let prior = report.archives.get(&path).map_or(0, |r| r.events_removed);
-            report.archives.insert(
-                path.clone(),
-                Rewritten {
-                    events_removed: prior + removed,
-                    rows: manifest.rows,
-                    sha256: Some(manifest.uncompressed_sha256.clone()),
-                    hmac: None,
-                    state: REPLACING.to_owned(),
-                },
-            );
-            env.store
-                .erasures()
-                .save_report(rec.id, &json(report))
-                .await?;
+            let prior = before.map_or(0, |r| r.events_removed);
+            let entry = Rewritten {
+                events_removed: prior + removed,
+                rows: manifest.rows,
+                sha256: Some(manifest.uncompressed_sha256.clone()),
+                hmac: None,
+                state: REPLACING.to_owned(),
+            };
+            record(env, rec.id, report, ARCHIVES, &path, entry).await?;
         }
         // The staged pair was verified; copying it over the old one is
         // safe to repeat. Removed data first, manifest last: a crash in
@@ -538,13 +594,7 @@ async fn erase_archives(
         if manifest {
             env.objects.delete(&stage_manifest).await?;
         }
-        if let Some(r) = report.archives.get_mut(&path) {
-            r.state = DONE.to_owned();
-        }
-        env.store
-            .erasures()
-            .save_report(rec.id, &json(report))
-            .await?;
+        replaced(env, rec.id, report, ARCHIVES, &path).await?;
         info!(job = %rec.id, archive = %path, "archive rewritten without the erased rows");
     }
     Ok(())
@@ -584,10 +634,8 @@ async fn erase_exports(
         };
         let key = job.id.to_string();
         let stage = staged(rec.id, &path);
-        let pending = report
-            .exports
-            .get(&key)
-            .is_some_and(|r| r.state == REPLACING);
+        let before = report.object(EXPORTS, &key).cloned();
+        let pending = before.as_ref().is_some_and(|r| r.state == REPLACING);
         let new_result = if pending {
             // Staged and verified before a crash: its result is read again.
             export::staged_result(env.objects, env.keys, &job, &stage, &path).await?
@@ -600,18 +648,14 @@ async fn erase_exports(
             else {
                 continue;
             };
-            let prior = report.exports.get(&key).map_or(0, |r| r.events_removed);
-            report.exports.insert(
-                key.clone(),
-                Rewritten {
-                    events_removed: prior + removed,
-                    rows: new_result["row_count"].as_u64().unwrap_or_default(),
-                    sha256: None,
-                    hmac: new_result["hmac"].as_str().map(str::to_owned),
-                    state: REPLACING.to_owned(),
-                },
-            );
-            erasures.save_report(rec.id, &json(report)).await?;
+            let entry = Rewritten {
+                events_removed: before.map_or(0, |r| r.events_removed) + removed,
+                rows: new_result["row_count"].as_u64().unwrap_or_default(),
+                sha256: None,
+                hmac: new_result["hmac"].as_str().map(str::to_owned),
+                state: REPLACING.to_owned(),
+            };
+            record(env, rec.id, report, EXPORTS, &key, entry).await?;
             Some(new_result)
         };
         if let Some(mut new_result) = new_result {
@@ -625,10 +669,7 @@ async fn erase_exports(
             erasures.rewrite_result(&job).await?;
             env.objects.delete(&stage).await?;
         }
-        if let Some(r) = report.exports.get_mut(&key) {
-            r.state = DONE.to_owned();
-        }
-        erasures.save_report(rec.id, &json(report)).await?;
+        replaced(env, rec.id, report, EXPORTS, &key).await?;
         info!(job = %rec.id, export = %job.id, "export result rewritten without the erased events");
     }
     Ok(())
@@ -646,16 +687,11 @@ async fn erase_lake(
     let Some(lake) = env.lake else {
         return Ok(());
     };
-    let files = report.lake.get_or_insert_with(BTreeMap::new).clone();
     for path in lake.files(rec.tenant_id).await? {
-        let before = files.get(&path);
+        let before = report.object(LAKE, &path).cloned();
         let Some(rewrite) = lake.without(&path, matcher).await? else {
             if before.is_some_and(|r| r.state == REPLACING) {
-                mark_lake(report, &path, DONE);
-                env.store
-                    .erasures()
-                    .save_report(rec.id, &json(report))
-                    .await?;
+                replaced(env, rec.id, report, LAKE, &path).await?;
             }
             continue;
         };
@@ -664,34 +700,18 @@ async fn erase_lake(
         let prior = before
             .filter(|r| r.state == DONE)
             .map_or(0, |r| r.events_removed);
-        report.lake.get_or_insert_with(BTreeMap::new).insert(
-            path.clone(),
-            Rewritten {
-                events_removed: prior + rewrite.removed,
-                rows: rewrite.kept,
-                sha256: None,
-                hmac: None,
-                state: REPLACING.to_owned(),
-            },
-        );
-        env.store
-            .erasures()
-            .save_report(rec.id, &json(report))
-            .await?;
+        let entry = Rewritten {
+            events_removed: prior + rewrite.removed,
+            rows: rewrite.kept,
+            sha256: None,
+            hmac: None,
+            state: REPLACING.to_owned(),
+        };
+        record(env, rec.id, report, LAKE, &path, entry).await?;
         lake.replace(&path, rewrite.bytes).await?;
-        mark_lake(report, &path, DONE);
-        env.store
-            .erasures()
-            .save_report(rec.id, &json(report))
-            .await?;
+        replaced(env, rec.id, report, LAKE, &path).await?;
     }
     Ok(())
-}
-
-fn mark_lake(report: &mut Report, path: &str, state: &str) {
-    if let Some(r) = report.lake.as_mut().and_then(|l| l.get_mut(path)) {
-        r.state = state.to_owned();
-    }
 }
 
 /// What the verification pass found, store by store.
@@ -814,22 +834,23 @@ fn certificate(
         )
     };
     let sum = |m: &BTreeMap<String, Rewritten>| m.values().map(|r| r.events_removed).sum::<u64>();
+    let (archives, exports, files) = (report.of(ARCHIVES), report.of(EXPORTS), report.of(LAKE));
     stores["archives"] = json!({
-        "objects_rewritten": report.archives.len(),
-        "events_removed": sum(&report.archives),
-        "objects": listed(&report.archives, "path"),
+        "objects_rewritten": archives.len(),
+        "events_removed": sum(&archives),
+        "objects": listed(&archives, "path"),
     });
     stores["exports"] = json!({
-        "results_rewritten": report.exports.len(),
-        "events_removed": sum(&report.exports),
-        "jobs": listed(&report.exports, "job_id"),
+        "results_rewritten": exports.len(),
+        "events_removed": sum(&exports),
+        "jobs": listed(&exports, "job_id"),
     });
-    stores["lake"] = match &report.lake {
+    stores["lake"] = match env.lake {
         None => Value::Null,
-        Some(files) => json!({
+        Some(_) => json!({
             "files_rewritten": files.values().filter(|r| r.rows > 0).count(),
             "files_removed": files.values().filter(|r| r.rows == 0).count(),
-            "events_removed": sum(files),
+            "events_removed": sum(&files),
         }),
     };
     let mut cert = json!({
@@ -841,7 +862,7 @@ fn certificate(
         "verification": {
             "checked_at": ts((env.now)()),
             "found": found.total(),
-            "stores": found.stores(report.lake.is_some()),
+            "stores": found.stores(env.lake.is_some()),
         },
     });
     if !rec.window.is_whole() {

@@ -2,7 +2,8 @@
 //! its window, what it removed so far), `erasure_holds` (the identifiers a
 //! running erasure covers: processing drops their events, within the
 //! erasure's window, until it ends) and `suppressions` (identifiers whose
-//! events processing drops until the suppression is lifted). Identifiers
+//! events processing drops until the suppression is lifted), and
+//! `erasure_objects` (each object an erasure rewrote). Identifiers
 //! are kept as the hex SHA-256 of their value in the last two; the request
 //! keeps its identifiers only while its job runs. Written once with the
 //! schema builder.
@@ -37,6 +38,15 @@ enum ErasureHolds {
     Sha256,
     RequestId,
     Dropped,
+}
+
+#[derive(DeriveIden)]
+enum ErasureObjects {
+    Table,
+    RequestId,
+    Store,
+    Path,
+    Entry,
 }
 
 #[derive(DeriveIden)]
@@ -114,6 +124,26 @@ impl MigrationTrait for Migration {
                     .name("erasure_holds_by_request")
                     .table(ErasureHolds::Table)
                     .col(ErasureHolds::RequestId)
+                    .to_owned(),
+            )
+            .await?;
+        // What an erasure did to each object it rewrote (an archive, an
+        // export result, a lake file), recorded before the object is
+        // replaced.
+        manager
+            .create_table(
+                Table::create()
+                    .table(ErasureObjects::Table)
+                    .col(column::id(b, ErasureObjects::RequestId))
+                    .col(ColumnDef::new(ErasureObjects::Store).text().not_null())
+                    .col(ColumnDef::new(ErasureObjects::Path).text().not_null())
+                    .col(required(column::json(b, ErasureObjects::Entry)))
+                    .primary_key(
+                        Index::create()
+                            .col(ErasureObjects::RequestId)
+                            .col(ErasureObjects::Store)
+                            .col(ErasureObjects::Path),
+                    )
                     .to_owned(),
             )
             .await?;

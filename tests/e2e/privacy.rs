@@ -1092,3 +1092,448 @@ crate::on_both_backends!(
     requests_are_checked_and_strangers_complete_empty,
     events_still_in_the_inbox_are_erased_too,
 );
+
+/// The objects an erasure recorded, with their state (the test looks at
+/// the table: the API shows only a finished erasure's certificate).
+async fn recorded_objects(db: &TestDb) -> Vec<(String, String)> {
+    let sql = "SELECT store, entry FROM erasure_objects";
+    match db.backend {
+        Backend::Postgres => {
+            let pool = db.pg_pool().await;
+            let rows: Vec<(String, Value)> = sqlx::query_as(sql).fetch_all(&pool).await.unwrap();
+            pool.close().await;
+            rows.into_iter()
+                .map(|(s, e)| (s, e["state"].as_str().unwrap_or_default().to_owned()))
+                .collect()
+        }
+        Backend::Sqlite => {
+            let path = db.dir.path().join("fastack.db");
+            let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", path.display()))
+                .await
+                .unwrap();
+            let rows: Vec<(String, String)> = sqlx::query_as(sql).fetch_all(&pool).await.unwrap();
+            pool.close().await;
+            rows.into_iter()
+                .map(|(s, e)| {
+                    let e: Value = serde_json::from_str(&e).unwrap();
+                    (s, e["state"].as_str().unwrap_or_default().to_owned())
+                })
+                .collect()
+        }
+    }
+}
+
+/// A node's tenant API, from outside.
+struct Remote {
+    base: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Remote {
+    fn of(node: &crate::helpers::Node, key: &str) -> Remote {
+        Remote {
+            base: format!("http://{}", node.addr),
+            key: key.to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> crate::helpers::Answer {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        crate::helpers::answer(resp).await
+    }
+
+    async fn get(&self, path: &str) -> crate::helpers::Answer {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .unwrap();
+        crate::helpers::answer(resp).await
+    }
+
+    async fn count(&self) -> usize {
+        let mut n = 0;
+        let mut cursor = String::new();
+        loop {
+            let a = self
+                .get(&format!(
+                    "/v1/core/events?from={}&to={}&limit=1000{cursor}",
+                    crate::helpers::urlenc(EVER.0),
+                    crate::helpers::urlenc(EVER.1)
+                ))
+                .await;
+            assert_eq!(a.status, 200, "{}", a.body);
+            n += a.body["events"].as_array().unwrap().len();
+            match a.body["next_cursor"].as_str() {
+                Some(c) => cursor = format!("&cursor={c}"),
+                None => return n,
+            }
+        }
+    }
+}
+
+/// `kill -9` of the node while its erasure is rewriting the lake (part of
+/// the files done, one maybe replaced and not yet recorded): the job is
+/// claimed again after its claim expires and completes; every count of
+/// the certificate is whole, none doubled, and nothing of the person is
+/// left anywhere.
+async fn an_erasure_killed_midway_completes(backend: Backend) {
+    use crate::helpers::Node;
+    const HOURS: usize = 400;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "shop", Plan::Enterprise, None).await;
+    drop(store);
+    let lake = db.dir.path().join("lake");
+    let url = format!("file://{}", lake.display());
+    let env = [
+        ("FASTACK_LEASE_TTL_MS", "2000"),
+        ("FASTACK_MIRROR_URL", url.as_str()),
+        ("FASTACK_MIRROR_FLUSH_ROWS", "1000"),
+        ("FASTACK_MIRROR_FLUSH_SECS", "1"),
+    ];
+    let mut node = Node::start(&db, &env).await;
+    let api = Remote::of(&node, &t.key);
+    // The person and a neighbour, an event each an hour: a lake file an
+    // hour, each to be written again without the person.
+    let start = (Utc::now() - chrono::Duration::hours(HOURS as i64 + 1))
+        .duration_trunc(chrono::Duration::hours(1))
+        .unwrap();
+    let mut all = HashSet::new();
+    for chunk in (0..HOURS).collect::<Vec<_>>().chunks(200) {
+        let items: Vec<Value> = chunk
+            .iter()
+            .flat_map(|h| {
+                let at = start + chrono::Duration::hours(*h as i64) + chrono::Duration::minutes(7);
+                [
+                    track(&format!("p-{h}"), Some("u-kill"), None, at),
+                    track(&format!("n-{h}"), Some("u-stay"), None, at),
+                ]
+            })
+            .collect();
+        let a = api.post("/v1/core/batch", &json!({ "batch": items })).await;
+        assert_eq!(a.status, 202, "{}", a.body);
+        all.extend(
+            a.body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_owned()),
+        );
+    }
+    wait_lake(&lake, &all).await;
+    let a = api
+        .post("/v1/core/erasures", &json!({"user_ids": ["u-kill"]}))
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let id = a.body["job_id"].as_str().unwrap().to_owned();
+    let at_kill = eventually(
+        "the lake rewrite part way",
+        Duration::from_secs(60),
+        || async {
+            let objects = recorded_objects(&db).await;
+            let done = objects
+                .iter()
+                .filter(|(s, st)| s == "lake" && st == "done")
+                .count();
+            (done >= 5).then_some(objects)
+        },
+    )
+    .await;
+    node.child.start_kill().expect("SIGKILL");
+    let _ = node.child.wait().await;
+    let done = at_kill.iter().filter(|(_, st)| st == "done").count();
+    assert!(
+        done < HOURS,
+        "the erasure finished before the kill: raise HOURS ({done} files done)"
+    );
+    println!("erasure kill -9 ({backend:?}): {done} of {HOURS} lake files rewritten at the kill");
+    node = Node::start(&db, &env).await;
+    let api = Remote::of(&node, &t.key);
+    // The dead node's claim expires after 30 s; the job is run again.
+    let job = eventually("the erasure to end", Duration::from_secs(120), || async {
+        let a = api.get(&format!("/v1/core/jobs/{id}")).await;
+        matches!(a.body["status"].as_str(), Some("completed" | "failed")).then_some(a.body)
+    })
+    .await;
+    assert_eq!(job["status"], "completed", "{job}");
+    let stores = &job["result"]["stores"];
+    assert_eq!(
+        stores["tracked_events"]["events_removed"], HOURS,
+        "{stores}"
+    );
+    assert_eq!(stores["lake"]["events_removed"], HOURS, "{stores}");
+    assert_eq!(stores["lake"]["files_rewritten"], HOURS, "{stores}");
+    assert_eq!(job["result"]["verification"]["found"], 0);
+    assert_eq!(api.count().await, HOURS);
+    let left = lake_ids(&lake);
+    assert_eq!(left.len(), HOURS, "each other event once");
+    assert_eq!(left.iter().collect::<HashSet<_>>().len(), HOURS);
+    if let Some(seen) = lake_check(&lake, &t.tenant.id.to_string(), &["u-kill"]) {
+        assert_eq!(seen["theirs"], 0, "{seen}");
+        assert_eq!(seen["rows"], HOURS, "{seen}");
+    }
+    node.terminate().await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_erasure_killed_midway_completes() {
+    an_erasure_killed_midway_completes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_erasure_killed_midway_completes() {
+    an_erasure_killed_midway_completes(Backend::Postgres).await;
+}
+
+/// Two nodes take the person's and a neighbour's events without pause
+/// while one of them runs a suppressing erasure: whichever node processes
+/// the tenant and whichever runs the job, not one of the person's events
+/// is stored — those accepted before the answer are erased, those after
+/// suppressed — and every one of the neighbour's is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_let_nothing_slip_past_an_erasure() {
+    use crate::helpers::Node;
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "shop", Plan::Enterprise, None).await;
+    drop(store);
+    let env = [("FASTACK_LEASE_TTL_MS", "2000")];
+    let (a, b) = tokio::join!(Node::start(&db, &env), Node::start(&db, &env));
+    let nodes = [Remote::of(&a, &t.key), Remote::of(&b, &t.key)];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = |n: usize| {
+        let api = Remote::of(if n == 0 { &a } else { &b }, &t.key);
+        let stop = stop.clone();
+        async move {
+            let mut ours = Vec::new();
+            let mut round = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let at = Utc::now() - chrono::Duration::minutes(5);
+                let items = vec![
+                    track(&format!("p-{n}-{round}"), Some("u-slip"), None, at),
+                    identify(
+                        &format!("i-{n}-{round}"),
+                        "u-slip",
+                        &format!("a-slip-{n}-{round}"),
+                        json!({}),
+                        at,
+                    ),
+                    track(&format!("q-{n}-{round}"), Some("u-stay"), None, at),
+                ];
+                let r = api.post("/v1/core/batch", &json!({ "batch": items })).await;
+                if r.status == 202 {
+                    ours.push(r.body["items"][2]["id"].as_str().unwrap().to_owned());
+                }
+                round += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            ours
+        }
+    };
+    let senders = tokio::spawn({
+        let (s0, s1) = (sender(0), sender(1));
+        async move {
+            let (x, y) = tokio::join!(s0, s1);
+            x.into_iter().chain(y).collect::<Vec<String>>()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = nodes[1]
+        .post(
+            "/v1/core/erasures",
+            &json!({"user_ids": ["u-slip"], "suppress": true}),
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.body["job_id"].as_str().unwrap().to_owned();
+    let job = eventually("the erasure to end", Duration::from_secs(60), || async {
+        let a = nodes[0].get(&format!("/v1/core/jobs/{id}")).await;
+        matches!(a.body["status"].as_str(), Some("completed" | "failed")).then_some(a.body)
+    })
+    .await;
+    assert_eq!(job["status"], "completed", "{job}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kept = senders.await.unwrap();
+    // Everything accepted is processed: every neighbour's event readable.
+    eventually(
+        "every neighbour's event stored",
+        Duration::from_secs(60),
+        || async { (nodes[0].count().await >= kept.len()).then_some(()) },
+    )
+    .await;
+    let pool = db.pg_pool().await;
+    let theirs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tracked_events WHERE occurred_at > now() - interval '1 day' \
+         AND (user_id = 'u-slip' OR anonymous_id LIKE 'a-slip-%')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(theirs, 0, "events of the person slipped past the erasure");
+    assert_eq!(nodes[0].count().await, kept.len());
+    let dropped = job["result"]["stores"]["inbox"]["events_dropped"]
+        .as_u64()
+        .unwrap();
+    let removed = job["result"]["stores"]["tracked_events"]["events_removed"]
+        .as_u64()
+        .unwrap();
+    println!(
+        "two nodes: {} neighbour events kept; the erasure removed {removed} stored events and processing dropped {dropped} while it ran",
+        kept.len()
+    );
+    assert!(
+        removed > 0,
+        "some of the person's events were stored before the request"
+    );
+    pool.close().await;
+    let (_, _) = tokio::join!(a.terminate(), b.terminate());
+    db.drop_db().await;
+}
+
+/// Downstream over RabbitMQ: the person's events still owed to the broker
+/// (it was away) are never sent; `core.contact.erased` is, a signed
+/// CloudEvent on the core exchange carrying hashes and the request id; the
+/// job's `job.completed` carries the certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owed_events_are_not_sent_and_the_broker_is_told() {
+    use crate::amqp::{consumer, delete_exchanges, rabbit_reachable, streaming_app};
+    if !rabbit_reachable().await {
+        return;
+    }
+    let proxy = crate::netfault::Proxy::start("127.0.0.1:5672".parse().unwrap()).await;
+    let Some((app, names)) = streaming_app(Backend::Postgres, Some(proxy.amqp_url()), |_| {}).await
+    else {
+        return;
+    };
+    let key = app.t.key.clone();
+    let mut core = consumer(&names.core, &["core.event.tracked", "core.contact.erased"]).await;
+    let mut jobs = consumer(&names.job, &["job.completed"]).await;
+    let now = Utc::now() - chrono::Duration::minutes(10);
+    batch(&app, &key, vec![track("b-0", Some("u-amqp"), None, now)]).await;
+    let first = core
+        .next(Duration::from_secs(15))
+        .await
+        .expect("the link works");
+    assert_eq!(first.routing_key, "core.event.tracked");
+    // The broker away: these stay owed.
+    proxy.cut();
+    let owed = batch(
+        &app,
+        &key,
+        vec![
+            track("b-1", Some("u-amqp"), None, now),
+            track("b-2", Some("u-amqp"), Some("a-amqp"), now),
+            track("b-3", Some("u-other"), None, now),
+        ],
+    )
+    .await;
+    wait_events(&app, &key, 4).await;
+    let job = erase(&app, &key, json!({"user_ids": ["u-amqp"]})).await;
+    let cert = &job["result"];
+    assert_eq!(cert["stores"]["outbox"]["rows_cancelled"], 2, "{cert}");
+    assert_eq!(
+        cert["stores"]["tracked_events"]["events_removed"], 3,
+        "{cert}"
+    );
+    proxy.restore();
+    let mut got = Vec::new();
+    while !got
+        .iter()
+        .any(|m: &crate::amqp::Received| m.routing_key == "core.contact.erased")
+    {
+        let more = core.next(Duration::from_secs(30)).await;
+        got.push(more.expect("core.contact.erased after the broker came back"));
+    }
+    // Whatever else was owed comes with it.
+    got.extend(core.drain(Duration::from_secs(2)).await);
+    let sent: HashSet<String> = got
+        .iter()
+        .filter(|m| m.routing_key == "core.event.tracked")
+        .map(|m| m.header("ce-subject"))
+        .collect();
+    assert!(
+        sent.contains(&owed[2]),
+        "the neighbour's owed event is sent"
+    );
+    assert!(
+        !sent.contains(&owed[0]) && !sent.contains(&owed[1]),
+        "{sent:?}"
+    );
+    let told = got
+        .iter()
+        .find(|m| m.routing_key == "core.contact.erased")
+        .unwrap();
+    let request = job["job_id"].as_str().unwrap();
+    assert_eq!(told.header("ce-type"), "io.fastack.contact.erased");
+    assert_eq!(
+        told.header("ce-id"),
+        format!("fastack.contact.erased.{request}")
+    );
+    assert_eq!(told.header("ce-subject"), request);
+    assert_eq!(told.header("ce-resourcetype"), "contact");
+    assert_eq!(told.header("ce-eventtype"), "erased");
+    let deployment_key = deployment_hmac(&app);
+    fastack_core::amqp::verify(
+        &deployment_key,
+        &told.headers,
+        &told.exchange,
+        &told.routing_key,
+        &told.body,
+        Utc::now(),
+    )
+    .expect("signature verifies");
+    let body = told.json();
+    assert_eq!(body["request_id"], request);
+    let text = String::from_utf8_lossy(&told.body).into_owned();
+    assert!(
+        !text.contains("u-amqp") && !text.contains("a-amqp"),
+        "{text}"
+    );
+    assert!(text.contains(&sha256("u-amqp")) && text.contains(&sha256("a-amqp")));
+    let done = loop {
+        let m = jobs
+            .next(Duration::from_secs(20))
+            .await
+            .expect("job.completed");
+        if m.header("ce-subject") == request {
+            break m;
+        }
+    };
+    assert_eq!(done.json()["result"]["hmac"], cert["hmac"]);
+    delete_exchanges(&names).await;
+    app.cleanup().await;
+}
+
+/// The deployment's external HMAC key (verifies AMQP signatures).
+fn deployment_hmac(app: &TestApp) -> Vec<u8> {
+    let out = std::process::Command::new(bin_path())
+        .args(["keys", "external-hmac"])
+        .env_clear()
+        .envs(app.db.env())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hex::decode(String::from_utf8(out.stdout).unwrap().trim()).unwrap()
+}

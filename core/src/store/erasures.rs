@@ -513,6 +513,46 @@ impl Erasures<'_> {
         Ok(())
     }
 
+    /// Records what the erasure did (or is about to do) to one object of a
+    /// store outside the database: `entry` replaces what was recorded.
+    pub async fn record_object(
+        &self,
+        id: JobId,
+        store: &str,
+        path: &str,
+        entry: &Value,
+    ) -> Result<()> {
+        self.db
+            .execute(
+                Q::new(
+                    "INSERT INTO erasure_objects (request_id, store, path, entry) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (request_id, store, path) DO UPDATE SET entry = excluded.entry",
+                )
+                .bind(id.0)
+                .bind(store)
+                .bind(path)
+                .bind(entry.clone()),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Every object the erasure recorded: (store, path, entry).
+    pub async fn objects(&self, id: JobId) -> Result<Vec<(String, String, Value)>> {
+        self.db
+            .read(
+                Q::new(
+                    "SELECT store, path, entry FROM erasure_objects WHERE request_id = $1 \
+                     ORDER BY store, path",
+                )
+                .bind(id.0),
+            )
+            .await?
+            .iter()
+            .map(|r| Ok((r.text("store")?, r.text("path")?, r.json("entry")?)))
+            .collect()
+    }
+
     /// The partitions of `tracked_events`, oldest first.
     pub async fn partitions(&self) -> Result<Vec<PartitionKey>> {
         self.engine.partition_keys().await
