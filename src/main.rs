@@ -10,6 +10,7 @@ macro_rules! out {
     }};
 }
 
+mod privacy;
 mod taxonomy;
 mod users;
 
@@ -114,6 +115,13 @@ enum AdminCommand {
     /// sets their password).
     #[command(subcommand)]
     User(users::UserCommand),
+    /// Forget people: erase them from every store, with a certificate.
+    #[command(subcommand)]
+    Erasure(privacy::ErasureCommand),
+    /// Identifiers whose events are dropped (set by an erasure with
+    /// --suppress): listed by hash, lifted.
+    #[command(subcommand)]
+    Suppression(privacy::SuppressionCommand),
     /// Webhook deliveries and their attempts.
     Deliveries {
         /// Tenant id or name.
@@ -466,6 +474,10 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Quarantine(cmd) => quarantine_command(store, json, cmd).await,
         AdminCommand::Taxonomy(cmd) => taxonomy::command(store, json, cmd).await,
         AdminCommand::User(cmd) => users::command(config_ref, store, json, cmd).await,
+        AdminCommand::Erasure(cmd) => {
+            privacy::erasure_command(config_ref, &shared, json, cmd).await
+        }
+        AdminCommand::Suppression(cmd) => privacy::suppression_command(&shared, json, cmd).await,
         AdminCommand::Deliveries {
             tenant,
             endpoint,

@@ -300,6 +300,78 @@ async fn remove_plan(state: Data<&SharedState>, Path(t): Path<String>) -> AdminR
     }
 }
 
+/// `POST /admin/v1/tenants/:tenant/erasures`: the tenant API's request,
+/// made by an operator (the body is the same).
+#[handler]
+async fn request_erasure(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    body: bytes::Bytes,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let (req, metadata) = crate::privacy::parse(&body)?;
+    let job = state.runtime.request_erasure(t.id, &req, metadata).await?;
+    ok(StatusCode::ACCEPTED, &json!({"job_id": job.id}))
+}
+
+/// A tenant's erasure requests, newest first, as their job documents.
+#[handler]
+async fn list_erasures(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let docs: Vec<String> = state
+        .runtime
+        .erasure_requests(t.id, 500)
+        .await?
+        .iter()
+        .map(fastack_entities::Job::document)
+        .collect();
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .content_type("application/json")
+        .body(format!("[{}]", docs.join(","))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Identifier {
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+}
+
+#[handler]
+async fn list_suppressions(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    Query(q): Query<Identifier>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let only = match (q.user_id, q.anonymous_id) {
+        (None, None) => None,
+        (u, a) => Some(crate::privacy::named(u, a)?),
+    };
+    ok(
+        StatusCode::OK,
+        &state
+            .runtime
+            .suppressions(t.id, only.as_ref(), 1000)
+            .await?,
+    )
+}
+
+#[handler]
+async fn lift_suppression(
+    state: Data<&SharedState>,
+    Path(t): Path<String>,
+    Query(q): Query<Identifier>,
+) -> AdminResult {
+    let t = tenant(&state, &t).await?;
+    let subject = crate::privacy::named(q.user_id, q.anonymous_id)?;
+    if !state.runtime.lift_suppression(t.id, &subject).await? {
+        return Err(ApiError::not_found("suppression"));
+    }
+    ok(StatusCode::OK, &json!({"lifted": subject}))
+}
+
 /// Constant-time check of the admin token (compares digests).
 fn token_ok(req: &Request, token: &str) -> bool {
     let Some(given) = req
@@ -357,6 +429,14 @@ pub fn app(state: SharedState, token: Arc<str>) -> impl Endpoint {
         .at(
             "/admin/v1/tenants/:tenant/taxonomy/history",
             get(plan_history),
+        )
+        .at(
+            "/admin/v1/tenants/:tenant/erasures",
+            get(list_erasures).post(request_erasure),
+        )
+        .at(
+            "/admin/v1/tenants/:tenant/suppressions",
+            get(list_suppressions).delete(lift_suppression),
         )
         .around(move |next, req| {
             let token = token.clone();

@@ -289,7 +289,7 @@ fn field(field: String, code: &'static str, message: impl Into<String>) -> Field
 }
 
 /// A request body as a request, every problem named.
-fn parse(bytes: &[u8]) -> Result<(ErasureRequest, Map<String, Value>), ApiError> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<(ErasureRequest, Map<String, Value>), ApiError> {
     let value = crate::body::json_value(bytes)?;
     let Value::Object(mut obj) = value else {
         return Err(ApiError::validation(vec![field(
@@ -428,7 +428,10 @@ fn parse(bytes: &[u8]) -> Result<(ErasureRequest, Map<String, Value>), ApiError>
 }
 
 /// The one identifier a suppression query names.
-fn named(user_id: Option<String>, anonymous_id: Option<String>) -> Result<Subject, ApiError> {
+pub(crate) fn named(
+    user_id: Option<String>,
+    anonymous_id: Option<String>,
+) -> Result<Subject, ApiError> {
     match (user_id, anonymous_id) {
         (Some(u), None) => Ok(Subject::of(SubjectKind::UserId, &u)),
         (None, Some(a)) => Ok(Subject::of(SubjectKind::AnonymousId, &a)),

@@ -953,3 +953,104 @@ async fn the_console_speaks_to_the_tenants_user() {
     assert!(r.body.contains(r#"data-label="Prefix""#), "{}", r.body);
     app.cleanup().await;
 }
+
+/// An owner erases a person from the Privacy page (a refused form says
+/// why), reads the certificate and downloads it, and lifts the
+/// suppression the erasure set; a viewer is refused the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_forgets_a_person_from_the_privacy_page() {
+    let Some(app) = console_app(Backend::Sqlite).await else {
+        return;
+    };
+    let now = Utc::now();
+    let a = app
+        .post(
+            "/v1/core/track",
+            &app.t.key,
+            &crate::helpers::track("priv-1", "u-priv", now),
+        )
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let from = (now - chrono::Duration::hours(1)).to_rfc3339();
+    let to = (now + chrono::Duration::hours(1)).to_rfc3339();
+    eventually("the event readable", Duration::from_secs(30), || async {
+        (app.events(&app.t.key, &from, &to, "").await.len() == 1).then_some(())
+    })
+    .await;
+    let mut b = signed_in(&app, app.t.tenant.id, "dpo@acme.test", Role::Owner).await;
+    let page = b.get("/privacy").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Request an erasure"));
+    let refused = b.post("/privacy", &[("csrf", &page.csrf())]).await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(
+        refused.body.contains("name at least one person"),
+        "{}",
+        refused.body
+    );
+    let r = b
+        .post(
+            "/privacy",
+            &[
+                ("csrf", &page.csrf()),
+                ("user_ids", "u-priv\n"),
+                ("suppress", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.location.starts_with("/privacy/"), "{}", r.location);
+    let at = r.location.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let p = b.get(&at).await;
+        if p.body.contains("Download the certificate") {
+            break p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no certificate: {}",
+            p.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(done.body.contains("Verification"), "{}", done.body);
+    let file = b.get(&format!("{at}/certificate")).await;
+    assert_eq!(file.status, 200);
+    let doc: Value = serde_json::from_str(&file.body).unwrap();
+    assert_eq!(doc["kind"], "erasure");
+    assert_eq!(doc["metadata"]["requested_by"], "dpo@acme.test");
+    assert_eq!(
+        doc["result"]["stores"]["tracked_events"]["events_removed"],
+        1
+    );
+    assert!(app.events(&app.t.key, &from, &to, "").await.is_empty());
+    // The suppression it set, shown by hash and lifted.
+    let page = b.get("/privacy").await;
+    let hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"u-priv"));
+    assert!(page.body.contains(&hash), "{}", page.body);
+    assert!(!page.body.contains("u-priv"));
+    let r = b
+        .post(
+            "/privacy/suppressions/lift",
+            &[
+                ("csrf", &page.csrf()),
+                ("kind", "user_id"),
+                ("sha256", &hash),
+            ],
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.location.as_str()),
+        (303, "/privacy?notice=lifted")
+    );
+    assert!(
+        b.get("/privacy")
+            .await
+            .body
+            .contains("Nothing is suppressed.")
+    );
+    let mut v = signed_in(&app, app.t.tenant.id, "viewer@acme.test", Role::Viewer).await;
+    assert_eq!(v.get("/privacy").await.status, 403);
+    app.cleanup().await;
+}

@@ -1537,3 +1537,179 @@ fn deployment_hmac(app: &TestApp) -> Vec<u8> {
     );
     hex::decode(String::from_utf8(out.stdout).unwrap().trim()).unwrap()
 }
+
+/// The operator's way: `fastack admin erasure request … --here` runs the
+/// erasure in the command and prints the certificate; `erasure list`,
+/// `erasure show`, `suppression list` and `suppression lift` the rest.
+async fn the_cli_erases_and_lifts(app: TestApp) {
+    use crate::helpers::fastack_cli;
+    let key = app.t.key.clone();
+    let now = Utc::now() - chrono::Duration::minutes(5);
+    batch(
+        &app,
+        &key,
+        vec![
+            track("c-1", Some("u-cli"), None, now),
+            track("c-2", Some("u-other"), None, now),
+        ],
+    )
+    .await;
+    wait_events(&app, &key, 2).await;
+    let db = app.stop().await;
+    let (ok, out, err) = fastack_cli(
+        &db,
+        &[
+            "admin",
+            "--json",
+            "erasure",
+            "request",
+            "--tenant",
+            "acme",
+            "--user-id",
+            "u-cli",
+            "--suppress",
+            "--here",
+        ],
+    );
+    assert!(ok, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["status"], "completed", "{doc}");
+    assert_eq!(
+        doc["result"]["stores"]["tracked_events"]["events_removed"],
+        1
+    );
+    assert!(
+        !err.contains("u-cli"),
+        "the identifier is never logged: {err}"
+    );
+    let id = doc["job_id"].as_str().unwrap();
+    let (ok, out, err) = fastack_cli(&db, &["admin", "erasure", "list", "--tenant", "acme"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(id) && out.contains("completed"), "{out}");
+    let (ok, out, _) = fastack_cli(
+        &db,
+        &[
+            "admin", "--json", "erasure", "show", "--tenant", "acme", "--job", id,
+        ],
+    );
+    assert!(ok);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["job_id"], id);
+    let (ok, out, _) = fastack_cli(
+        &db,
+        &[
+            "admin",
+            "suppression",
+            "list",
+            "--tenant",
+            "acme",
+            "--user-id",
+            "u-cli",
+        ],
+    );
+    assert!(ok);
+    assert!(out.contains(&sha256("u-cli")), "{out}");
+    let (ok, _, err) = fastack_cli(
+        &db,
+        &[
+            "admin",
+            "suppression",
+            "lift",
+            "--tenant",
+            "acme",
+            "--user-id",
+            "u-cli",
+        ],
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = fastack_cli(
+        &db,
+        &[
+            "admin",
+            "suppression",
+            "lift",
+            "--tenant",
+            "acme",
+            "--user-id",
+            "u-cli",
+        ],
+    );
+    assert!(!ok && err.contains("not found"), "{err}");
+    // A request the rules refuse names why.
+    let (ok, _, err) = fastack_cli(&db, &["admin", "erasure", "request", "--tenant", "acme"]);
+    assert!(!ok && err.contains("name at least one person"), "{err}");
+    db.drop_db().await;
+}
+
+crate::on_both_backends!(the_cli_erases_and_lifts);
+
+/// The admin listener offers the same: an operator's erasure request (the
+/// tenant API's body), the tenant's requests, its suppressions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_erases_and_lifts() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let app = crate::helpers::spawn_on(Arc::new(db), crate::webhooks::tweak).await;
+    let key = app.t.key.clone();
+    batch(
+        &app,
+        &key,
+        vec![track("ad-1", Some("u-adm"), None, Utc::now())],
+    )
+    .await;
+    wait_events(&app, &key, 1).await;
+    let queued = admin(
+        &app,
+        reqwest::Method::POST,
+        "/admin/v1/tenants/acme/erasures",
+        Some(json!({"user_ids": ["u-adm"], "suppress": true})),
+    )
+    .await;
+    let id = queued["job_id"].as_str().unwrap().to_owned();
+    let job = wait_job(&app, &key, &id).await;
+    assert_eq!(job["status"], "completed", "{job}");
+    let list = admin(
+        &app,
+        reqwest::Method::GET,
+        "/admin/v1/tenants/acme/erasures",
+        None,
+    )
+    .await;
+    assert_eq!(list[0]["job_id"], id.as_str());
+    let s = admin(
+        &app,
+        reqwest::Method::GET,
+        "/admin/v1/tenants/acme/suppressions?user_id=u-adm",
+        None,
+    )
+    .await;
+    assert_eq!(s[0]["sha256"], sha256("u-adm"));
+    admin(
+        &app,
+        reqwest::Method::DELETE,
+        "/admin/v1/tenants/acme/suppressions?user_id=u-adm",
+        None,
+    )
+    .await;
+    let s = admin(
+        &app,
+        reqwest::Method::GET,
+        "/admin/v1/tenants/acme/suppressions",
+        None,
+    )
+    .await;
+    assert_eq!(s, json!([]));
+    let refused = app
+        .http
+        .post(crate::webhooks::admin_url(
+            &app,
+            "/admin/v1/tenants/acme/erasures",
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"user_ids": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    app.cleanup().await;
+}

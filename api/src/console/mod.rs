@@ -1,7 +1,8 @@
 //! The account console (`FASTACK_CONSOLE_LISTEN`, off unless set): a
 //! tenant's users sign in with a password (never an API key) to register
 //! notification endpoints, see each delivery's attempts and replay them,
-//! and look at jobs, quarantine, API keys and the tracking plan. Pages are
+//! look at jobs, quarantine, API keys and the tracking plan, and forget
+//! people (erasure requests, their certificates, suppressions). Pages are
 //! rendered on the server; the console calls storage directly, never the
 //! ingest API.
 
@@ -11,9 +12,10 @@ mod views;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use fastack_core::{
     console::{self, SESSION_ABSOLUTE, SignIn, Token},
+    erasure::ErasureRequest,
     export,
     ratelimit::{ClientLimiter, Quota},
-    store::Replayed,
+    store::{Replayed, Subject, SubjectKind},
 };
 use fastack_entities::{ApiKeyId, DeliveryId, DeliveryStatus, EndpointId, EventId, JobId};
 use guard::{Fail, Fields, Me, PRE_COOKIE, SESSION_COOKIE, field, fields, me, same_origin};
@@ -54,6 +56,10 @@ pub fn app(state: SharedState) -> impl Endpoint {
         .at("/keys", get(keys).post(create_key))
         .at("/keys/:id/revoke", post(revoke_key))
         .at("/plan", get(plan))
+        .at("/privacy", get(privacy).post(request_erasure))
+        .at("/privacy/suppressions/lift", post(lift_suppression))
+        .at("/privacy/:id", get(erasure))
+        .at("/privacy/:id/certificate", get(certificate))
         .at("/static/console.css", get(css))
         .at("/static/console.js", get(js))
         .at("/favicon.ico", get(no_icon))
@@ -120,6 +126,10 @@ impl Notice {
             "retried" => "Event put back in line.".to_owned(),
             "dropped" => "Event dropped.".to_owned(),
             "revoked" => "Key revoked.".to_owned(),
+            "lifted" => {
+                "Suppression lifted: that identifier's events are processed again from now on."
+                    .to_owned()
+            }
             _ => return None,
         })
     }
@@ -654,6 +664,157 @@ async fn revoke_key(
     }
     state.runtime.revoke_key(id).await?;
     see_other("/keys?notice=revoked")
+}
+
+// --- privacy ----------------------------------------------------------------
+
+#[handler]
+async fn privacy(req: &Request, state: Data<&SharedState>, Query(q): Query<Notice>) -> Page {
+    let me = owner(&state, req).await?;
+    privacy_page(&state, &me, StatusCode::OK, q.text().as_deref(), None).await
+}
+
+async fn privacy_page(
+    state: &SharedState,
+    me: &Me,
+    status: StatusCode,
+    note: Option<&str>,
+    refused: Option<&str>,
+) -> Page {
+    let requests = state.runtime.erasure_requests(me.tenant(), 100).await?;
+    let suppressions = state.runtime.suppressions(me.tenant(), None, 500).await?;
+    Ok(views::html(
+        status,
+        views::privacy(me, &requests, &suppressions, note, refused),
+    ))
+}
+
+/// An erasure requested from the form: identifiers one per line, the same
+/// rules as the API's; the request names who asked in its metadata.
+#[handler]
+async fn request_erasure(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
+    let me = owner_form(&state, req, &f).await?;
+    let lines = |name: &str| -> Vec<String> {
+        field(&f, name)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut problems = Vec::new();
+    let mut contact_ids = Vec::new();
+    for c in lines("contact_ids") {
+        match c.parse() {
+            Ok(id) => contact_ids.push(fastack_entities::ContactId(id)),
+            Err(_) => problems.push(format!("{c:?} is not a contact id")),
+        }
+    }
+    let mut instant = |name: &str| {
+        let text = field(&f, name).trim();
+        if text.is_empty() {
+            return None;
+        }
+        let parsed = fastack_core::validate::parse_timestamp(text);
+        if parsed.is_none() {
+            problems.push(format!(
+                "`{name}` must be a time with its offset, e.g. 2026-12-01T10:00:00Z"
+            ));
+        }
+        parsed.map(|t| t.with_timezone(&Utc))
+    };
+    let window = fastack_core::store::Window {
+        from: instant("from"),
+        to: instant("to"),
+    };
+    let request = ErasureRequest {
+        people: fastack_core::store::Person {
+            user_ids: lines("user_ids"),
+            anonymous_ids: lines("anonymous_ids"),
+            contact_ids,
+        },
+        window,
+        suppress: field(&f, "suppress") == "on",
+    };
+    if problems.is_empty() {
+        problems = request.check().into_iter().map(|p| p.message).collect();
+    }
+    if !problems.is_empty() {
+        return privacy_page(
+            &state,
+            &me,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            None,
+            Some(&problems.join("; ")),
+        )
+        .await;
+    }
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("requested_by".to_owned(), me.user().email.clone().into());
+    metadata.insert("via".to_owned(), "console".into());
+    let job = state
+        .runtime
+        .request_erasure(me.tenant(), &request, metadata)
+        .await?;
+    see_other(&format!("/privacy/{}", job.id))
+}
+
+async fn erasure_job(
+    state: &SharedState,
+    me: &Me,
+    raw: &str,
+) -> Result<fastack_entities::Job, Fail> {
+    let id: JobId = id(raw, "erasure")?;
+    state
+        .runtime
+        .job(me.tenant(), id)
+        .await?
+        .filter(|j| j.kind == fastack_entities::JobKind::Erasure)
+        .ok_or_else(|| Fail::not_found("erasure"))
+}
+
+#[handler]
+async fn erasure(req: &Request, state: Data<&SharedState>, Path(raw): Path<String>) -> Page {
+    let me = owner(&state, req).await?;
+    let job = erasure_job(&state, &me, &raw).await?;
+    page(views::erasure(&me, &job))
+}
+
+/// The job document, certificate included, as a file to keep.
+#[handler]
+async fn certificate(req: &Request, state: Data<&SharedState>, Path(raw): Path<String>) -> Page {
+    let me = owner(&state, req).await?;
+    let job = erasure_job(&state, &me, &raw).await?;
+    Ok(Response::builder()
+        .content_type("application/json")
+        .header(
+            "content-disposition",
+            format!("attachment; filename=\"erasure-{}.json\"", job.id),
+        )
+        .body(job.document()))
+}
+
+/// Lifts a suppression shown on the page (by its hash).
+#[handler]
+async fn lift_suppression(req: &Request, state: Data<&SharedState>, Form(f): Form<Fields>) -> Page {
+    let me = owner_form(&state, req, &f).await?;
+    let kind = match field(&f, "kind") {
+        "user_id" => SubjectKind::UserId,
+        "anonymous_id" => SubjectKind::AnonymousId,
+        _ => return Err(Fail::not_found("suppression")),
+    };
+    let subject = Subject {
+        kind,
+        sha256: field(&f, "sha256").to_owned(),
+    };
+    if !state
+        .runtime
+        .lift_suppression(me.tenant(), &subject)
+        .await?
+    {
+        return Err(Fail::not_found("suppression"));
+    }
+    see_other("/privacy?notice=lifted")
 }
 
 #[handler]

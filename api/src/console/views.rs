@@ -7,12 +7,14 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use fastack_core::console::User;
+use fastack_core::store::Suppression;
 use fastack_entities::{
-    ApiKey, Delivery, DeliveryStatus, Endpoint, EndpointId, Job, PlanVersion, QuarantinedEvent,
-    webhook::EVENT_TYPES,
+    ApiKey, Delivery, DeliveryStatus, Endpoint, EndpointId, Job, JobKind, JobStatus, PlanVersion,
+    QuarantinedEvent, webhook::EVENT_TYPES,
 };
 use maud::{DOCTYPE, Markup, html};
 use poem::{IntoResponse, Response, http::StatusCode, web::Redirect};
+use serde_json::Value;
 
 use super::guard::{Fail, Me};
 
@@ -98,12 +100,13 @@ fn layout(title: &str, me: Option<&Me>, body: Markup) -> Markup {
 }
 
 /// The console's sections: where, what the navigation calls it, owners only.
-const SECTIONS: [(&str, &str, bool); 5] = [
+const SECTIONS: [(&str, &str, bool); 6] = [
     ("/endpoints", "Notifications", false),
     ("/jobs", "Jobs", false),
     ("/quarantine", "Quarantine", true),
     ("/keys", "API keys", true),
     ("/plan", "Tracking plan", false),
+    ("/privacy", "Privacy", true),
 ];
 
 /// Whether `path` is the section `href` or a page inside it.
@@ -420,7 +423,9 @@ pub fn jobs(me: &Me, list: &[Job]) -> Markup {
                                 td data-label="Status" { span class={"badge " (j.status.as_str())} { (j.status.as_str()) } }
                                 td data-label="Finished" { @if let Some(f) = &j.finished_at { (when(f)) } }
                                 td data-label="Result" {
-                                    @if j.result.is_some() && j.status.as_str() == "completed" {
+                                    @if j.kind == JobKind::Erasure {
+                                        a href={"/privacy/" (j.id)} { "Certificate" }
+                                    } @else if j.result.is_some() && j.status.as_str() == "completed" {
                                         a href={"/jobs/" (j.id) "/result"} download { "Download" }
                                     } @else if let Some(e) = j.metadata.get("error") {
                                         small { (e.get("message").and_then(|m| m.as_str()).unwrap_or("failed")) }
@@ -463,6 +468,169 @@ pub fn quarantine(me: &Me, list: &[QuarantinedEvent], note: Option<&str>) -> Mar
                     }
                 } }
             }
+        },
+    )
+}
+
+/// Forgetting people: the request form, the requests with their state, the
+/// suppressions (by hash: the values are not kept).
+pub fn privacy(
+    me: &Me,
+    requests: &[Job],
+    suppressions: &[Suppression],
+    note: Option<&str>,
+    refused: Option<&str>,
+) -> Markup {
+    layout(
+        "Privacy",
+        Some(me),
+        html! {
+            (notice(note))
+            p { "Erase people from every store fastack keeps: their events in every month, their contact and identities, retention archives, stored exports, the Parquet lake, events still owed to webhooks or RabbitMQ, stored webhook payloads and quarantine. Each request ends with a signed certificate. Copies already delivered to your own systems are yours to delete; the " code { "core.contact.erased" } " notification tells them." }
+            h2 { "Request an erasure" }
+            @if let Some(r) = refused {
+                p.error role="alert" { (r) }
+            }
+            form.card method="post" action="/privacy" data-confirm="Erase these people from every store? This cannot be undone." {
+                (csrf(me))
+                label for="user_ids" { "User ids" small { " (one per line)" } }
+                textarea #user_ids name="user_ids" rows="3" {}
+                label for="anonymous_ids" { "Anonymous ids" small { " (one per line)" } }
+                textarea #anonymous_ids name="anonymous_ids" rows="2" {}
+                label for="contact_ids" { "Contact ids" small { " (one per line)" } }
+                textarea #contact_ids name="contact_ids" rows="2" {}
+                fieldset {
+                    legend { "Only what was sent in a window (optional; the contact then stays)" }
+                    label for="from" { "From" }
+                    input #from name="from" type="text" placeholder="2026-12-01T10:00:00Z";
+                    label for="to" { "To" }
+                    input #to name="to" type="text" placeholder="2026-12-01T10:10:00Z";
+                }
+                label.check { input name="suppress" type="checkbox"; " Also drop their future events (suppress)" }
+                button.danger type="submit" { "Erase" }
+            }
+            h2 { "Requests" }
+            @if requests.is_empty() {
+                p.empty { "No erasure requested yet." }
+            } @else {
+                div.scroll { table {
+                    thead { tr { th scope="col" { "Requested" } th scope="col" { "Identifiers" } th scope="col" { "Status" } th scope="col" { "Events removed" } th scope="col" { span.sr { "Certificate" } } } }
+                    tbody {
+                        @for j in requests {
+                            @let doc: Value = serde_json::from_str(&j.document()).unwrap_or_default();
+                            tr data-erasure=(j.id) {
+                                td data-label="Requested" { (when(&j.created_at)) br; small.mono { (j.id) } }
+                                td data-label="Identifiers" { (j.params["identifiers"]) @if j.params["suppress"] == true { " · suppressed" } }
+                                td data-label="Status" { span class={"badge " (j.status.as_str())} { (j.status.as_str()) } }
+                                td data-label="Events removed" { @if j.status == JobStatus::Completed { (doc["result"]["stores"]["tracked_events"]["events_removed"]) } }
+                                td { a href={"/privacy/" (j.id)} { "Details" } }
+                            }
+                        }
+                    }
+                } }
+            }
+            h2 { "Suppressions" }
+            p { "Identifiers whose new events are accepted and then dropped, never stored or sent. Only their SHA-256 is kept." }
+            @if suppressions.is_empty() {
+                p.empty { "Nothing is suppressed." }
+            } @else {
+                div.scroll { table {
+                    thead { tr { th scope="col" { "Kind" } th scope="col" { "SHA-256" } th scope="col" { "Since" } th scope="col" { "Dropped" } th scope="col" { span.sr { "Actions" } } } }
+                    tbody {
+                        @for s in suppressions {
+                            tr {
+                                td data-label="Kind" { (s.kind.as_str()) }
+                                td.mono data-label="SHA-256" { (s.sha256) }
+                                td data-label="Since" { (when(&s.created_at)) }
+                                td data-label="Dropped" { (s.dropped) }
+                                td.actions {
+                                    form method="post" action="/privacy/suppressions/lift" data-confirm="Lift this suppression? Its events will be processed again." {
+                                        (csrf(me))
+                                        input type="hidden" name="kind" value=(s.kind.as_str());
+                                        input type="hidden" name="sha256" value=(s.sha256);
+                                        button type="submit" { "Lift" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                } }
+            }
+        },
+    )
+}
+
+/// One erasure: its state, and once completed its certificate store by
+/// store, the verification pass and the signature.
+pub fn erasure(me: &Me, job: &Job) -> Markup {
+    let doc: Value = serde_json::from_str(&job.document()).unwrap_or_default();
+    let cert = &doc["result"];
+    let stores = &cert["stores"];
+    let rows: [(&str, Value); 9] = [
+        (
+            "Events (tracked_events)",
+            stores["tracked_events"]["events_removed"].clone(),
+        ),
+        (
+            "Events dropped from the inbox",
+            stores["inbox"]["events_dropped"].clone(),
+        ),
+        ("Contacts", stores["contacts"]["contacts_removed"].clone()),
+        (
+            "Identities",
+            stores["contacts"]["identities_removed"].clone(),
+        ),
+        (
+            "Quarantined events",
+            stores["quarantine"]["events_dropped"].clone(),
+        ),
+        (
+            "Outbox rows not sent",
+            stores["outbox"]["rows_cancelled"].clone(),
+        ),
+        (
+            "Webhook payloads scrubbed",
+            stores["webhooks"]["payloads_scrubbed"].clone(),
+        ),
+        (
+            "Archives rewritten",
+            stores["archives"]["objects_rewritten"].clone(),
+        ),
+        (
+            "Lake files rewritten",
+            stores["lake"]["files_rewritten"].clone(),
+        ),
+    ];
+    layout(
+        "Erasure",
+        Some(me),
+        html! {
+            p { "Request " span.mono { (job.id) } ", " (when(&job.created_at)) ": "
+                span class={"badge " (job.status.as_str())} { (job.status.as_str()) } }
+            @match job.status {
+                JobStatus::Completed => {
+                    div.scroll { table {
+                        thead { tr { th scope="col" { "Store" } th scope="col" { "Removed" } } }
+                        tbody {
+                            @for (what, n) in &rows {
+                                tr { td data-label="Store" { (what) } td data-label="Removed" { @if n.is_null() { "—" } @else { (n) } } }
+                            }
+                            tr { td data-label="Store" { "Export results rewritten" } td data-label="Removed" { (stores["exports"]["results_rewritten"]) } }
+                        }
+                    } }
+                    p { "Verification: every store looked at again at " (cert["verification"]["checked_at"].as_str().unwrap_or_default()) " found "
+                        strong { (cert["verification"]["found"]) } " records of these people." }
+                    p { "Signed with your account's external HMAC key: " span.mono { (cert["hmac"].as_str().unwrap_or_default()) } }
+                    p { a href={"/privacy/" (job.id) "/certificate"} download { "Download the certificate (JSON)" } }
+                }
+                JobStatus::Failed => {
+                    p.error { (doc["metadata"]["error"]["message"].as_str().unwrap_or("failed")) }
+                }
+                _ => {
+                    p { "Running: reload this page to see its certificate once it completes." }
+                }
+            }
+            p { a href="/privacy" { "Back to Privacy" } }
         },
     )
 }
