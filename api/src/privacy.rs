@@ -133,9 +133,9 @@ pub struct SuppressionList {
     pub suppressions: Vec<SuppressionOut>,
 }
 
+/// The identifier whose suppression was lifted.
 #[derive(Debug, Object)]
 pub struct SuppressionLifted {
-    /// The identifier whose suppression was lifted.
     pub lifted: SubjectOut,
 }
 
@@ -229,7 +229,11 @@ pub struct LakeErased {
     pub events_removed: u64,
 }
 
-/// What was removed, store by store.
+/// What was removed, store by store: `archives` are retention archives
+/// rewritten (their new manifest verified before the old object was
+/// replaced), `exports` stored export results rewritten (their job's result
+/// names the erasure in `erasures`), `lake` the Parquet lake (absent when
+/// the mirror is off).
 #[derive(Debug, Object)]
 pub struct ErasureStores {
     pub tracked_events: EventsErased,
@@ -238,13 +242,8 @@ pub struct ErasureStores {
     pub quarantine: QuarantineErased,
     pub outbox: OutboxErased,
     pub webhooks: WebhooksErased,
-    /// Retention archives rewritten (new manifest verified before the old
-    /// object was replaced).
     pub archives: ArchivesErased,
-    /// Stored export results rewritten (their job's result names the
-    /// erasure in `erasures`).
     pub exports: ExportsErased,
-    /// The Parquet lake; `null` when the mirror is off.
     pub lake: Option<LakeErased>,
 }
 

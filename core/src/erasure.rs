@@ -845,14 +845,14 @@ fn certificate(
         "events_removed": sum(&exports),
         "jobs": listed(&exports, "job_id"),
     });
-    stores["lake"] = match env.lake {
-        None => Value::Null,
-        Some(_) => json!({
+    // No lake (the mirror is off): no `lake` member.
+    if env.lake.is_some() {
+        stores["lake"] = json!({
             "files_rewritten": files.values().filter(|r| r.rows > 0).count(),
             "files_removed": files.values().filter(|r| r.rows == 0).count(),
             "events_removed": sum(&files),
-        }),
-    };
+        });
+    }
     let mut cert = json!({
         "request_id": rec.id,
         "tenant_id": rec.tenant_id,

@@ -21,6 +21,9 @@ from ._generated.api.ingest import track as _track
 from ._generated.api.jobs import create_export as _create_export
 from ._generated.api.jobs import get_job as _get_job
 from ._generated.api.jobs import list_jobs as _list_jobs
+from ._generated.api.privacy import create_erasure as _create_erasure
+from ._generated.api.privacy import lift_suppression as _lift_suppression
+from ._generated.api.privacy import list_suppressions as _list_suppressions
 from ._generated.api.read import find_contact as _find_contact
 from ._generated.api.read import get_contact as _get_contact
 from ._generated.api.read import list_events as _list_events
@@ -36,6 +39,9 @@ from ._generated.models import (
     EventOut,
     EventsPage,
     EventType,
+    ErasureAccepted,
+    ErasureRequestBody,
+    ErasureRequestBodyMetadata,
     ExportAccepted,
     ExportRequest,
     ExportRequestMetadata,
@@ -45,6 +51,10 @@ from ._generated.models import (
     JobOut,
     JobState,
     Problem,
+    SubjectOut,
+    SuppressionLifted,
+    SuppressionList,
+    SuppressionOut,
     TrackRequest,
     TrackRequestProperties,
 )
@@ -155,6 +165,28 @@ def _export_body(
         to=_time.parse_time(to),
         event=event if event is not None else UNSET,
         metadata=ExportRequestMetadata.from_dict(metadata) if metadata is not None else UNSET,
+    )
+
+
+def _erasure_body(
+    user_ids: Sequence[str] | None,
+    anonymous_ids: Sequence[str] | None,
+    contact_ids: Sequence[IdLike] | None,
+    suppress: bool,
+    from_: _time.TimeLike | None,
+    to: _time.TimeLike | None,
+    metadata: Mapping[str, Any] | None,
+) -> ErasureRequestBody:
+    if not (user_ids or anonymous_ids or contact_ids):
+        raise ValueError("name at least one person: user_ids, anonymous_ids or contact_ids")
+    return ErasureRequestBody(
+        user_ids=list(user_ids) if user_ids else UNSET,
+        anonymous_ids=list(anonymous_ids) if anonymous_ids else UNSET,
+        contact_ids=[uuid.UUID(str(c)) for c in contact_ids] if contact_ids else UNSET,
+        suppress=suppress,
+        from_=_time.parse_time(from_) if from_ is not None else UNSET,
+        to=_time.parse_time(to) if to is not None else UNSET,
+        metadata=ErasureRequestBodyMetadata.from_dict(metadata) if metadata is not None else UNSET,
     )
 
 
@@ -448,6 +480,55 @@ class Client:
         )
         return list(jobs.jobs)
 
+    # -- privacy
+    def erase(
+        self,
+        *,
+        user_ids: Sequence[str] | None = None,
+        anonymous_ids: Sequence[str] | None = None,
+        contact_ids: Sequence[IdLike] | None = None,
+        suppress: bool = False,
+        from_: _time.TimeLike | None = None,
+        to: _time.TimeLike | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """`POST /v1/core/erasures`: erases the people named (1–5,000
+        identifiers in all) from every store; with `from_`/`to` only what
+        occurred in that window (the contact stays); with `suppress` their
+        future events are dropped too. Returns the job id: `wait()` for its
+        certificate (`job.result`). Not repeated after a lost answer;
+        429/503 are retried (a second request is harmless anyway)."""
+        body = _erasure_body(user_ids, anonymous_ids, contact_ids, suppress, from_, to, metadata)
+        acc: ErasureAccepted = self._call(
+            lambda: _create_erasure.sync_detailed(client=self.api, body=body), ok=202, idempotent=False
+        )
+        return str(acc.job_id)
+
+    def suppressions(
+        self, *, user_id: str | None = None, anonymous_id: str | None = None, limit: int | None = None
+    ) -> list[SuppressionOut]:
+        """`GET /v1/core/suppressions`: suppressed identifiers by hash, newest
+        first; with `user_id` or `anonymous_id`, whether that one is."""
+        lim = limit if limit is not None else UNSET
+        u = user_id if user_id is not None else UNSET
+        a = anonymous_id if anonymous_id is not None else UNSET
+        found: SuppressionList = self._call(
+            lambda: _list_suppressions.sync_detailed(client=self.api, user_id=u, anonymous_id=a, limit=lim),
+            ok=200,
+            idempotent=True,
+        )
+        return list(found.suppressions)
+
+    def lift_suppression(self, *, user_id: str | None = None, anonymous_id: str | None = None) -> SubjectOut:
+        """`DELETE /v1/core/suppressions`: the identifier's events are
+        processed again from now on (ApiError 404 when it is not
+        suppressed). Exactly one of `user_id` or `anonymous_id`."""
+        query = _contact_query(user_id, anonymous_id)
+        lifted: SuppressionLifted = self._call(
+            lambda: _lift_suppression.sync_detailed(client=self.api, **query), ok=200, idempotent=True
+        )
+        return lifted.lifted
+
     def wait(self, job_id: IdLike, *, timeout: float = 300.0, poll_interval: float = 0.5) -> JobOut:
         """Polls the job until it is `completed` or `failed` and returns it
         (check `job.status`: a failed job is returned, not raised; its
@@ -688,6 +769,45 @@ class AsyncClient:
             idempotent=True,
         )
         return list(jobs.jobs)
+
+    async def erase(
+        self,
+        *,
+        user_ids: Sequence[str] | None = None,
+        anonymous_ids: Sequence[str] | None = None,
+        contact_ids: Sequence[IdLike] | None = None,
+        suppress: bool = False,
+        from_: _time.TimeLike | None = None,
+        to: _time.TimeLike | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        body = _erasure_body(user_ids, anonymous_ids, contact_ids, suppress, from_, to, metadata)
+        acc: ErasureAccepted = await self._call(
+            lambda: _create_erasure.asyncio_detailed(client=self.api, body=body), ok=202, idempotent=False
+        )
+        return str(acc.job_id)
+
+    async def suppressions(
+        self, *, user_id: str | None = None, anonymous_id: str | None = None, limit: int | None = None
+    ) -> list[SuppressionOut]:
+        lim = limit if limit is not None else UNSET
+        u = user_id if user_id is not None else UNSET
+        a = anonymous_id if anonymous_id is not None else UNSET
+        found: SuppressionList = await self._call(
+            lambda: _list_suppressions.asyncio_detailed(client=self.api, user_id=u, anonymous_id=a, limit=lim),
+            ok=200,
+            idempotent=True,
+        )
+        return list(found.suppressions)
+
+    async def lift_suppression(
+        self, *, user_id: str | None = None, anonymous_id: str | None = None
+    ) -> SubjectOut:
+        query = _contact_query(user_id, anonymous_id)
+        lifted: SuppressionLifted = await self._call(
+            lambda: _lift_suppression.asyncio_detailed(client=self.api, **query), ok=200, idempotent=True
+        )
+        return lifted.lifted
 
     async def wait(self, job_id: IdLike, *, timeout: float = 300.0, poll_interval: float = 0.5) -> JobOut:
         deadline = time.monotonic() + timeout

@@ -7,8 +7,10 @@ import datetime as dt
 import hashlib
 import hmac
 import io
+import json
 import uuid
 from contextlib import closing
+from typing import Any
 
 import pytest
 
@@ -282,3 +284,43 @@ def test_async_client(server: Server, api_key: str) -> None:
             assert len(await client.list_jobs()) >= 1
 
     asyncio.run(main())
+
+
+def test_erase_a_person_and_lift_the_suppression(server: Server, api_key: str) -> None:
+    run = uuid.uuid4().hex
+    user = f"gone-{run}"
+    with Client(api_key, base_url=server.base_url) as client:
+        client.track("Gone", user_id=user, properties={"run": run})
+        client.track("Stays", user_id=f"stay-{run}", properties={"run": run})
+
+        def ours() -> list[Any]:
+            return [e for e in all_events(client) if "run" in e.properties and e.properties["run"] == run]
+
+        wait_for(lambda: len(ours()) == 2, what="2 events")
+        job_id = client.erase(user_ids=[user], suppress=True, metadata={"ticket": run})
+        job = client.wait(job_id, timeout=60, poll_interval=0.1)
+        assert job.status == "completed", job
+        assert job.kind == "erasure"
+        assert job.result.stores.tracked_events.events_removed == 1
+        assert job.result.verification.found == 0
+        # The certificate's HMAC, over its JSON without `hmac` and
+        # `integrity`, keys sorted, no whitespace, as the server sent it.
+        doc = client.api.get_httpx_client().get(f"/v1/core/jobs/{job_id}").json()
+        cert = doc["result"]
+        signature = cert.pop("hmac")
+        cert.pop("integrity")
+        key = bytes.fromhex(server.cli("keys", "external-hmac", "--tenant", "default").strip())
+        text = json.dumps(cert, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert hmac.new(key, text.encode(), hashlib.sha256).hexdigest() == signature
+        assert [e.event for e in ours()] == ["Stays"]
+
+        sha = hashlib.sha256(user.encode()).hexdigest()
+        [suppressed] = client.suppressions(user_id=user)
+        assert suppressed.sha256 == sha and str(suppressed.request_id) == job_id
+        lifted = client.lift_suppression(user_id=user)
+        assert lifted.sha256 == sha
+        with pytest.raises(ApiError) as info:
+            client.lift_suppression(user_id=user)
+        assert info.value.status == 404
+        with pytest.raises(ValueError):
+            client.erase()

@@ -6,11 +6,14 @@ import type {
   BatchInput,
   Contact,
   Event,
+  ErasureAccepted,
   EventsPage,
   ExportAccepted,
   IdentifyInput,
   Job,
   JobState,
+  Subject,
+  Suppression,
   Timestamp,
   TrackInput,
 } from "./types.js";
@@ -42,6 +45,21 @@ export interface ExportInput {
   to: Timestamp;
   /** Only events with this name. */
   event?: string;
+  /** Copied to the job and its terminal event (`error` is reserved). */
+  metadata?: Record<string, unknown>;
+}
+
+/** Whom to erase: 1–5,000 identifiers in all, of any kind. */
+export interface ErasureInput {
+  userIds?: string[];
+  anonymousIds?: string[];
+  contactIds?: string[];
+  /** Also drop their future events until the suppression is lifted. */
+  suppress?: boolean;
+  /** Erase only what occurred at or after this instant (the contact then stays). */
+  from?: Timestamp;
+  /** Erase only what occurred before this instant. */
+  to?: Timestamp;
   /** Copied to the job and its terminal event (`error` is reserved). */
   metadata?: Record<string, unknown>;
 }
@@ -165,6 +183,51 @@ export class Client {
         options.signal,
       );
       return data as ExportAccepted;
+    },
+  };
+
+  readonly erasures = {
+    /**
+     * `POST /v1/core/erasures`: erases the people from every store and
+     * answers the job's id; `jobs.wait(job_id)` gives its certificate
+     * (`result`). Events of theirs accepted before the answer are erased too.
+     */
+    create: async (input: ErasureInput, options: CallOptions = {}): Promise<ErasureAccepted> => {
+      const body: Record<string, unknown> = {};
+      if (input.userIds?.length) body.user_ids = input.userIds;
+      if (input.anonymousIds?.length) body.anonymous_ids = input.anonymousIds;
+      if (input.contactIds?.length) body.contact_ids = input.contactIds;
+      if (input.suppress !== undefined) body.suppress = input.suppress;
+      if (input.from !== undefined) body.from = toInstant(input.from, "from");
+      if (input.to !== undefined) body.to = toInstant(input.to, "to");
+      if (input.metadata !== undefined) body.metadata = input.metadata;
+      const { data } = await this.#t.call(
+        (signal) => this.#t.api.POST("/v1/core/erasures", { body, signal }),
+        options.signal,
+      );
+      return data as ErasureAccepted;
+    },
+  };
+
+  readonly suppressions = {
+    /** `GET /v1/core/suppressions`: suppressed identifiers by hash; with a lookup, whether that one is. */
+    list: async (lookup: Partial<ContactLookup> = {}, options: CallOptions = {}): Promise<Suppression[]> => {
+      const query = { user_id: lookup.userId, anonymous_id: lookup.anonymousId };
+      const { data } = await this.#t.call(
+        (signal) => this.#t.api.GET("/v1/core/suppressions", { params: { query }, signal }),
+        options.signal,
+      );
+      return (data as { suppressions: Suppression[] }).suppressions;
+    },
+
+    /** `DELETE /v1/core/suppressions`: the identifier's events are processed again (404 ApiError when not suppressed). */
+    lift: async (lookup: ContactLookup, options: CallOptions = {}): Promise<Subject> => {
+      const query = { user_id: lookup.userId, anonymous_id: lookup.anonymousId };
+      const { data } = await this.#t.call(
+        (signal) => this.#t.api.DELETE("/v1/core/suppressions", { params: { query }, signal }),
+        options.signal,
+      );
+      return (data as { lifted: Subject }).lifted;
     },
   };
 

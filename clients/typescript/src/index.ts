@@ -1,5 +1,5 @@
 export { Client } from "./client.js";
-export type { CallOptions, ClientOptions, ContactLookup, EventsQuery, ExportInput, WaitOptions } from "./client.js";
+export type { CallOptions, ClientOptions, ContactLookup, ErasureInput, EventsQuery, ExportInput, WaitOptions } from "./client.js";
 export { Tracker, TrackerError, MAX_BATCH_ITEMS, MAX_EVENT_BYTES, MAX_REQUEST_BYTES } from "./tracker.js";
 export type { FlushOptions, TrackerErrorKind, TrackerItem, TrackerOptions, TrackerStats } from "./tracker.js";
 export { ApiError, TimeoutError } from "./errors.js";

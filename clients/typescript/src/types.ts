@@ -21,6 +21,14 @@ export type JobResult = Schemas["JobResult"];
 export type JobState = Schemas["JobState"];
 export type ExportRequest = Schemas["ExportRequest"];
 export type ExportAccepted = Schemas["ExportAccepted"];
+/** `POST /v1/core/erasures` answer: the erasure's job. */
+export type ErasureAccepted = Schemas["ErasureAccepted"];
+/** A completed erasure's result: what was removed store by store, verified and signed. */
+export type ErasureCertificate = Schemas["ErasureCertificate"];
+/** A suppressed identifier (by SHA-256). */
+export type Suppression = Schemas["SuppressionOut"];
+/** An identifier as kept after an erasure: its kind and SHA-256. */
+export type Subject = Schemas["SubjectOut"];
 /** RFC 9457 problem document. */
 export type Problem = Schemas["Problem"];
 export type ProblemCode = Schemas["ProblemCode"];

@@ -1,7 +1,7 @@
 // Client against the real server: track/identify/batch round trip, duplicates,
 // contacts, exports and their NDJSON stream, and errors as ApiError.
 import assert from "node:assert/strict";
-import { createHmac, randomUUID } from "node:crypto";
+import { createHash, createHmac, randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { ApiError, Client } from "fastack";
 import { eventsOfRun, startServer, waitFor, window } from "./helpers.js";
@@ -185,5 +185,48 @@ describe("errors", () => {
     assert.ok(un instanceof ApiError);
     assert.equal(un.status, 401);
     assert.equal(un.code, "unauthorized");
+  });
+});
+
+/** JSON with keys sorted and no whitespace: what a certificate's HMAC covers. */
+function canonical(value) {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const keys = Object.keys(value).sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+describe("privacy", () => {
+  test("erasures.create: the person is gone, the certificate verifies; the suppression is listed and lifted", async () => {
+    const run = randomUUID();
+    const user = `gone-${run}`;
+    await client.batch([
+      { type: "track", event: "Gone", userId: user, properties: { run } },
+      { type: "track", event: "Stays", userId: `stay-${run}`, properties: { run } },
+    ]);
+    await waitFor(async () => (await eventsOfRun(client, run)).length === 2, { what: "2 events" });
+    const { job_id } = await client.erasures.create({ userIds: [user], suppress: true, metadata: { ticket: run } });
+    const job = await client.jobs.wait(job_id, { timeoutMs: 30_000 });
+    assert.equal(job.status, "completed", JSON.stringify(job));
+    assert.equal(job.kind, "erasure");
+    assert.equal(job.result.stores.tracked_events.events_removed, 1);
+    assert.equal(job.result.verification.found, 0);
+    const { hmac, integrity, ...signed } = job.result;
+    assert.equal(integrity.signature, hmac);
+    const key = Buffer.from((await server.cli("keys", "external-hmac", "--tenant", "default")).trim(), "hex");
+    assert.equal(createHmac("sha256", key).update(canonical(signed)).digest("hex"), hmac);
+    const left = await eventsOfRun(client, run);
+    assert.deepEqual(left.map((e) => e.event), ["Stays"]);
+
+    const sha = createHash("sha256").update(user).digest("hex");
+    const [suppressed] = await client.suppressions.list({ userId: user });
+    assert.equal(suppressed.sha256, sha);
+    assert.equal(suppressed.request_id, job_id);
+    const lifted = await client.suppressions.lift({ userId: user });
+    assert.deepEqual(lifted, { kind: "user_id", sha256: sha });
+    await assert.rejects(client.suppressions.lift({ userId: user }), (e) => e instanceof ApiError && e.status === 404);
+    await assert.rejects(client.erasures.create({}), (e) => e instanceof ApiError && e.code === "invalid_payload");
   });
 });

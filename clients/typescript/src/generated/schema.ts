@@ -288,6 +288,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/core/erasures": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Erase people
+         * @description Queues an erasure: the people named, every identifier linked to
+         *     them, and their data in every store fastack keeps (events in every
+         *     monthly partition, contacts and identities, retention archives and
+         *     stored export results, the Parquet lake, events still owed to
+         *     RabbitMQ or webhooks, stored webhook payloads, quarantine) are
+         *     removed. With `from`/`to` only events that occurred in the window
+         *     go and the contact stays. Events accepted before this answer are
+         *     covered; a retry of an erased event with its idempotency key is
+         *     answered as the duplicate it is and not stored again. A person
+         *     fastack does not know completes with zero counts. The job ends in
+         *     `job.completed` (its result is the certificate) or `job.failed`, and
+         *     `core.contact.erased` tells downstream consumers (hashes only).
+         *     Rules a schema cannot say: 1 to 5,000 identifiers in all; `to`
+         *     after `from`.
+         */
+        post: operations["create_erasure"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/core/suppressions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List suppressions
+         * @description The tenant's suppressed identifiers (hashed), newest first; with
+         *     `user_id` or `anonymous_id`, whether that one is suppressed.
+         */
+        get: operations["list_suppressions"];
+        put?: never;
+        post?: never;
+        /**
+         * Lift a suppression
+         * @description The identifier's events are processed again from now on (those
+         *     dropped meanwhile stay dropped). Give exactly one of `user_id` or
+         *     `anonymous_id`; 404 when it is not suppressed.
+         */
+        delete: operations["lift_suppression"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -304,6 +364,14 @@ export interface components {
             id: string;
             /** @description True when the idempotency key was seen before with the same content. */
             duplicate: boolean;
+        };
+        /** ArchivesErased */
+        ArchivesErased: {
+            /** Format: uint64 */
+            objects_rewritten: number;
+            /** Format: uint64 */
+            events_removed: number;
+            objects: components["schemas"]["ObjectErased"][];
         };
         /** BatchAck */
         BatchAck: {
@@ -366,6 +434,123 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /** ContactsErased */
+        ContactsErased: {
+            /** Format: uint64 */
+            contacts_removed: number;
+            /** Format: uint64 */
+            identities_removed: number;
+            /**
+             * Format: uint64
+             * @description With a window (the contact stays): traits an erased `identify` had
+             *     set, removed where the contact still held them.
+             */
+            traits_removed: number;
+        };
+        /** ErasureAccepted */
+        ErasureAccepted: {
+            /**
+             * Format: uuid
+             * @description The erasure's job: `GET /v1/core/jobs/{job_id}`, `job.completed`
+             *     carries its certificate.
+             */
+            job_id: string;
+        };
+        /**
+         * ErasureCertificate
+         * @description The result of a completed erasure: a certificate of what was removed and
+         *     of the verification pass, signed with HMAC-SHA256 under the tenant's
+         *     external HMAC key (`fastack keys external-hmac --tenant …`) over the
+         *     certificate's JSON without `hmac` and `integrity`, keys sorted, no
+         *     whitespace.
+         */
+        ErasureCertificate: {
+            /** Format: uuid */
+            request_id: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /** @description Every identifier erased, hashed. */
+            subjects: components["schemas"]["SubjectOut"][];
+            window?: components["schemas"]["WindowOut"];
+            suppressed: boolean;
+            stores: components["schemas"]["ErasureStores"];
+            verification: components["schemas"]["ErasureVerification"];
+            hmac: string;
+            integrity: components["schemas"]["JobIntegrity"];
+        };
+        /**
+         * ErasureRequestBody
+         * @description `POST /v1/core/erasures`. Name people by any of their identifiers: 1 to
+         *     5,000 identifiers in all across `user_ids`, `anonymous_ids` and
+         *     `contact_ids` (more is `422 invalid_payload`, code
+         *     `too_many_identifiers`). Each resolves to its contact (merges followed)
+         *     and every identifier linked to it.
+         */
+        ErasureRequestBody: {
+            /** @description User ids (each 1–255 characters). */
+            user_ids?: string[];
+            /** @description Anonymous ids (each 1–255 characters). */
+            anonymous_ids?: string[];
+            /** @description Contact ids (UUIDs). */
+            contact_ids?: string[];
+            /**
+             * @description Also drop the people's future events (a suppression per identifier,
+             *     until lifted with `DELETE /v1/core/suppressions`). Default false.
+             */
+            suppress?: boolean;
+            /**
+             * Format: date-time
+             * @description Erase only events with `occurred_at` at or after this instant (RFC
+             *     3339); with `from` or `to` the contact and its identities stay.
+             */
+            from?: string;
+            /**
+             * Format: date-time
+             * @description Erase only events with `occurred_at` before this instant; after
+             *     `from` when both are given.
+             */
+            to?: string;
+            /**
+             * @description Copied to the job and its terminal event; `error` is reserved for
+             *     failures (at most 16 KiB).
+             */
+            metadata?: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ErasureStores
+         * @description What was removed, store by store: `archives` are retention archives
+         *     rewritten (their new manifest verified before the old object was
+         *     replaced), `exports` stored export results rewritten (their job's result
+         *     names the erasure in `erasures`), `lake` the Parquet lake (absent when
+         *     the mirror is off).
+         */
+        ErasureStores: {
+            tracked_events: components["schemas"]["EventsErased"];
+            inbox: components["schemas"]["InboxErased"];
+            contacts: components["schemas"]["ContactsErased"];
+            quarantine: components["schemas"]["QuarantineErased"];
+            outbox: components["schemas"]["OutboxErased"];
+            webhooks: components["schemas"]["WebhooksErased"];
+            archives: components["schemas"]["ArchivesErased"];
+            exports: components["schemas"]["ExportsErased"];
+            lake?: components["schemas"]["LakeErased"];
+        };
+        /**
+         * ErasureVerification
+         * @description The verification pass: every store looked at again after the work.
+         */
+        ErasureVerification: {
+            checked_at: string;
+            /**
+             * Format: uint64
+             * @description Records of the people found (always 0 in a certificate: an erasure
+             *     that still finds some fails).
+             */
+            found: number;
+            stores: string[];
+        };
         /**
          * EventOut
          * @description A stored event. Absent fields are left out (never `null`): `event` for
@@ -414,6 +599,15 @@ export interface components {
          * @enum {string}
          */
         EventType: "track" | "identify";
+        /** EventsErased */
+        EventsErased: {
+            /** Format: uint64 */
+            events_removed: number;
+            /** @description `YYYY-MM` → events removed from that month's partition. */
+            by_month: {
+                [key: string]: number;
+            };
+        };
         /**
          * EventsPage
          * @description A page of events ordered by `occurred_at`, then id.
@@ -453,6 +647,14 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** ExportsErased */
+        ExportsErased: {
+            /** Format: uint64 */
+            results_rewritten: number;
+            /** Format: uint64 */
+            events_removed: number;
+            jobs: components["schemas"]["ObjectErased"][];
+        };
         /** Health */
         Health: {
             status: string;
@@ -487,6 +689,15 @@ export interface components {
              */
             sent_at?: string;
         };
+        /** InboxErased */
+        InboxErased: {
+            /**
+             * Format: uint64
+             * @description Accepted events of the people that processing dropped before they
+             *     were stored or sent.
+             */
+            events_dropped: number;
+        };
         /** JobIntegrity */
         JobIntegrity: {
             /** @description `HMAC-SHA256` */
@@ -494,11 +705,11 @@ export interface components {
             signature: string;
         };
         /**
-         * @description What a job does: an `export` requested through this API, or a
-         *     `retention` archive of a partition (the operator's).
+         * @description What a job does: an `export` or an `erasure` requested through this
+         *     API, or a `retention` archive of a partition (the operator's).
          * @enum {string}
          */
-        JobKind: "export" | "retention";
+        JobKind: "export" | "erasure" | "retention";
         /** JobList */
         JobList: {
             jobs: components["schemas"]["JobOut"][];
@@ -516,7 +727,7 @@ export interface components {
             metadata: {
                 [key: string]: unknown;
             };
-            result?: components["schemas"]["JobResult"];
+            result?: components["schemas"]["JobResultOut"];
             /** Format: int64 */
             execution_time_ms?: number;
             /** Format: date-time */
@@ -552,10 +763,63 @@ export interface components {
             protection: components["schemas"]["JobProtection"];
         };
         /**
+         * @description A completed job's result: an export's object, or an erasure's
+         *     certificate.
+         */
+        JobResultOut: components["schemas"]["JobResult"] | components["schemas"]["ErasureCertificate"];
+        /**
          * @description A job's state (and the `status` filter of the job list).
          * @enum {string}
          */
         JobState: "queued" | "processing" | "completed" | "failed";
+        /** LakeErased */
+        LakeErased: {
+            /** Format: uint64 */
+            files_rewritten: number;
+            /** Format: uint64 */
+            files_removed: number;
+            /** Format: uint64 */
+            events_removed: number;
+        };
+        /**
+         * ObjectErased
+         * @description One object written again without the people.
+         */
+        ObjectErased: {
+            /** @description The archive's object key (archives). */
+            path?: string;
+            /** @description The export's job id (exports). */
+            job_id?: string;
+            /** Format: uint64 */
+            events_removed: number;
+            /**
+             * Format: uint64
+             * @description Rows left in it.
+             */
+            rows: number;
+            /**
+             * @description SHA-256 of the archive's new uncompressed content (as its new
+             *     manifest says).
+             */
+            sha256?: string;
+            /** @description The export result's new HMAC. */
+            hmac?: string;
+        };
+        /** OutboxErased */
+        OutboxErased: {
+            /**
+             * Format: uint64
+             * @description Rows owed to RabbitMQ or the lake that will not be sent.
+             */
+            rows_cancelled: number;
+            /**
+             * Format: uint64
+             * @description Grouped rows (the lake's) written again without the people.
+             */
+            rows_rewritten: number;
+            /** Format: uint64 */
+            events_removed: number;
+        };
         /**
          * Problem
          * @description An RFC 9457 problem document.
@@ -602,6 +866,11 @@ export interface components {
             code: string;
             message: string;
         };
+        /** QuarantineErased */
+        QuarantineErased: {
+            /** Format: uint64 */
+            events_dropped: number;
+        };
         /**
          * SchemaViolationOut
          * @description One way an event breaks its schema in the tracking plan.
@@ -612,6 +881,52 @@ export interface components {
             /** @description The JSON Schema keyword that failed (`type`, `required`, `enum`, …). */
             code: string;
             message: string;
+        };
+        /**
+         * @description An identifier's kind.
+         * @enum {string}
+         */
+        SubjectKindOut: "user_id" | "anonymous_id" | "contact_id";
+        /**
+         * SubjectOut
+         * @description An identifier as fastack keeps it after an erasure: its kind and the
+         *     lowercase hex SHA-256 of its UTF-8 value (a contact id in its
+         *     hyphenated lowercase form).
+         */
+        SubjectOut: {
+            kind: components["schemas"]["SubjectKindOut"];
+            sha256: string;
+        };
+        /**
+         * SuppressionLifted
+         * @description The identifier whose suppression was lifted.
+         */
+        SuppressionLifted: {
+            lifted: components["schemas"]["SubjectOut"];
+        };
+        /** SuppressionList */
+        SuppressionList: {
+            suppressions: components["schemas"]["SuppressionOut"][];
+        };
+        /**
+         * SuppressionOut
+         * @description A suppressed identifier: processing drops its events.
+         */
+        SuppressionOut: {
+            kind: components["schemas"]["SubjectKindOut"];
+            sha256: string;
+            /**
+             * Format: uuid
+             * @description The erasure that set it.
+             */
+            request_id: string;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: int64
+             * @description Events of the identifier dropped since.
+             */
+            dropped: number;
         };
         /**
          * TrackRequest
@@ -666,6 +981,27 @@ export interface components {
              *     "allow"|"reject", "mode": "enforce"|"flag", "$defs": {...}}`
              */
             document: unknown;
+        };
+        /** WebhooksErased */
+        WebhooksErased: {
+            /**
+             * Format: uint64
+             * @description Pending deliveries of the people's events that will not be sent.
+             */
+            deliveries_cancelled: number;
+            /**
+             * Format: uint64
+             * @description Deliveries whose stored payload was removed (the attempts stay).
+             */
+            payloads_scrubbed: number;
+        };
+        /**
+         * WindowOut
+         * @description The window of an erasure.
+         */
+        WindowOut: {
+            from?: string;
+            to?: string;
         };
     };
     responses: never;
@@ -1736,6 +2072,287 @@ export interface operations {
             };
             /** @description The job has not completed: no result to download (`job_not_completed`) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    /** @description The quota that refused the request: `q` requests (the burst) per `w` seconds. */
+                    "RateLimit-Policy": string;
+                    /** @description What is left of the quota (`r`, here 0) and when it refills (`t`, seconds). */
+                    RateLimit: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An unexpected failure (`internal`); nothing of the request was accepted */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_erasure: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ErasureRequestBody"];
+            };
+        };
+        responses: {
+            /**
+             * @description Queued. Events of these people accepted before this answer are
+             *     erased too; until the job ends, processing drops their events.
+             */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json; charset=utf-8": components["schemas"]["ErasureAccepted"];
+                };
+            };
+            /** @description Malformed JSON or a repeated member name (`invalid_json`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, unknown or revoked API key (`unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body did not arrive within the body timeout (`request_timeout`) */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Event over 32 KiB or request over 4 MiB (`payload_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not `application/json`, or is compressed (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid fields, each named in `errors` by a JSON pointer (`invalid_payload`, `occurred_at_in_future`, `occurred_at_out_of_retention`); NUL, lone surrogates (`invalid_character`) and numbers storage cannot keep exactly (`invalid_number`) included */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    /** @description The quota that refused the request: `q` requests (the burst) per `w` seconds. */
+                    "RateLimit-Policy": string;
+                    /** @description What is left of the quota (`r`, here 0) and when it refills (`t`, seconds). */
+                    RateLimit: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An unexpected failure (`internal`); nothing of the request was accepted */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_suppressions: {
+        parameters: {
+            query?: {
+                /** @description Only this user id's suppression (not with `anonymous_id`). */
+                user_id?: string;
+                /** @description Only this anonymous id's suppression (not with `user_id`). */
+                anonymous_id?: string;
+                /** @description Page size, 1–1000 (default 100). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json; charset=utf-8": components["schemas"]["SuppressionList"];
+                };
+            };
+            /** @description A query parameter is missing or invalid (`invalid_query`), each named in `errors` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, unknown or revoked API key (`unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited (`rate_limited`): the tenant's or key's rate, or too many requests without a valid key from one address; retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    /** @description The quota that refused the request: `q` requests (the burst) per `w` seconds. */
+                    "RateLimit-Policy": string;
+                    /** @description What is left of the quota (`r`, here 0) and when it refills (`t`, seconds). */
+                    RateLimit: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An unexpected failure (`internal`); nothing of the request was accepted */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    lift_suppression: {
+        parameters: {
+            query?: {
+                /** @description The user id to lift (not with `anonymous_id`). */
+                user_id?: string;
+                /** @description The anonymous id to lift (not with `user_id`). */
+                anonymous_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json; charset=utf-8": components["schemas"]["SuppressionLifted"];
+                };
+            };
+            /** @description A query parameter is missing or invalid (`invalid_query`), each named in `errors` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, unknown or revoked API key (`unauthorized`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not this tenant's (`not_found`) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -2,6 +2,7 @@ from enum import Enum
 
 
 class JobKind(str, Enum):
+    ERASURE = "erasure"
     EXPORT = "export"
     RETENTION = "retention"
 

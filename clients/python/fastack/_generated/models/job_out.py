@@ -14,6 +14,7 @@ from ..models.job_state import JobState
 from ..types import UNSET, Unset
 
 if TYPE_CHECKING:
+    from ..models.erasure_certificate import ErasureCertificate
     from ..models.job_out_metadata import JobOutMetadata
     from ..models.job_result import JobResult
 
@@ -28,12 +29,13 @@ class JobOut:
 
         Attributes:
             job_id (UUID):
-            kind (JobKind): What a job does: an `export` requested through this API, or a
-                `retention` archive of a partition (the operator's).
+            kind (JobKind): What a job does: an `export` or an `erasure` requested through this
+                API, or a `retention` archive of a partition (the operator's).
             status (JobState): A job's state (and the `status` filter of the job list).
             metadata (JobOutMetadata):
             created_at (datetime.datetime):
-            result (JobResult | Unset): The result of a completed export (sizes describe the plaintext).
+            result (ErasureCertificate | JobResult | Unset): A completed job's result: an export's object, or an erasure's
+                certificate.
             execution_time_ms (int | Unset):
             completed_at (datetime.datetime | Unset):
     """
@@ -43,12 +45,14 @@ class JobOut:
     status: JobState
     metadata: JobOutMetadata
     created_at: datetime.datetime
-    result: JobResult | Unset = UNSET
+    result: ErasureCertificate | JobResult | Unset = UNSET
     execution_time_ms: int | Unset = UNSET
     completed_at: datetime.datetime | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.job_result import JobResult  # noqa: PLC0415
+
         job_id = str(self.job_id)
 
         kind = self.kind.value
@@ -59,8 +63,12 @@ class JobOut:
 
         created_at = self.created_at.isoformat()
 
-        result: dict[str, Any] | Unset = UNSET
-        if not isinstance(self.result, Unset):
+        result: dict[str, Any] | Unset
+        if isinstance(self.result, Unset):
+            result = UNSET
+        elif isinstance(self.result, JobResult):
+            result = self.result.to_dict()
+        else:
             result = self.result.to_dict()
 
         execution_time_ms = self.execution_time_ms
@@ -91,6 +99,7 @@ class JobOut:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.erasure_certificate import ErasureCertificate  # noqa: PLC0415
         from ..models.job_out_metadata import JobOutMetadata  # noqa: PLC0415
         from ..models.job_result import JobResult  # noqa: PLC0415
 
@@ -105,12 +114,24 @@ class JobOut:
 
         created_at = types.parse_datetime(d.pop("created_at"))
 
-        _result = d.pop("result", UNSET)
-        result: JobResult | Unset
-        if isinstance(_result, Unset):
-            result = UNSET
-        else:
-            result = JobResult.from_dict(_result)
+        def _parse_result(data: object) -> ErasureCertificate | JobResult | Unset:
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                componentsschemas_job_result_out_type_0 = JobResult.from_dict(data)
+
+                return componentsschemas_job_result_out_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            if not isinstance(data, dict):
+                raise TypeError()
+            componentsschemas_job_result_out_type_1 = ErasureCertificate.from_dict(data)
+
+            return componentsschemas_job_result_out_type_1
+
+        result = _parse_result(d.pop("result", UNSET))
 
         execution_time_ms = d.pop("execution_time_ms", UNSET)
 
