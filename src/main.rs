@@ -148,7 +148,8 @@ enum WebhookCommand {
         /// private ones).
         #[arg(long)]
         url: String,
-        /// Comma-separated: job.completed, job.failed, core.event.tracked
+        /// Comma-separated: job.completed, job.failed, core.event.tracked,
+        /// core.contact.erased, endpoint.disabled, delivery.exhausted
         /// (default: the two job events).
         #[arg(long)]
         events: Option<String>,

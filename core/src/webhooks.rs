@@ -327,7 +327,8 @@ pub fn parse_events(events: Option<&str>) -> Result<Vec<String>> {
     for e in &list {
         if !fastack_entities::webhook::EVENT_TYPES.contains(&e.as_str()) {
             return Err(Error::InvalidEndpoint(format!(
-                "unknown event type `{e}` (expected job.completed, job.failed, core.event.tracked)"
+                "unknown event type `{e}` (expected one of {})",
+                fastack_entities::webhook::EVENT_TYPES.join(", ")
             )));
         }
     }
