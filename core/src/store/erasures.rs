@@ -205,8 +205,12 @@ impl Window {
     }
 }
 
-/// Tells whether an event belongs to an erasure: one of its identifiers
-/// or its contact is the person's, and it occurred in the window.
+/// Tells whether an event belongs to an erasure, and occurred in its
+/// window: a stored event (it has a contact) when it was recorded under one
+/// of the person's contacts — the contact they were resolved to, every
+/// contact merged into it; an event not processed yet (no contact) when it
+/// carries one of their identifiers. An event another person's contact
+/// recorded (an anonymous id that moved on to them) stays theirs.
 #[derive(Clone, Debug, Default)]
 pub struct Matcher {
     contacts: HashSet<String>,
@@ -237,9 +241,13 @@ impl Matcher {
         anonymous_id: Option<&str>,
         occurred_at: DateTime<Utc>,
     ) -> bool {
-        let theirs = contact_id.is_some_and(|c| self.contacts.contains(&c.to_ascii_lowercase()))
-            || user_id.is_some_and(|u| self.users.contains(u))
-            || anonymous_id.is_some_and(|a| self.anonymous.contains(a));
+        let theirs = match contact_id {
+            Some(c) => self.contacts.contains(&c.to_ascii_lowercase()),
+            None => {
+                user_id.is_some_and(|u| self.users.contains(u))
+                    || anonymous_id.is_some_and(|a| self.anonymous.contains(a))
+            }
+        };
         theirs && self.window.contains(occurred_at)
     }
 
@@ -587,21 +595,13 @@ impl Erasures<'_> {
                 Q::new(format!(
                     "DELETE FROM {table} WHERE tenant_id = $1 AND retention_class = $2 \
                      AND occurred_at >= $3 AND occurred_at < $4 AND {} RETURNING {returning}",
-                    person_predicate(
-                        d,
-                        5,
-                        ("contact_id", ListKind::Uuid),
-                        "user_id",
-                        "anonymous_id"
-                    )
+                    d.in_list("contact_id", 5, ListKind::Uuid)
                 ))
                 .bind(tenant.0)
                 .bind(i64::from(key.retention_class))
                 .bind(from)
                 .bind(to)
-                .bind(person.contact_uuids())
-                .bind(person.user_ids.clone())
-                .bind(person.anonymous_ids.clone()),
+                .bind(person.contact_uuids()),
             )
             .await?;
         let erased = rows.len() as u64;
@@ -845,24 +845,15 @@ impl Erasures<'_> {
     ) -> Result<u64> {
         let d = self.d();
         let mut tx = self.db.begin().await?;
-        let member = |m: &str| d.json_member("body", m);
         let rows = tx
             .fetch(
                 Q::new(format!(
                     "SELECT id, body FROM webhook_deliveries WHERE tenant_id = $1 \
                      AND event_type = 'core.event.tracked' AND body <> '' AND {}",
-                    person_predicate(
-                        d,
-                        2,
-                        (&member("contact_id"), ListKind::Text),
-                        &member("user_id"),
-                        &member("anonymous_id")
-                    )
+                    d.in_list(&d.json_member("body", "contact_id"), 2, ListKind::Text)
                 ))
                 .bind(tenant.0)
-                .bind(person.contact_texts())
-                .bind(person.user_ids.clone())
-                .bind(person.anonymous_ids.clone()),
+                .bind(person.contact_texts()),
             )
             .await?;
         let mut theirs = Vec::new();
@@ -950,21 +941,13 @@ impl Erasures<'_> {
                     Q::new(format!(
                         "SELECT COUNT(*) AS n FROM {table} WHERE tenant_id = $1 \
                          AND retention_class = $2 AND occurred_at >= $3 AND occurred_at < $4 AND {}",
-                        person_predicate(
-                        d,
-                        5,
-                        ("contact_id", ListKind::Uuid),
-                        "user_id",
-                        "anonymous_id"
-                    )
+                        d.in_list("contact_id", 5, ListKind::Uuid)
                     ))
                     .bind(tenant.0)
                     .bind(i64::from(key.retention_class))
                     .bind(from)
                     .bind(to)
-                    .bind(person.contact_uuids())
-                    .bind(person.user_ids.clone())
-                    .bind(person.anonymous_ids.clone()),
+                    .bind(person.contact_uuids()),
                 )
                 .await?;
             found.tracked_events += r.int("n")? as u64;
@@ -1189,24 +1172,6 @@ async fn save(tx: &mut Tx<'_>, id: JobId, report: Value) -> Result<()> {
     )
     .await?;
     Ok(())
-}
-
-/// `(contact IN $n OR user IN $n+1 OR anonymous IN $n+2)` over the given
-/// column expressions: an event of the person, whatever contact it was
-/// recorded under.
-fn person_predicate(
-    d: Dialect,
-    n: usize,
-    (contact, contacts): (&str, ListKind),
-    user: &str,
-    anonymous: &str,
-) -> String {
-    format!(
-        "({} OR {} OR {})",
-        d.in_list(contact, n, contacts),
-        d.in_list(user, n + 1, ListKind::Text),
-        d.in_list(anonymous, n + 2, ListKind::Text)
-    )
 }
 
 /// Whether an inbox or quarantine payload is the person's event.
@@ -1508,6 +1473,8 @@ mod tests {
         assert!(all.matches(None, None, Some("a-1"), t));
         assert!(all.matches(Some(&c.to_string().to_uppercase()), None, None, t));
         assert!(!all.matches(Some(&ContactId::new().to_string()), Some("u-2"), None, t));
+        // Recorded under another person's contact: theirs, not this one's.
+        assert!(!all.matches(Some(&ContactId::new().to_string()), Some("u-1"), None, t));
         let window = Window {
             from: Some(t),
             to: Some(t + chrono::Duration::minutes(10)),

@@ -127,6 +127,12 @@ pub struct BenchArgs {
     /// event among 50).
     #[arg(long, value_name = "FILE")]
     pub tracking_plan: Option<std::path::PathBuf>,
+    /// While fastack is measured, erase the profile's users one after
+    /// another (`POST /v1/core/erasures` for `user-0`, `user-1`, …, each
+    /// waited for), and report how many completed and what they took:
+    /// ingestion's throughput with erasures running.
+    #[arg(long)]
+    pub erasures: bool,
     /// Drive both targets with wrk instead of the built-in client: closed
     /// loop, one thread, `--connections` connections, this Lua script
     /// (`benches/wrk/events.lua`); `track` and `batch` profiles only.
@@ -206,6 +212,8 @@ pub struct Report {
     pub stream_visibility: Option<Visibility>,
     /// Send -> webhook received, every event (with `--webhook`).
     pub webhook: Option<Delivered>,
+    /// The erasures that ran during the measurement (with `--erasures`).
+    pub erasures: Option<Erasures>,
     pub server_rss_mib_before: Option<f64>,
     pub server_rss_mib_after: Option<f64>,
     /// Inbox rows waiting when the load ended, and the seconds until the
@@ -213,6 +221,87 @@ pub struct Report {
     pub inbox_at_end: Option<i64>,
     pub inbox_drain_seconds: Option<f64>,
     pub machine: String,
+}
+
+/// Erasures run beside the load.
+#[derive(Debug, Clone, Serialize)]
+pub struct Erasures {
+    pub completed: u64,
+    pub failed: u64,
+    /// Events they removed from storage, and dropped from the inbox.
+    pub events_removed: u64,
+    pub events_dropped: u64,
+    /// The jobs' own `execution_time_ms`.
+    pub execution_ms_p50: u64,
+    pub execution_ms_max: u64,
+}
+
+/// Erases `user-0`, `user-1`, … one after another on `base` until `stop`,
+/// starting after the warm-up.
+async fn erase_users(
+    base: String,
+    key: String,
+    warmup: Duration,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Erasures {
+    let http = reqwest::Client::new();
+    let mut out = Erasures {
+        completed: 0,
+        failed: 0,
+        events_removed: 0,
+        events_dropped: 0,
+        execution_ms_p50: 0,
+        execution_ms_max: 0,
+    };
+    let mut took = Vec::new();
+    tokio::time::sleep(warmup).await;
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let asked = http
+            .post(format!("{base}/v1/core/erasures"))
+            .bearer_auth(&key)
+            .json(&json!({"user_ids": [format!("user-{n}")]}))
+            .send()
+            .await;
+        n += 1;
+        let Some(id) = (match asked {
+            Ok(r) => r.json::<Value>().await.ok(),
+            Err(_) => None,
+        })
+        .and_then(|v| v["job_id"].as_str().map(str::to_owned)) else {
+            out.failed += 1;
+            continue;
+        };
+        let job = loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let got = http
+                .get(format!("{base}/v1/core/jobs/{id}"))
+                .bearer_auth(&key)
+                .send()
+                .await;
+            if let Ok(r) = got
+                && let Ok(v) = r.json::<Value>().await
+                && matches!(v["status"].as_str(), Some("completed" | "failed"))
+            {
+                break v;
+            }
+        };
+        if job["status"] == "completed" {
+            out.completed += 1;
+            let stores = &job["result"]["stores"];
+            out.events_removed += stores["tracked_events"]["events_removed"]
+                .as_u64()
+                .unwrap_or(0);
+            out.events_dropped += stores["inbox"]["events_dropped"].as_u64().unwrap_or(0);
+            took.push(job["execution_time_ms"].as_u64().unwrap_or(0));
+        } else {
+            out.failed += 1;
+        }
+    }
+    took.sort_unstable();
+    out.execution_ms_p50 = took.get(took.len() / 2).copied().unwrap_or(0);
+    out.execution_ms_max = took.last().copied().unwrap_or(0);
+    out
 }
 
 /// A child process serving HTTP on a port it prints.
@@ -949,6 +1038,12 @@ fn table(report: &Report) -> String {
             w.latency.p50_ms, w.latency.p95_ms, w.latency.p99_ms, w.latency.samples, w.latency.not_seen, w.per_sec, w.drain_seconds
         ));
     }
+    if let Some(e) = &report.erasures {
+        out.push_str(&format!(
+            "erasures while measured: {} completed ({} failed), {} events removed and {} dropped, execution p50 {} ms, max {} ms\n",
+            e.completed, e.failed, e.events_removed, e.events_dropped, e.execution_ms_p50, e.execution_ms_max
+        ));
+    }
     if let Some(rows) = report.inbox_at_end {
         out.push_str(&match report.inbox_drain_seconds {
             Some(s) => format!("inbox: {rows} rows when the load ended, empty {s:.2} s later\n"),
@@ -1167,6 +1262,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         visibility: args.visibility && !args.webhook,
         sample_all: args.webhook,
     });
+    let stop_erasing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let erasing = args.erasures.then(|| {
+        tokio::spawn(erase_users(
+            base.clone(),
+            keys[0].clone(),
+            Duration::from_secs(args.warmup),
+            stop_erasing.clone(),
+        ))
+    });
     let fastack = match &args.wrk {
         Some(script) => drive_wrk("fastack", &base, &keys[0], script, &args, &gen_f.run).await?,
         None => {
@@ -1183,6 +1287,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     };
     *load_end.lock() = Some(Instant::now());
+    stop_erasing.store(true, Ordering::Relaxed);
+    let erasures = match erasing {
+        Some(task) => task.await.ok(),
+        None => None,
+    };
     let inbox = inbox_drain(store.as_ref()).await;
     drop(store);
     let vis = match poller {
@@ -1233,6 +1342,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         visibility: vis,
         stream_visibility: stream_vis,
         webhook,
+        erasures,
         server_rss_mib_before: rss_before,
         server_rss_mib_after: rss_after,
         inbox_at_end: inbox.map(|(rows, _)| rows),
