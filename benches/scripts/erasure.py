@@ -94,7 +94,7 @@ def load_sqlite(work: str, tenant: str, contact: str, months: list) -> None:
     c = uuid.UUID(contact).hex
     per_month = (EVENTS - PERSON) // MONTHS
     theirs = PERSON // MONTHS
-    script = ["PRAGMA journal_mode=WAL;", "BEGIN;"]
+    script = [".output /dev/null", "PRAGMA journal_mode=WAL;", ".output stdout", "BEGIN;"]
     now_us = int(datetime.now(timezone.utc).timestamp() * 1_000_000)
     for k, start in enumerate(months):
         table = f"tracked_events_y{start.year:04d}m{start.month:02d}_r37"
@@ -102,7 +102,7 @@ def load_sqlite(work: str, tenant: str, contact: str, months: list) -> None:
         span = 27 * 24 * 3600 * 1_000_000
         n_theirs = theirs + (PERSON - theirs * MONTHS if k == 0 else 0)
         for n, who, contact_sql in (
-            (per_month, "'u-' || (i % 100000)", "randomblob(16)"),
+            (per_month, "'u-' || (i % 100000)", "CAST(printf('%016d', i % 100000) AS BLOB)"),
             (n_theirs, "'bench-person'", f"x'{c}'"),
         ):
             script.append(
@@ -113,6 +113,17 @@ def load_sqlite(work: str, tenant: str, contact: str, months: list) -> None:
                 f"'track', 'Page Viewed', {contact_sql}, {who}, NULL, '{{\"path\":\"/pricing\"}}', 0, {now_us}, "
                 f"'bulk-{k}-' || {who} || '-' || i FROM s;"
             )
+    # The other people: 100,000 contacts, each with its user id.
+    script.append(
+        f"WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < 99999) "
+        f"INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) "
+        f"SELECT CAST(printf('%016d', i) AS BLOB), x'{t}', NULL, '{{}}', {now_us}, {now_us} FROM s;"
+    )
+    script.append(
+        f"WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < 99999) "
+        f"INSERT INTO contact_identities (tenant_id, kind, value, contact_id) "
+        f"SELECT x'{t}', 1, 'u-' || i, CAST(printf('%016d', i) AS BLOB) FROM s;"
+    )
     script.append(
         f"INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) "
         f"VALUES (x'{c}', x'{t}', NULL, '{{\"email\":\"p@example.com\"}}', {now_us}, {now_us});"
@@ -132,7 +143,7 @@ def load_postgres(url: str, tenant: str, contact: str, months: list) -> None:
     for k, start in enumerate(months):
         n_theirs = theirs + (PERSON - theirs * MONTHS if k == 0 else 0)
         for n, who, contact_sql in (
-            (per_month, "'u-' || (i % 100000)", "gen_random_uuid()"),
+            (per_month, "'u-' || (i % 100000)", "lpad((i % 100000)::text, 32, '0')::uuid"),
             (n_theirs, "'bench-person'", f"'{contact}'::uuid"),
         ):
             sql.append(
@@ -143,6 +154,16 @@ def load_postgres(url: str, tenant: str, contact: str, months: list) -> None:
                 f"NULL, '{{\"path\":\"/pricing\"}}', 0, now(), 'bulk-{k}-' || {who} || '-' || i "
                 f"FROM generate_series(1, {n}) i;"
             )
+    # The other people: 100,000 contacts, each with its user id.
+    sql.append(
+        f"INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) "
+        f"SELECT lpad(i::text, 32, '0')::uuid, '{tenant}', NULL, '{{}}', now(), now() "
+        f"FROM generate_series(0, 99999) i;"
+    )
+    sql.append(
+        f"INSERT INTO contact_identities (tenant_id, kind, value, contact_id) "
+        f"SELECT '{tenant}', 1, 'u-' || i, lpad(i::text, 32, '0')::uuid FROM generate_series(0, 99999) i;"
+    )
     sql.append(
         f"INSERT INTO contacts (id, tenant_id, merged_into, traits, created_at, updated_at) "
         f"VALUES ('{contact}', '{tenant}', NULL, '{{\"email\":\"p@example.com\"}}', now(), now());"

@@ -593,8 +593,9 @@ impl Erasures<'_> {
         let rows = tx
             .fetch(
                 Q::new(format!(
-                    "DELETE FROM {table} WHERE tenant_id = $1 AND retention_class = $2 \
+                    "DELETE FROM {table}{} WHERE tenant_id = $1 AND retention_class = $2 \
                      AND occurred_at >= $3 AND occurred_at < $4 AND {} RETURNING {returning}",
+                    d.by_contact(&table),
                     d.in_list("contact_id", 5, ListKind::Uuid)
                 ))
                 .bind(tenant.0)
@@ -939,8 +940,9 @@ impl Erasures<'_> {
                 .db
                 .read_one(
                     Q::new(format!(
-                        "SELECT COUNT(*) AS n FROM {table} WHERE tenant_id = $1 \
+                        "SELECT COUNT(*) AS n FROM {table}{} WHERE tenant_id = $1 \
                          AND retention_class = $2 AND occurred_at >= $3 AND occurred_at < $4 AND {}",
+                        d.by_contact(&table),
                         d.in_list("contact_id", 5, ListKind::Uuid)
                     ))
                     .bind(tenant.0)
