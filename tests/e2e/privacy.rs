@@ -1162,6 +1162,17 @@ impl Remote {
         crate::helpers::answer(resp).await
     }
 
+    /// The job once it ended, which must be completed.
+    async fn completed(&self, id: &str, within: Duration) -> Value {
+        let job = eventually("the job to end", within, || async {
+            let a = self.get(&format!("/v1/core/jobs/{id}")).await;
+            matches!(a.body["status"].as_str(), Some("completed" | "failed")).then_some(a.body)
+        })
+        .await;
+        assert_eq!(job["status"], "completed", "{job}");
+        job
+    }
+
     async fn count(&self) -> usize {
         let mut n = 0;
         let mut cursor = String::new();
@@ -1264,12 +1275,7 @@ async fn an_erasure_killed_midway_completes(backend: Backend) {
     node = Node::start(&db, &env).await;
     let api = Remote::of(&node, &t.key);
     // The dead node's claim expires after 30 s; the job is run again.
-    let job = eventually("the erasure to end", Duration::from_secs(120), || async {
-        let a = api.get(&format!("/v1/core/jobs/{id}")).await;
-        matches!(a.body["status"].as_str(), Some("completed" | "failed")).then_some(a.body)
-    })
-    .await;
-    assert_eq!(job["status"], "completed", "{job}");
+    let job = api.completed(&id, Duration::from_secs(120)).await;
     let stores = &job["result"]["stores"];
     assert_eq!(
         stores["tracked_events"]["events_removed"], HOURS,
@@ -1363,12 +1369,7 @@ async fn two_nodes_let_nothing_slip_past_an_erasure() {
         .await;
     assert_eq!(r.status, 202, "{}", r.body);
     let id = r.body["job_id"].as_str().unwrap().to_owned();
-    let job = eventually("the erasure to end", Duration::from_secs(60), || async {
-        let a = nodes[0].get(&format!("/v1/core/jobs/{id}")).await;
-        matches!(a.body["status"].as_str(), Some("completed" | "failed")).then_some(a.body)
-    })
-    .await;
-    assert_eq!(job["status"], "completed", "{job}");
+    let job = nodes[0].completed(&id, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let kept = senders.await.unwrap();

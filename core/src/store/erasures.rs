@@ -566,6 +566,33 @@ impl Erasures<'_> {
         self.engine.partition_keys().await
     }
 
+    /// `{verb} FROM <partition> WHERE <the person's events in it, from-to>
+    /// {tail}`: the partition's time range and class on the statement, the
+    /// person's contacts through the contact index.
+    fn in_partition(
+        &self,
+        verb: &str,
+        tail: &str,
+        tenant: TenantId,
+        key: PartitionKey,
+        (from, to): (DateTime<Utc>, DateTime<Utc>),
+        person: &Person,
+    ) -> Q {
+        let d = self.d();
+        let table = self.engine.layout().table(&key);
+        Q::new(format!(
+            "{verb} FROM {table}{} WHERE tenant_id = $1 AND retention_class = $2 \
+             AND occurred_at >= $3 AND occurred_at < $4 AND {} {tail}",
+            d.by_contact(&table),
+            d.in_list("contact_id", 5, ListKind::Uuid)
+        ))
+        .bind(tenant.0)
+        .bind(i64::from(key.retention_class))
+        .bind(from)
+        .bind(to)
+        .bind(person.contact_uuids())
+    }
+
     /// Deletes the person's events of one partition (and, within a window,
     /// the traits their erased `identify` events set, unless set again
     /// since), then writes `report(events, traits)` — one transaction.
@@ -582,8 +609,6 @@ impl Erasures<'_> {
         let Some((from, to)) = window.clamp(key.month.start(), key.month.end()) else {
             return Ok(0);
         };
-        let d = self.d();
-        let table = self.engine.layout().table(&key);
         let returning = if window.is_whole() {
             "id"
         } else {
@@ -591,19 +616,14 @@ impl Erasures<'_> {
         };
         let mut tx = self.db.begin().await?;
         let rows = tx
-            .fetch(
-                Q::new(format!(
-                    "DELETE FROM {table}{} WHERE tenant_id = $1 AND retention_class = $2 \
-                     AND occurred_at >= $3 AND occurred_at < $4 AND {} RETURNING {returning}",
-                    d.by_contact(&table),
-                    d.in_list("contact_id", 5, ListKind::Uuid)
-                ))
-                .bind(tenant.0)
-                .bind(i64::from(key.retention_class))
-                .bind(from)
-                .bind(to)
-                .bind(person.contact_uuids()),
-            )
+            .fetch(self.in_partition(
+                "DELETE",
+                &format!("RETURNING {returning}"),
+                tenant,
+                key,
+                (from, to),
+                person,
+            ))
             .await?;
         let erased = rows.len() as u64;
         let mut traits = 0;
@@ -935,22 +955,16 @@ impl Erasures<'_> {
             let Some((from, to)) = window.clamp(key.month.start(), key.month.end()) else {
                 continue;
             };
-            let table = self.engine.layout().table(&key);
             let r = self
                 .db
-                .read_one(
-                    Q::new(format!(
-                        "SELECT COUNT(*) AS n FROM {table}{} WHERE tenant_id = $1 \
-                         AND retention_class = $2 AND occurred_at >= $3 AND occurred_at < $4 AND {}",
-                        d.by_contact(&table),
-                        d.in_list("contact_id", 5, ListKind::Uuid)
-                    ))
-                    .bind(tenant.0)
-                    .bind(i64::from(key.retention_class))
-                    .bind(from)
-                    .bind(to)
-                    .bind(person.contact_uuids()),
-                )
+                .read_one(self.in_partition(
+                    "SELECT COUNT(*) AS n",
+                    "",
+                    tenant,
+                    key,
+                    (from, to),
+                    person,
+                ))
                 .await?;
             found.tracked_events += r.int("n")? as u64;
         }
