@@ -377,7 +377,9 @@ pub async fn run(env: &Env<'_>, job: &Job) -> Result<Value> {
             report.objects.insert((store, path), entry);
         }
     }
-    let (person, watermark) = erasures.settle(&rec).await?;
+    let settled = erasures.settle(&rec).await?;
+    let person = settled.person;
+    let (mut from, watermark) = settled.inbox;
     let matcher = Matcher::new(&person, rec.window);
     let steps = 9u64;
     (env.progress)(0, steps);
@@ -386,7 +388,11 @@ pub async fn run(env: &Env<'_>, job: &Job) -> Result<Value> {
     // events of these people dropped) once processing passed the
     // watermark.
     let started = Instant::now();
-    while erasures.inbox_waiting(rec.tenant_id, watermark).await? {
+    while let Some(waiting) = erasures
+        .inbox_waiting(rec.tenant_id, (from, watermark))
+        .await?
+    {
+        from = waiting;
         if started.elapsed() > PROCESSING_WAIT {
             return Err(Error::Conflict(format!(
                 "processing has not reached the events accepted before erasure {} after {} s; \
@@ -409,7 +415,7 @@ pub async fn run(env: &Env<'_>, job: &Job) -> Result<Value> {
         (env.progress)(7, steps);
         erase_lake(env, &rec, &matcher, &mut report).await?;
         (env.progress)(8, steps);
-        let f = verify(env, &rec, &person, &matcher, watermark).await?;
+        let f = verify(env, &rec, &person, &matcher, (from, watermark)).await?;
         info!(job = %job.id, pass, found = f.total(), "erasure verified");
         if f.total() == 0 {
             found = Some(f);
@@ -759,12 +765,12 @@ async fn verify(
     rec: &ErasureRecord,
     person: &Person,
     matcher: &Matcher,
-    watermark: i64,
+    inbox: (i64, i64),
 ) -> Result<Found> {
     let database = env
         .store
         .erasures()
-        .search(rec.tenant_id, person, rec.window, watermark, (env.now)())
+        .search(rec.tenant_id, person, rec.window, inbox, (env.now)())
         .await?;
     let tenant = rec.tenant_id;
     let mut found = Found {

@@ -2265,8 +2265,17 @@ async fn erasure_holds_and_suppressions(store: &Store) {
     let out = process_all(store, a.id, false).await;
     assert_eq!((out.held, out.appended.len()), (1, 1));
     assert_eq!(store.erasures().dropped(job.id).await.unwrap(), 1);
-    let (settled, watermark) = store.erasures().settle(&rec).await.unwrap();
-    assert_eq!(settled, person);
+    let settled = store.erasures().settle(&rec).await.unwrap();
+    assert_eq!(settled.person, person);
+    assert_eq!(
+        store
+            .erasures()
+            .inbox_waiting(a.id, settled.inbox)
+            .await
+            .unwrap(),
+        None,
+        "processed: nothing accepted before the request waits"
+    );
     let mut removed = 0;
     for key in store.erasures().partitions().await.unwrap() {
         removed += store
@@ -2290,7 +2299,7 @@ async fn erasure_holds_and_suppressions(store: &Store) {
         .unwrap();
     let found = store
         .erasures()
-        .search(a.id, &person, Window::default(), watermark, now())
+        .search(a.id, &person, Window::default(), settled.inbox, now())
         .await
         .unwrap();
     assert_eq!(found.total(), 0, "{found:?}");

@@ -286,6 +286,16 @@ pub struct ErasureRecord {
     pub created_at: DateTime<Utc>,
 }
 
+/// An erasure ready for its work ([`Erasures::settle`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    /// Whom it covers, by value.
+    pub person: Person,
+    /// The tenant's inbox rows accepted before the request: from its first
+    /// live row to the watermark (the last row when the erasure settled).
+    pub inbox: (i64, i64),
+}
+
 /// A suppressed identifier.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Suppression {
@@ -439,14 +449,14 @@ impl Erasures<'_> {
     /// Makes the erasure's hold complete before its work starts: waits out
     /// the tenant's processing transaction in flight (it holds its lease row
     /// until it commits; one that starts later sees the holds), resolves
-    /// the person again (identities linked since the request), holds those
-    /// too, and records the tenant's last inbox row once. Returns the
-    /// person and that watermark.
-    pub async fn settle(&self, rec: &ErasureRecord) -> Result<(Person, i64)> {
+    /// the person again (identities linked since the request, and by
+    /// `identify` events still waiting), holds those too, and records the
+    /// tenant's last inbox row once.
+    pub async fn settle(&self, rec: &ErasureRecord) -> Result<Settled> {
         let d = self.d();
         let tenant = rec.tenant_id;
         let known = rec.person.clone().unwrap_or_default();
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_relaxed().await?;
         tx.fetch(
             Q::new(format!(
                 "SELECT tenant_id FROM tenant_leases WHERE tenant_id = $1{}",
@@ -467,10 +477,23 @@ impl Erasures<'_> {
                 .flatten()
                 .unwrap_or(0),
         };
+        // The tenant's first live inbox row: every later look at the rows
+        // up to the watermark starts there, not at the tenant's first index
+        // entry (a queue table's deleted rows stay in its index until a
+        // vacuum).
+        let floor = tx
+            .fetch_opt(
+                Q::new("SELECT MIN(seq) AS seq FROM inbox WHERE tenant_id = $1").bind(tenant.0),
+            )
+            .await?
+            .map(|r| r.opt_int("seq"))
+            .transpose()?
+            .flatten()
+            .unwrap_or(watermark + 1);
         let mut person = resolve(&mut tx, tenant, &known).await?;
         // An `identify` accepted before the request and not processed yet
         // links its identifiers all the same.
-        let linked = inbox_links(&mut tx, tenant, watermark, &person).await?;
+        let linked = inbox_links(&mut tx, tenant, (floor, watermark), &person).await?;
         if linked.len() > person.len() {
             person = resolve(&mut tx, tenant, &linked).await?;
         }
@@ -492,21 +515,32 @@ impl Erasures<'_> {
         )
         .await?;
         tx.commit().await?;
-        Ok((person, watermark))
+        Ok(Settled {
+            person,
+            inbox: (floor, watermark),
+        })
     }
 
-    /// Whether any of the tenant's inbox rows up to `watermark` is still
-    /// waiting for processing.
-    pub async fn inbox_waiting(&self, tenant: TenantId, watermark: i64) -> Result<bool> {
-        Ok(self
-            .db
+    /// The tenant's first inbox row of `[from, to]` still waiting for
+    /// processing; `None` once processing has passed `to`.
+    pub async fn inbox_waiting(
+        &self,
+        tenant: TenantId,
+        (from, to): (i64, i64),
+    ) -> Result<Option<i64>> {
+        self.db
             .read_opt(
-                Q::new("SELECT seq FROM inbox WHERE tenant_id = $1 AND seq <= $2 LIMIT 1")
-                    .bind(tenant.0)
-                    .bind(watermark),
+                Q::new(
+                    "SELECT seq FROM inbox WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 \
+                     ORDER BY seq LIMIT 1",
+                )
+                .bind(tenant.0)
+                .bind(from)
+                .bind(to),
             )
             .await?
-            .is_some())
+            .map(|r| r.int("seq"))
+            .transpose()
     }
 
     /// Writes the report (after work outside the database).
@@ -614,7 +648,7 @@ impl Erasures<'_> {
         } else {
             "kind, contact_id, properties"
         };
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_relaxed().await?;
         let rows = tx
             .fetch(self.in_partition(
                 "DELETE",
@@ -638,7 +672,9 @@ impl Erasures<'_> {
             }
             traits = strip_traits(&mut tx, tenant, &set).await?;
         }
-        save(&mut tx, id, report(erased, traits)).await?;
+        if erased + traits > 0 {
+            save(&mut tx, id, report(erased, traits)).await?;
+        }
         tx.commit().await?;
         Ok(erased)
     }
@@ -653,7 +689,7 @@ impl Erasures<'_> {
         report: impl FnOnce(u64, u64) -> Value,
     ) -> Result<()> {
         let d = self.d();
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_relaxed().await?;
         let identities = tx
             .execute(
                 Q::new(format!(
@@ -679,7 +715,9 @@ impl Erasures<'_> {
                 .bind(person.contact_uuids()),
             )
             .await?;
-        save(&mut tx, id, report(contacts, identities)).await?;
+        if contacts + identities > 0 {
+            save(&mut tx, id, report(contacts, identities)).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -695,7 +733,7 @@ impl Erasures<'_> {
         report: impl FnOnce(u64) -> Value,
     ) -> Result<u64> {
         let d = self.d();
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_relaxed().await?;
         let mut theirs = Vec::new();
         for r in tx
             .fetch(
@@ -709,18 +747,16 @@ impl Erasures<'_> {
             }
         }
         let n = theirs.len() as u64;
-        if act {
-            if !theirs.is_empty() {
-                tx.execute(
-                    Q::new(format!(
-                        "DELETE FROM quarantine WHERE tenant_id = $1 AND {}",
-                        d.in_list("event_id", 2, ListKind::Uuid)
-                    ))
-                    .bind(tenant.0)
-                    .bind(theirs),
-                )
-                .await?;
-            }
+        if act && !theirs.is_empty() {
+            tx.execute(
+                Q::new(format!(
+                    "DELETE FROM quarantine WHERE tenant_id = $1 AND {}",
+                    d.in_list("event_id", 2, ListKind::Uuid)
+                ))
+                .bind(tenant.0)
+                .bind(theirs),
+            )
+            .await?;
             save(&mut tx, id, report(n)).await?;
         }
         tx.commit().await?;
@@ -743,7 +779,7 @@ impl Erasures<'_> {
         report: impl FnOnce(&OutboxScrub) -> Value,
     ) -> Result<OutboxScrub> {
         let d = self.d();
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_relaxed().await?;
         let rows = tx
             .fetch(
                 Q::new(format!(
@@ -865,7 +901,7 @@ impl Erasures<'_> {
         report: impl FnOnce(u64, u64) -> Value,
     ) -> Result<u64> {
         let d = self.d();
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.db.begin_relaxed().await?;
         let rows = tx
             .fetch(
                 Q::new(format!(
@@ -885,49 +921,49 @@ impl Erasures<'_> {
             }
         }
         let scrubbed = theirs.len() as u64;
-        if act {
-            let mut cancelled = 0;
-            if !theirs.is_empty() {
-                cancelled = tx
-                    .execute(
-                        Q::new(format!(
-                            "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL \
-                             WHERE status = 'pending' AND {}",
-                            d.in_list("id", 1, ListKind::Uuid)
-                        ))
-                        .bind(theirs.clone()),
-                    )
-                    .await?;
-                tx.execute(
+        if act && !theirs.is_empty() {
+            let cancelled = tx
+                .execute(
                     Q::new(format!(
-                        "UPDATE webhook_deliveries SET body = '' WHERE {}",
+                        "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL \
+                             WHERE status = 'pending' AND {}",
                         d.in_list("id", 1, ListKind::Uuid)
                     ))
-                    .bind(theirs),
+                    .bind(theirs.clone()),
                 )
                 .await?;
-            }
+            tx.execute(
+                Q::new(format!(
+                    "UPDATE webhook_deliveries SET body = '' WHERE {}",
+                    d.in_list("id", 1, ListKind::Uuid)
+                ))
+                .bind(theirs),
+            )
+            .await?;
             save(&mut tx, id, report(cancelled, scrubbed)).await?;
         }
         tx.commit().await?;
         Ok(scrubbed)
     }
 
-    /// Events of the person's the tenant's inbox still holds up to
-    /// `watermark` (none once processing has passed it).
+    /// Events of the person's the tenant's inbox still holds in `[from,
+    /// to]` (none once processing has passed it).
     async fn inbox_matches(
         &self,
         tenant: TenantId,
-        watermark: i64,
+        (from, to): (i64, i64),
         matcher: &Matcher,
     ) -> Result<u64> {
         let mut n = 0;
         for r in self
             .db
             .read(
-                Q::new("SELECT payload FROM inbox WHERE tenant_id = $1 AND seq <= $2")
-                    .bind(tenant.0)
-                    .bind(watermark),
+                Q::new(
+                    "SELECT payload FROM inbox WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3",
+                )
+                .bind(tenant.0)
+                .bind(from)
+                .bind(to),
             )
             .await?
         {
@@ -945,7 +981,7 @@ impl Erasures<'_> {
         tenant: TenantId,
         person: &Person,
         window: Window,
-        watermark: i64,
+        inbox: (i64, i64),
         now: DateTime<Utc>,
     ) -> Result<Found> {
         let d = self.d();
@@ -999,7 +1035,7 @@ impl Erasures<'_> {
                 .await?
                 .int("n")? as u64;
         }
-        found.inbox = self.inbox_matches(tenant, watermark, &matcher).await?;
+        found.inbox = self.inbox_matches(tenant, inbox, &matcher).await?;
         let nothing = |_: u64| Value::Null;
         found.quarantine = self
             .erase_quarantine(JobId(Uuid::nil()), tenant, &matcher, false, nothing)
@@ -1289,15 +1325,21 @@ async fn resolve(tx: &mut Tx<'_>, tenant: TenantId, asked: &Person) -> Result<Pe
 async fn inbox_links(
     tx: &mut Tx<'_>,
     tenant: TenantId,
-    watermark: i64,
+    (from, to): (i64, i64),
     person: &Person,
 ) -> Result<Person> {
     let mut links: Vec<(String, String)> = Vec::new();
+    // Only identifies link: the others are not read (a backlog of tracks
+    // under load is thousands of rows).
     for r in tx
         .fetch(
-            Q::new("SELECT payload FROM inbox WHERE tenant_id = $1 AND seq <= $2")
-                .bind(tenant.0)
-                .bind(watermark),
+            Q::new(
+                "SELECT payload FROM inbox WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 \
+                 AND payload LIKE '%\"identify\"%'",
+            )
+            .bind(tenant.0)
+            .bind(from)
+            .bind(to),
         )
         .await?
     {

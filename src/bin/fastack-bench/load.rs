@@ -133,6 +133,15 @@ pub struct BenchArgs {
     /// ingestion's throughput with erasures running.
     #[arg(long)]
     pub erasures: bool,
+    /// With `--erasures`: wait this long between one erasure's end and the
+    /// next request (0: back to back).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub erasure_pause_ms: u64,
+    /// Before the load, suppress this many identifiers nobody sends (one
+    /// erasure with `suppress`): processing then screens every event of
+    /// the tenant, as it does for a tenant with a suppression list.
+    #[arg(long, value_name = "N")]
+    pub suppressed: Option<usize>,
     /// Drive both targets with wrk instead of the built-in client: closed
     /// loop, one thread, `--connections` connections, this Lua script
     /// (`benches/wrk/events.lua`); `track` and `batch` profiles only.
@@ -236,12 +245,42 @@ pub struct Erasures {
     pub execution_ms_max: u64,
 }
 
+/// Suppresses `n` identifiers nobody sends, and waits for the erasure.
+async fn suppress_strangers(base: &str, key: &str, n: usize) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let ids: Vec<String> = (0..n.max(1)).map(|i| format!("stranger-{i}")).collect();
+    let asked: Value = http
+        .post(format!("{base}/v1/core/erasures"))
+        .bearer_auth(key)
+        .json(&json!({"user_ids": ids, "suppress": true}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = asked["job_id"].as_str().context("no job id")?.to_owned();
+    loop {
+        let job: Value = http
+            .get(format!("{base}/v1/core/jobs/{id}"))
+            .bearer_auth(key)
+            .send()
+            .await?
+            .json()
+            .await?;
+        match job["status"].as_str() {
+            Some("completed") => return Ok(()),
+            Some("failed") => bail!("the suppressing erasure failed: {job}"),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 /// Erases `user-0`, `user-1`, … one after another on `base` until `stop`,
 /// starting after the warm-up.
 async fn erase_users(
     base: String,
     key: String,
     warmup: Duration,
+    pause: Duration,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> Erasures {
     let http = reqwest::Client::new();
@@ -257,6 +296,9 @@ async fn erase_users(
     tokio::time::sleep(warmup).await;
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
+        if n > 0 {
+            tokio::time::sleep(pause).await;
+        }
         let asked = http
             .post(format!("{base}/v1/core/erasures"))
             .bearer_auth(&key)
@@ -272,8 +314,9 @@ async fn erase_users(
             out.failed += 1;
             continue;
         };
+        // Polled as a client would: every 100 ms.
         let job = loop {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             let got = http
                 .get(format!("{base}/v1/core/jobs/{id}"))
                 .bearer_auth(&key)
@@ -1262,12 +1305,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         visibility: args.visibility && !args.webhook,
         sample_all: args.webhook,
     });
+    if let Some(n) = args.suppressed {
+        suppress_strangers(&base, &keys[0], n).await?;
+    }
     let stop_erasing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let erasing = args.erasures.then(|| {
         tokio::spawn(erase_users(
             base.clone(),
             keys[0].clone(),
             Duration::from_secs(args.warmup),
+            Duration::from_millis(args.erasure_pause_ms),
             stop_erasing.clone(),
         ))
     });
