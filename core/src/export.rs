@@ -146,17 +146,12 @@ async fn stored_plain(objects: &Objects, keys: &Keys, path: &str) -> Result<Opti
     read(objects, keys, path).await.map(Some)
 }
 
-/// The events of an export's NDJSON that `pick` wants.
-fn picked(line: &[u8], pick: &(dyn Fn(&Value) -> bool + Sync)) -> bool {
-    serde_json::from_slice::<Value>(line).is_ok_and(|doc| pick(&doc))
-}
-
 /// The events of a completed export's stored result that `pick` wants.
 pub async fn count_in_result(
     objects: &Objects,
     keys: &Keys,
     job: &Job,
-    pick: &(dyn Fn(&Value) -> bool + Sync),
+    pick: &(dyn Fn(&[u8]) -> bool + Sync),
 ) -> Result<u64> {
     let Some(path) = job.result.as_ref().and_then(|r| r["path"].as_str()) else {
         return Ok(0);
@@ -166,7 +161,7 @@ pub async fn count_in_result(
     };
     Ok(plain
         .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty() && picked(l, pick))
+        .filter(|l| !l.is_empty() && pick(l))
         .count() as u64)
 }
 
@@ -180,14 +175,14 @@ pub async fn rewrite_result(
     job: &Job,
     to: &str,
     path: &str,
-    pick: &(dyn Fn(&Value) -> bool + Sync),
+    pick: &(dyn Fn(&[u8]) -> bool + Sync),
 ) -> Result<Option<(u64, Value)>> {
     let Some(plain) = stored_plain(objects, keys, path).await? else {
         return Ok(None);
     };
     let (mut kept, mut removed) = (Vec::with_capacity(plain.len()), 0u64);
     for line in plain.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        if picked(line, pick) {
+        if pick(line) {
             removed += 1;
         } else {
             kept.extend_from_slice(line);

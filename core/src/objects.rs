@@ -188,6 +188,15 @@ impl Objects {
         }
     }
 
+    /// An object's size in bytes.
+    pub async fn size(&self, path: &str) -> Result<u64> {
+        self.store
+            .head(&ObjectPath::from(path))
+            .await
+            .map(|meta| meta.size)
+            .map_err(storage_err)
+    }
+
     /// Copies an object over another (the destination is replaced whole:
     /// readers see the old object or the new one).
     pub async fn copy(&self, from: &str, to: &str) -> Result<()> {

@@ -251,6 +251,23 @@ impl Matcher {
         theirs && self.window.contains(occurred_at)
     }
 
+    /// Whether a JSON line of a stored event (an archive row, an export
+    /// line) may be the person's, decided without parsing it: `false` when
+    /// its `contact_id` (the first one: the event's own, written before its
+    /// properties) is there and not theirs. A line without one may be.
+    pub fn may_match_line(&self, line: &[u8]) -> bool {
+        const KEY: &[u8] = b"\"contact_id\":\"";
+        let Some(at) = memchr::memmem::find(line, KEY) else {
+            return true;
+        };
+        let rest = &line[at + KEY.len()..];
+        match memchr::memchr(b'"', rest) {
+            Some(end) => std::str::from_utf8(&rest[..end])
+                .is_ok_and(|c| self.contacts.contains(&c.to_ascii_lowercase())),
+            None => true,
+        }
+    }
+
     /// Whether a JSON document of an event (the event JSON, an archive
     /// row, an inbox payload) is the person's. A document without a
     /// readable `occurred_at` counts as in the window.
@@ -1543,6 +1560,14 @@ mod tests {
         assert!(some.matches_json(&serde_json::json!({
             "user_id": "u-1", "occurred_at": "2026-11-01T12:05:00+02:00"
         })));
+        let line = format!(r#"{{"id":"x","contact_id":"{c}","user_id":"u-1"}}"#);
+        assert!(all.may_match_line(line.as_bytes()));
+        let other = format!(
+            r#"{{"contact_id":"{}","properties":{{"contact_id":"{c}"}}}}"#,
+            ContactId::new()
+        );
+        assert!(!all.may_match_line(other.as_bytes()));
+        assert!(all.may_match_line(br#"{"user_id":"u-1"}"#));
         assert!(!some.matches_json(&serde_json::json!({
             "user_id": "u-1", "occurred_at": "2026-11-01T12:15:00+02:00"
         })));
