@@ -474,14 +474,6 @@ impl Erasures<'_> {
         let tenant = rec.tenant_id;
         let known = rec.person.clone().unwrap_or_default();
         let mut tx = self.db.begin_relaxed().await?;
-        tx.fetch(
-            Q::new(format!(
-                "SELECT tenant_id FROM tenant_leases WHERE tenant_id = $1{}",
-                d.lock()
-            ))
-            .bind(tenant.0),
-        )
-        .await?;
         let watermark = match rec.watermark {
             Some(w) => w,
             None => tx
@@ -521,6 +513,18 @@ impl Erasures<'_> {
             &person,
             rec.suppress,
             rec.created_at,
+        )
+        .await?;
+        // Last, so processing waits for this transaction no longer than its
+        // commit: the lease row is locked by a processing transaction from
+        // its first statement to its commit, so taking it waits out the
+        // one in flight, and the next one waits for these holds.
+        tx.fetch(
+            Q::new(format!(
+                "SELECT tenant_id FROM tenant_leases WHERE tenant_id = $1{}",
+                d.lock()
+            ))
+            .bind(tenant.0),
         )
         .await?;
         tx.execute(
