@@ -528,27 +528,19 @@ async fn erase_database(
         .await?;
     *report = next;
     (env.progress)(3, 9);
-    for key in erasures.partitions().await? {
-        let mut next = report.clone();
-        let month = format!("{:04}-{:02}", key.month.year, key.month.month);
-        let n = erasures
-            .erase_partition(id, tenant, key, person, rec.window, |events, traits| {
-                next.tracked_events.events_removed += events;
-                if events > 0 {
-                    *next
-                        .tracked_events
-                        .by_month
-                        .entry(month.clone())
-                        .or_default() += events;
-                }
-                next.contacts.traits_removed += traits;
-                json(&next)
-            })
-            .await?;
-        if n > 0 || next.contacts.traits_removed != report.contacts.traits_removed {
-            *report = next;
-        }
-    }
+    let mut next = report.clone();
+    erasures
+        .erase_events(id, tenant, person, rec.window, |by_month, traits| {
+            for (month, n) in by_month {
+                let label = format!("{:04}-{:02}", month.year, month.month);
+                next.tracked_events.events_removed += n;
+                *next.tracked_events.by_month.entry(label).or_default() += n;
+            }
+            next.contacts.traits_removed += traits;
+            json(&next)
+        })
+        .await?;
+    *report = next;
     (env.progress)(4, 9);
     if rec.window.is_whole() {
         let mut next = report.clone();

@@ -128,15 +128,19 @@ impl Objects {
         self
     }
 
+    /// Stores an object whole: readers see the old one or the new one.
     pub async fn put(&self, path: &str, mut bytes: Vec<u8>) -> Result<()> {
         if let Some(f) = &self.fault {
             f(&mut bytes);
+        }
+        if let Some(root) = &self.local_root {
+            return put_local(root, path, bytes).await;
         }
         self.store
             .put(&ObjectPath::from(path), PutPayload::from(bytes))
             .await
             .map_err(storage_err)?;
-        restrict(self.local_root.as_deref(), path)
+        Ok(())
     }
 
     pub async fn get(&self, path: &str) -> Result<Bytes> {
@@ -222,6 +226,49 @@ impl Objects {
             local: self.local_root.as_ref().map(|r| r.join(path)),
         }
     }
+}
+
+/// A local object written beside its place under a hidden name (owner-only,
+/// synced) and renamed into it. object_store's own staging name (`<file>#N`)
+/// is not hidden: a process killed while writing left it where Parquet and
+/// Hive readers list the directory, and they failed on the truncated file;
+/// readers skip names starting with `.`.
+async fn put_local(root: &std::path::Path, path: &str, bytes: Vec<u8>) -> Result<()> {
+    let dest = root.join(path);
+    let io = |e| Error::io(dest.display().to_string(), e);
+    let dir = dest
+        .parent()
+        .ok_or_else(|| Error::Storage(format!("{path} names no file")))?
+        .to_owned();
+    let name = dest
+        .file_name()
+        .ok_or_else(|| Error::Storage(format!("{path} names no file")))?
+        .to_string_lossy()
+        .into_owned();
+    let staged = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let (dest2, staged2) = (dest.clone(), staged.clone());
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        use std::io::Write;
+        std::fs::create_dir_all(&dir)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&staged2)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&staged2, &dest2)
+    })
+    .await
+    .map_err(|e| Error::Storage(format!("writing {path}: {e}")))?
+    .map_err(|e| {
+        let _ = std::fs::remove_file(&staged);
+        io(e)
+    })
 }
 
 pub struct ObjectWriter {

@@ -28,10 +28,10 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::{
-    Emit, PartitionKey, Topic,
+    Emit, Month, PartitionKey, Topic,
     outbox::{self, Entry},
     record::{records_in, write_event_record},
-    sql::{Col, Db, Dialect, ListKind, Q, Tx},
+    sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
     sql_store::{Engine, end_job, job_model},
 };
 use crate::error::{Error, Result};
@@ -621,80 +621,95 @@ impl Erasures<'_> {
         self.engine.partition_keys().await
     }
 
-    /// `{verb} FROM <partition> WHERE <the person's events in it, from-to>
-    /// {tail}`: the partition's time range and class on the statement, the
-    /// person's contacts through the contact index.
-    fn in_partition(
+    /// Where the tenant's events are, month by month: a table and the
+    /// month's time range, once per table (PostgreSQL's partitioned
+    /// `tracked_events` takes a month's range across its classes; SQLite's
+    /// tables are a month and a class each), cut to `window`.
+    async fn months(
+        &self,
+        window: Window,
+    ) -> Result<Vec<(Month, String, (DateTime<Utc>, DateTime<Utc>))>> {
+        let mut out: Vec<(Month, String, (DateTime<Utc>, DateTime<Utc>))> = Vec::new();
+        for key in self.partitions().await? {
+            let Some(range) = window.clamp(key.month.start(), key.month.end()) else {
+                continue;
+            };
+            let table = self.engine.layout().table(&key);
+            if !out.iter().any(|(m, t, _)| *m == key.month && *t == table) {
+                out.push((key.month, table, range));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `{verb} FROM <table> WHERE <the person's events in it, from-to>
+    /// {tail}`: the month's time range on the statement (the partition
+    /// key), the person's contacts through the contact index.
+    fn in_month(
         &self,
         verb: &str,
         tail: &str,
         tenant: TenantId,
-        key: PartitionKey,
+        table: &str,
         (from, to): (DateTime<Utc>, DateTime<Utc>),
         person: &Person,
     ) -> Q {
         let d = self.d();
-        let table = self.engine.layout().table(&key);
         Q::new(format!(
-            "{verb} FROM {table}{} WHERE tenant_id = $1 AND retention_class = $2 \
-             AND occurred_at >= $3 AND occurred_at < $4 AND {} {tail}",
-            d.by_contact(&table),
-            d.in_list("contact_id", 5, ListKind::Uuid)
+            "{verb} FROM {table}{} WHERE tenant_id = $1 \
+             AND occurred_at >= $2 AND occurred_at < $3 AND {} {tail}",
+            d.by_contact(table),
+            d.in_list("contact_id", 4, ListKind::Uuid)
         ))
         .bind(tenant.0)
-        .bind(i64::from(key.retention_class))
         .bind(from)
         .bind(to)
         .bind(person.contact_uuids())
     }
 
-    /// Deletes the person's events of one partition (and, within a window,
+    /// Deletes the person's events, month by month (every statement names
+    /// its month's time range: the partition key), and, within a window,
     /// the traits their erased `identify` events set, unless set again
-    /// since), then writes `report(events, traits)` — one transaction.
-    /// Every statement names the partition's time range.
-    pub async fn erase_partition(
+    /// since; then writes `report(events by month, traits)` — one
+    /// transaction. Returns the events removed by month.
+    pub async fn erase_events(
         &self,
         id: JobId,
         tenant: TenantId,
-        key: PartitionKey,
         person: &Person,
         window: Window,
-        report: impl FnOnce(u64, u64) -> Value,
-    ) -> Result<u64> {
-        let Some((from, to)) = window.clamp(key.month.start(), key.month.end()) else {
-            return Ok(0);
-        };
+        report: impl FnOnce(&BTreeMap<Month, u64>, u64) -> Value,
+    ) -> Result<BTreeMap<Month, u64>> {
         let returning = if window.is_whole() {
-            "id"
+            "RETURNING id"
         } else {
-            "kind, contact_id, properties"
+            "RETURNING kind, contact_id, properties"
         };
+        let months = self.months(window).await?;
         let mut tx = self.db.begin_relaxed().await?;
-        let rows = tx
-            .fetch(self.in_partition(
-                "DELETE",
-                &format!("RETURNING {returning}"),
-                tenant,
-                key,
-                (from, to),
-                person,
-            ))
-            .await?;
-        let erased = rows.len() as u64;
-        let mut traits = 0;
-        if !window.is_whole() {
-            let mut set: Vec<(ContactId, Map<String, Value>)> = Vec::new();
-            for r in &rows {
-                if r.text("kind")? == "identify"
-                    && let Value::Object(t) = r.json("properties")?
-                {
-                    set.push((ContactId(r.uuid("contact_id")?), t));
+        let mut erased: BTreeMap<Month, u64> = BTreeMap::new();
+        let mut set: Vec<(ContactId, Map<String, Value>)> = Vec::new();
+        for (month, table, range) in months {
+            let rows = tx
+                .fetch(self.in_month("DELETE", returning, tenant, &table, range, person))
+                .await?;
+            if rows.is_empty() {
+                continue;
+            }
+            *erased.entry(month).or_default() += rows.len() as u64;
+            if !window.is_whole() {
+                for r in &rows {
+                    if r.text("kind")? == "identify"
+                        && let Value::Object(t) = r.json("properties")?
+                    {
+                        set.push((ContactId(r.uuid("contact_id")?), t));
+                    }
                 }
             }
-            traits = strip_traits(&mut tx, tenant, &set).await?;
         }
-        if erased + traits > 0 {
-            save(&mut tx, id, report(erased, traits)).await?;
+        let traits = strip_traits(&mut tx, tenant, &set).await?;
+        if !erased.is_empty() || traits > 0 {
+            save(&mut tx, id, report(&erased, traits)).await?;
         }
         tx.commit().await?;
         Ok(erased)
@@ -754,10 +769,10 @@ impl Erasures<'_> {
         report: impl FnOnce(u64) -> Value,
     ) -> Result<u64> {
         let d = self.d();
-        let mut tx = self.db.begin_relaxed().await?;
         let mut theirs = Vec::new();
-        for r in tx
-            .fetch(
+        for r in self
+            .db
+            .read(
                 Q::new("SELECT event_id, payload FROM quarantine WHERE tenant_id = $1")
                     .bind(tenant.0),
             )
@@ -768,7 +783,10 @@ impl Erasures<'_> {
             }
         }
         let n = theirs.len() as u64;
+        // A row put back in the inbox meanwhile is deleted nowhere here:
+        // processing drops it (its person is held).
         if act && !theirs.is_empty() {
+            let mut tx = self.db.begin_relaxed().await?;
             tx.execute(
                 Q::new(format!(
                     "DELETE FROM quarantine WHERE tenant_id = $1 AND {}",
@@ -779,8 +797,8 @@ impl Erasures<'_> {
             )
             .await?;
             save(&mut tx, id, report(n)).await?;
+            tx.commit().await?;
         }
-        tx.commit().await?;
         Ok(n)
     }
 
@@ -800,61 +818,28 @@ impl Erasures<'_> {
         report: impl FnOnce(&OutboxScrub) -> Value,
     ) -> Result<OutboxScrub> {
         let d = self.d();
-        let mut tx = self.db.begin_relaxed().await?;
-        let rows = tx
-            .fetch(
-                Q::new(format!(
-                    "SELECT id, body FROM outbox WHERE tenant_id = $1 AND topic = $2 \
-                     AND routing_key = 'core.event.tracked' ORDER BY id{}",
-                    d.lock()
-                ))
-                .bind(tenant.0)
-                .bind(Topic::Core.as_str()),
-            )
-            .await?;
-        let mut scrub = OutboxScrub::default();
-        let (mut cancel, mut rewrite) = (Vec::new(), Vec::new());
-        for r in &rows {
-            let body = r.text("body")?;
-            let (mut kept, mut theirs, mut all) = (String::new(), 0u64, 0u64);
-            for record in records_in(&body) {
-                // A row this build cannot read is left to its sink, which
-                // reports it.
-                let Ok(record) = record else {
-                    theirs = 0;
-                    break;
-                };
-                all += 1;
-                if matcher.matches(
-                    Some(&record.contact_id),
-                    record.user_id.as_deref(),
-                    record.anonymous_id.as_deref(),
-                    record.occurred_at,
-                ) {
-                    theirs += 1;
-                } else {
-                    write_event_record(&mut kept, &record);
-                }
-            }
-            if theirs == 0 {
-                continue;
-            }
-            scrub.events_removed += theirs;
-            let row_id = r.int("id")?;
-            if theirs == all {
-                scrub.rows_cancelled += 1;
-                cancel.push(row_id);
-            } else {
-                scrub.rows_rewritten += 1;
-                rewrite.push((row_id, kept, (all - theirs) as i64));
-            }
+        let owed = |lock: &str| {
+            Q::new(format!(
+                "SELECT id, body FROM outbox WHERE tenant_id = $1 AND topic = $2 \
+                 AND routing_key = 'core.event.tracked' ORDER BY id{lock}"
+            ))
+            .bind(tenant.0)
+            .bind(Topic::Core.as_str())
+        };
+        // A look without locks first: most erasures find nothing owed.
+        let (scrub, ..) = owed_scrub(&self.db.read(owed("")).await?, matcher)?;
+        if !act || scrub.events_removed == 0 {
+            return Ok(scrub);
         }
+        let mut tx = self.db.begin_relaxed().await?;
+        let rows = tx.fetch(owed(d.lock())).await?;
+        let (scrub, cancel, rewrite) = owed_scrub(&rows, matcher)?;
         let touched: Vec<i64> = cancel
             .iter()
             .copied()
             .chain(rewrite.iter().map(|(id, _, _)| *id))
             .collect();
-        if !act || touched.is_empty() {
+        if touched.is_empty() {
             tx.commit().await?;
             return Ok(scrub);
         }
@@ -922,9 +907,9 @@ impl Erasures<'_> {
         report: impl FnOnce(u64, u64) -> Value,
     ) -> Result<u64> {
         let d = self.d();
-        let mut tx = self.db.begin_relaxed().await?;
-        let rows = tx
-            .fetch(
+        let rows = self
+            .db
+            .read(
                 Q::new(format!(
                     "SELECT id, body FROM webhook_deliveries WHERE tenant_id = $1 \
                      AND event_type = 'core.event.tracked' AND body <> '' AND {}",
@@ -943,6 +928,7 @@ impl Erasures<'_> {
         }
         let scrubbed = theirs.len() as u64;
         if act && !theirs.is_empty() {
+            let mut tx = self.db.begin_relaxed().await?;
             let cancelled = tx
                 .execute(
                     Q::new(format!(
@@ -962,8 +948,8 @@ impl Erasures<'_> {
             )
             .await?;
             save(&mut tx, id, report(cancelled, scrubbed)).await?;
+            tx.commit().await?;
         }
-        tx.commit().await?;
         Ok(scrubbed)
     }
 
@@ -1008,20 +994,10 @@ impl Erasures<'_> {
         let d = self.d();
         let matcher = Matcher::new(person, window);
         let mut found = Found::default();
-        for key in self.partitions().await? {
-            let Some((from, to)) = window.clamp(key.month.start(), key.month.end()) else {
-                continue;
-            };
+        for (_, table, range) in self.months(window).await? {
             let r = self
                 .db
-                .read_one(self.in_partition(
-                    "SELECT COUNT(*) AS n",
-                    "",
-                    tenant,
-                    key,
-                    (from, to),
-                    person,
-                ))
+                .read_one(self.in_month("SELECT COUNT(*) AS n", "", tenant, &table, range, person))
                 .await?;
             found.tracked_events += r.int("n")? as u64;
         }
@@ -1245,6 +1221,53 @@ async fn save(tx: &mut Tx<'_>, id: JobId, report: Value) -> Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// What owed outbox rows carry of the person: the counts, the rows that
+/// carry only their events, and the others with the person's events taken
+/// out (id, the body without them, events left).
+fn owed_scrub(
+    rows: &[Row],
+    matcher: &Matcher,
+) -> Result<(OutboxScrub, Vec<i64>, Vec<(i64, String, i64)>)> {
+    let mut scrub = OutboxScrub::default();
+    let (mut cancel, mut rewrite) = (Vec::new(), Vec::new());
+    for r in rows {
+        let body = r.text("body")?;
+        let (mut kept, mut theirs, mut all) = (String::new(), 0u64, 0u64);
+        for record in records_in(&body) {
+            // A row this build cannot read is left to its sink, which
+            // reports it.
+            let Ok(record) = record else {
+                theirs = 0;
+                break;
+            };
+            all += 1;
+            if matcher.matches(
+                Some(&record.contact_id),
+                record.user_id.as_deref(),
+                record.anonymous_id.as_deref(),
+                record.occurred_at,
+            ) {
+                theirs += 1;
+            } else {
+                write_event_record(&mut kept, &record);
+            }
+        }
+        if theirs == 0 {
+            continue;
+        }
+        scrub.events_removed += theirs;
+        let row_id = r.int("id")?;
+        if theirs == all {
+            scrub.rows_cancelled += 1;
+            cancel.push(row_id);
+        } else {
+            scrub.rows_rewritten += 1;
+            rewrite.push((row_id, kept, (all - theirs) as i64));
+        }
+    }
+    Ok((scrub, cancel, rewrite))
 }
 
 /// Whether an inbox or quarantine payload is the person's event.
