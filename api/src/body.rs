@@ -1,5 +1,7 @@
 //! The request body extractor of the JSON endpoints: `application/json`
-//! only (415 otherwise), bytes under the 4 MiB request limit, read within
+//! only (415 otherwise), sent as is or compressed (`content-encoding:
+//! gzip` or `zstd`; any other encoding 415), bytes under the 4 MiB request
+//! limit once inflated (413 as soon as inflation passes it), read within
 //! the body timeout (408 otherwise), documented in OpenAPI with the schema
 //! of `T`, parsed and validated by the handler (so every problem has a
 //! typed answer).
@@ -104,22 +106,7 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             )
             .into());
         }
-        // A compressed body would read as invalid JSON: say what is wrong.
-        if let Some(encoding) = request
-            .headers()
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.trim().eq_ignore_ascii_case("identity"))
-        {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                ProblemCode::UnsupportedMediaType,
-                format!(
-                    "compressed bodies are not accepted (got `content-encoding: {encoding}`); send the JSON as is"
-                ),
-            )
-            .into());
-        }
+        let encoding = Encoding::of(request)?;
         let too_large = || {
             ApiError::payload_too_large(format!("request body is over {} bytes", MAX_REQUEST_BYTES))
         };
@@ -159,6 +146,7 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
                     format!("could not read the body: {other}"),
                 ),
             })?;
+        let bytes = encoding.inflate(bytes)?;
         if bytes.is_empty() {
             return Err(ApiError::invalid_json("request body is empty").into());
         }
@@ -167,6 +155,106 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
             _schema: PhantomData,
         })
     }
+}
+
+/// How a request body is encoded (`content-encoding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Identity,
+    Gzip,
+    Zstd,
+}
+
+/// Largest zstd window a body may ask for (8 MiB): a frame may not make the
+/// decoder allocate more than twice the body limit.
+const ZSTD_WINDOW_LOG_MAX: u32 = 23;
+
+impl Encoding {
+    /// The request's encoding: absent or `identity` is the JSON as is;
+    /// `gzip` (`x-gzip`) and `zstd` are inflated; anything else is a `415`
+    /// naming what is accepted.
+    pub fn of(request: &Request) -> Result<Encoding, ApiError> {
+        let Some(value) = request.headers().get(header::CONTENT_ENCODING) else {
+            return Ok(Encoding::Identity);
+        };
+        let name = value.to_str().unwrap_or("").trim();
+        match name.to_ascii_lowercase().as_str() {
+            "" | "identity" => Ok(Encoding::Identity),
+            "gzip" | "x-gzip" => Ok(Encoding::Gzip),
+            "zstd" => Ok(Encoding::Zstd),
+            _ => Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ProblemCode::UnsupportedMediaType,
+                format!(
+                    "`content-encoding: {name}` is not accepted; send the JSON as is, or compressed with `gzip` or `zstd`"
+                ),
+            )),
+        }
+    }
+
+    /// The body inflated, at most [`MAX_REQUEST_BYTES`]: inflation stops at
+    /// the first byte past the limit (413), so a small body that would
+    /// inflate to gigabytes costs no more memory than the limit. A stream
+    /// that is not what it says is a `400 invalid_encoding`.
+    pub fn inflate(self, body: Bytes) -> Result<Bytes, ApiError> {
+        let read = match self {
+            Encoding::Identity => return Ok(body),
+            Encoding::Gzip => read_capped(flate2::read::MultiGzDecoder::new(&body[..]), body.len()),
+            Encoding::Zstd => {
+                zstd::stream::read::Decoder::with_buffer(&body[..]).and_then(|mut d| {
+                    d.window_log_max(ZSTD_WINDOW_LOG_MAX)?;
+                    read_capped(d, body.len())
+                })
+            }
+        };
+        let name = self.name();
+        let out = read.map_err(|e| {
+            ApiError::bad_request(
+                ProblemCode::InvalidEncoding,
+                format!("the body is not a valid {name} stream: {e}"),
+            )
+        })?;
+        if out.len() > MAX_REQUEST_BYTES {
+            return Err(ApiError::payload_too_large(format!(
+                "request body is over {MAX_REQUEST_BYTES} bytes once inflated ({name})"
+            )));
+        }
+        Ok(Bytes::from(out))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Identity => "identity",
+            Encoding::Gzip => "gzip",
+            Encoding::Zstd => "zstd",
+        }
+    }
+}
+
+/// Reads `from` to its end or to one byte past [`MAX_REQUEST_BYTES`],
+/// whichever comes first, into a buffer that never holds more than that
+/// (`read_to_end` would double it to twice the limit).
+fn read_capped(mut from: impl std::io::Read, wire: usize) -> std::io::Result<Vec<u8>> {
+    let limit = MAX_REQUEST_BYTES + 1;
+    // JSON usually inflates 5 to 20 times.
+    let mut out = vec![0u8; (wire.saturating_mul(8)).clamp(16 << 10, limit)];
+    let mut len = 0;
+    loop {
+        if len == out.len() {
+            if len == limit {
+                break;
+            }
+            out.resize((len * 2).min(limit), 0);
+        }
+        match from.read(&mut out[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out.truncate(len);
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -181,5 +269,65 @@ mod tests {
         assert!(!is_json(Some("application/x-www-form-urlencoded")));
         assert!(!is_json(Some("application/jsonx")));
         assert!(!is_json(None));
+    }
+
+    fn gzip(data: &[u8]) -> Bytes {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        Bytes::from(e.finish().unwrap())
+    }
+
+    #[test]
+    fn inflates_what_it_is_told() {
+        let json = br#"{"batch":[{"type":"track","event":"e"}]}"#;
+        assert_eq!(Encoding::Gzip.inflate(gzip(json)).unwrap(), &json[..]);
+        let z = Bytes::from(zstd::encode_all(&json[..], 3).unwrap());
+        assert_eq!(Encoding::Zstd.inflate(z).unwrap(), &json[..]);
+        // Two gzip members are one body, as `cat a.gz b.gz` is.
+        let mut two = gzip(b"{\"a\":").to_vec();
+        two.extend_from_slice(&gzip(b"1}"));
+        assert_eq!(
+            Encoding::Gzip.inflate(Bytes::from(two)).unwrap(),
+            &b"{\"a\":1}"[..]
+        );
+    }
+
+    #[test]
+    fn stops_at_the_limit() {
+        let exact = vec![b' '; MAX_REQUEST_BYTES];
+        assert_eq!(
+            Encoding::Gzip.inflate(gzip(&exact)).unwrap().len(),
+            MAX_REQUEST_BYTES
+        );
+        let over = vec![b' '; MAX_REQUEST_BYTES + 1];
+        let e = Encoding::Gzip.inflate(gzip(&over)).unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::PAYLOAD_TOO_LARGE, ProblemCode::PayloadTooLarge)
+        );
+        let z = Bytes::from(zstd::encode_all(&over[..], 3).unwrap());
+        let e = Encoding::Zstd.inflate(z).unwrap_err();
+        assert_eq!(e.code, ProblemCode::PayloadTooLarge);
+    }
+
+    #[test]
+    fn a_corrupt_stream_is_a_typed_400() {
+        for (enc, body) in [
+            (Encoding::Gzip, Bytes::from_static(b"{\"not\":\"gzip\"}")),
+            (Encoding::Zstd, Bytes::from_static(b"{\"not\":\"zstd\"}")),
+        ] {
+            let e = enc.inflate(body).unwrap_err();
+            assert_eq!(
+                (e.status, e.code),
+                (StatusCode::BAD_REQUEST, ProblemCode::InvalidEncoding)
+            );
+        }
+        // Cut short: the stream ends before its trailer.
+        let full = gzip(&vec![b'x'; 10_000]);
+        let e = Encoding::Gzip
+            .inflate(full.slice(..full.len() - 6))
+            .unwrap_err();
+        assert_eq!(e.code, ProblemCode::InvalidEncoding);
     }
 }

@@ -26,6 +26,7 @@ pub enum ProblemCode {
     InvalidPayload,
     InvalidQuery,
     InvalidRequest,
+    InvalidEncoding,
     BatchTooLarge,
     PayloadTooLarge,
     UnsupportedMediaType,
@@ -48,12 +49,13 @@ pub enum ProblemCode {
 }
 
 impl ProblemCode {
-    pub const ALL: [ProblemCode; 24] = [
+    pub const ALL: [ProblemCode; 25] = [
         ProblemCode::Unauthorized,
         ProblemCode::InvalidJson,
         ProblemCode::InvalidPayload,
         ProblemCode::InvalidQuery,
         ProblemCode::InvalidRequest,
+        ProblemCode::InvalidEncoding,
         ProblemCode::BatchTooLarge,
         ProblemCode::PayloadTooLarge,
         ProblemCode::UnsupportedMediaType,
@@ -82,6 +84,7 @@ impl ProblemCode {
             ProblemCode::InvalidPayload => "invalid_payload",
             ProblemCode::InvalidQuery => "invalid_query",
             ProblemCode::InvalidRequest => "invalid_request",
+            ProblemCode::InvalidEncoding => "invalid_encoding",
             ProblemCode::BatchTooLarge => "batch_too_large",
             ProblemCode::PayloadTooLarge => "payload_too_large",
             ProblemCode::UnsupportedMediaType => "unsupported_media_type",
@@ -335,11 +338,11 @@ type Answer = (u16, &'static str);
 
 const BAD_JSON: Answer = (
     400,
-    "Malformed JSON or a repeated member name (`invalid_json`), or a batch over 500 items (`batch_too_large`)",
+    "Malformed JSON or a repeated member name (`invalid_json`), a batch over 500 items (`batch_too_large`), or a compressed body that does not inflate (`invalid_encoding`)",
 );
 const BAD_BODY: Answer = (
     400,
-    "Malformed JSON or a repeated member name (`invalid_json`)",
+    "Malformed JSON or a repeated member name (`invalid_json`), or a compressed body that does not inflate (`invalid_encoding`)",
 );
 const BAD_QUERY: Answer = (
     400,
@@ -361,11 +364,11 @@ const NOT_COMPLETED: Answer = (
 );
 const TOO_LARGE: Answer = (
     413,
-    "Event over 32 KiB or request over 4 MiB (`payload_too_large`)",
+    "Event over 32 KiB or request over 4 MiB, counted once inflated when compressed (`payload_too_large`)",
 );
 const MEDIA: Answer = (
     415,
-    "The body is not `application/json`, or is compressed (`unsupported_media_type`)",
+    "The body is not `application/json`, or its `content-encoding` is not `identity`, `gzip` or `zstd` (`unsupported_media_type`)",
 );
 const INVALID: Answer = (
     422,

@@ -5,6 +5,7 @@
 mod helpers;
 
 mod amqp;
+mod compression;
 mod conformance;
 mod console;
 mod durability;

@@ -1434,6 +1434,21 @@ async fn owed_events_are_not_sent_and_the_broker_is_told() {
         .await
         .expect("the link works");
     assert_eq!(first.routing_key, "core.event.tracked");
+    // The consumer can see the message before the relay has recorded the
+    // broker's confirm: cut only once nothing is owed.
+    crate::helpers::eventually(
+        "the first event's outbox row settled",
+        Duration::from_secs(15),
+        || async {
+            let owed = app
+                .store
+                .outbox_depth(fastack_core::store::SinkName("amqp"))
+                .await
+                .unwrap();
+            (owed == 0).then_some(())
+        },
+    )
+    .await;
     // The broker away: these stay owed.
     proxy.cut();
     let owed = batch(
