@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gzip
 import json
 import logging
 import os
@@ -48,6 +49,9 @@ _ITEM_PROBLEMS = frozenset(
 _TAIL = b"]}"
 _ENVELOPE = len(_HEAD) + len(_TAIL)
 _FULL_BYTES = MAX_REQUEST_BYTES - _ENVELOPE  # queued bytes (with commas) that fill a request
+# Smaller batches are sent as is: compressing them saves little.
+_COMPRESS_FROM = 1024
+_COMPRESSIONS = (None, "gzip")
 
 ErrorCallback = Callable[[FastackError, "list[dict[str, Any]]"], None]
 
@@ -64,6 +68,7 @@ class TrackerStats:
     dropped: int  #: of which dropped because the queue was full
     requests: int  #: HTTP requests sent
     retries: int  #: requests repeated after a 429, 5xx or connection error
+    bytes_sent: int = 0  #: request body bytes sent (after compression)
 
 
 def _refuse(name: str, value: Any, max_len: int) -> NoReturn:
@@ -168,6 +173,10 @@ class Tracker:
       an item without naming it, the batch is split in halves until the
       culprit is alone.
       Otherwise (401, 415, ...) the whole batch goes to `on_error`.
+    - Batches of 1 KiB or more are sent gzip-compressed (`compression="gzip"`,
+      the default; JSON shrinks 5 to 10 times); `compression=None` sends them
+      as is. A server that answers 415 to a compressed batch (a release
+      before compressed bodies) gets it again as is, and every later one.
     - An item whose JSON is over 32 KiB is not queued: it goes to `on_error`
       (`EventTooLarge`) and never fails a batch.
     - The queue holds at most `max_queue_size` items; past that an item is
@@ -200,6 +209,7 @@ class Tracker:
         max_inflight: int = 4,
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
+        compression: str | None = "gzip",
     ) -> None:
         if not 1 <= max_batch <= MAX_BATCH_ITEMS:
             raise ValueError(f"max_batch must be 1–{MAX_BATCH_ITEMS}")
@@ -209,6 +219,9 @@ class Tracker:
             raise ValueError("flush_interval must be positive")
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
+        if compression not in _COMPRESSIONS:
+            raise ValueError(f"compression must be 'gzip' or None, got {compression!r}")
+        self._compression = compression
         self._api_key = api_key
         self._base_url = base_url.rstrip("/")
         self._flush_interval = float(flush_interval)
@@ -252,6 +265,7 @@ class Tracker:
         self._dropped = 0
         self._requests = 0
         self._retries = 0
+        self._bytes_sent = 0
         self._workers: list[threading.Thread] = []
         self._http = self._make_http()
 
@@ -425,6 +439,7 @@ class Tracker:
                 dropped=self._dropped,
                 requests=self._requests,
                 retries=self._retries,
+                bytes_sent=self._bytes_sent,
             )
 
     @property
@@ -521,10 +536,17 @@ class Tracker:
                 self._fail(TrackerClosed("not delivered before close() timed out"), pending)
                 return
             body = _HEAD + b",".join(pending) + _TAIL
+            compressed = self._compression == "gzip" and len(body) >= _COMPRESS_FROM
+            headers = None
+            if compressed:
+                # Level 1: most of level 6's gain at a third of its time.
+                body = gzip.compress(body, compresslevel=1, mtime=0)
+                headers = {"content-encoding": "gzip"}
             with self._lock:
                 self._requests += 1
+                self._bytes_sent += len(body)
             try:
-                resp = self._http.post("/v1/core/batch", content=body)
+                resp = self._http.post("/v1/core/batch", content=body, headers=headers)
             except httpx.TransportError as exc:
                 err: FastackError = TransportError(f"{type(exc).__name__}: {exc}")
                 err.__cause__ = exc
@@ -536,6 +558,11 @@ class Tracker:
             if status == 202:
                 self._accepted_batch(pending, resp)
                 return
+            if status == 415 and compressed:
+                # A server without compressed bodies: send as is from now on.
+                log.warning("fastack tracker: the server refused a gzip batch (415); sending batches uncompressed")
+                self._compression = None
+                continue
             problem = ApiError.from_response(status, resp.headers, resp.content)
             if status in _RETRY_STATUSES or status >= 500:
                 if self._retry_or_fail(attempt, status, problem.retry_after, problem, pending):

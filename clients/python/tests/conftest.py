@@ -5,6 +5,7 @@ SQLite) in a temp dir on a free port. The binary is FASTACK_BIN, default
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
+import httpx
 import pytest
 
 HERE = Path(__file__).resolve().parents[1]  # clients/python
@@ -202,3 +204,11 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what or predicate}: last={last!r}")
+
+
+def sent_body(request: httpx.Request) -> bytes:
+    """A request's JSON bytes as the tracker serialised them (inflated when
+    it went gzip-compressed)."""
+    if request.headers.get("content-encoding") == "gzip":
+        return gzip.decompress(request.content)
+    return request.content

@@ -11,11 +11,13 @@ import time
 from collections import Counter
 from typing import Any
 
+import httpx
+
 from fastack import ApiError, Client, EventTooLarge, FastackError, QueueFull, Tracker, TrackerClosed
 from fastack._fast import dumps as _encode
 from fastack._tracker import MAX_EVENT_BYTES
 
-from .conftest import Server, free_port, python_env, recent, wait_for, window
+from .conftest import Server, free_port, python_env, recent, sent_body, wait_for, window
 
 # Timestamps the tests send where the value itself matters (an exact size,
 # the same content twice): fixed for the run, relative to today.
@@ -388,6 +390,61 @@ def test_batches_fill_requests_up_to_exactly_4_mib(server: Server, api_key: str)
     assert_exactly_once(server, api_key, "Big", len(sizes))
 
 
+class RecordingTransport(httpx.HTTPTransport):
+    """The real transport, remembering each request's content-encoding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encodings: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.encodings.append(request.headers.get("content-encoding"))
+        return super().handle_request(request)
+
+
+def test_compressed_batches_are_stored_exactly_as_tracked(server: Server, api_key: str) -> None:
+    """Batches of 1 KiB or more go gzip-compressed; the server stores each
+    event exactly as tracked, and far fewer bytes cross the wire."""
+    transport = RecordingTransport()
+    errors = Errors()
+    tracker = Tracker(api_key, base_url=server.base_url, flush_interval=60, on_error=errors, transport=transport)
+    sent = {}
+    for seq in range(400):
+        props = {
+            "seq": seq,
+            "text": f'café ☕ 𝄞 "quoted" \\ line\nbreak {seq}',
+            "nested": {"a": [1, {"b": None}, True]},
+            "big": 2**63 - 1,
+        }
+        sent[seq] = props
+        tracker.track("Squeezed", user_id=f"u-{seq % 5}", properties=props, occurred_at=AN_HOUR_AGO)
+    assert tracker.close() is True
+    st = tracker.stats()
+    assert errors.calls == [] and st.accepted == 400
+    assert transport.encodings and set(transport.encodings) == {"gzip"}, transport.encodings
+    raw = sum(len(_encode(p).encode()) for p in sent.values())
+    assert st.bytes_sent * 4 < raw, f"{st.bytes_sent} bytes sent for {raw} bytes of properties"
+    assert_exactly_once(server, api_key, "Squeezed", 400)
+    with Client(api_key, base_url=server.base_url) as client:
+        frm, to = window()
+        for e in client.events(frm, to, event="Squeezed"):
+            assert e.properties.to_dict() == sent[int(e.properties["seq"])]
+
+
+def test_small_batches_and_compression_none_go_as_is(server: Server, api_key: str) -> None:
+    transport = RecordingTransport()
+    small = Tracker(api_key, base_url=server.base_url, flush_interval=60, transport=transport)
+    small.track("Tiny", user_id="u")
+    assert small.close() is True
+    transport2 = RecordingTransport()
+    plain = Tracker(api_key, base_url=server.base_url, flush_interval=60, transport=transport2, compression=None)
+    for seq in range(50):
+        plain.track("Plain", user_id="u", properties={"seq": seq, "pad": "p" * 100})
+    assert plain.close() is True
+    assert plain.stats().accepted == 50
+    assert transport.encodings == [None] and transport2.encodings == [None]
+
+
 def test_identity_changes_keep_their_order_while_tracks_overlap() -> None:
     """With several batches in flight, a batch holding an identify (or a
     track that links ids) is sent alone: everything tracked before it is
@@ -405,7 +462,7 @@ def test_identity_changes_keep_their_order_while_tracks_overlap() -> None:
         return int((it.get("properties") or it.get("traits"))["n"])
 
     def handler(request: httpx.Request) -> httpx.Response:
-        items = _json.loads(request.content)["batch"]
+        items = _json.loads(sent_body(request))["batch"]
         with lock:
             in_flight[0] += 1
             overlap = in_flight[0]

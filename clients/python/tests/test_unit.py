@@ -16,7 +16,7 @@ from fastack._errors import parse_retry_after
 from fastack._time import format_time, parse_time
 from fastack._tracker import MAX_REQUEST_BYTES
 
-from .conftest import python_env
+from .conftest import python_env, sent_body
 
 PROBLEM_422 = {
     "type": "urn:fastack:problem:invalid_payload",
@@ -40,7 +40,7 @@ def problem(status: int, code: str, **extra: Any) -> dict[str, Any]:
 
 
 def ack_batch(request: httpx.Request) -> httpx.Response:
-    n = len(json.loads(request.content)["batch"])
+    n = len(json.loads(sent_body(request))["batch"])
     return httpx.Response(
         202, json={"items": [{"id": "01a22f86-4066-7748-b15e-ded1aa00ecc9", "duplicate": False}] * n}
     )
@@ -180,9 +180,27 @@ def test_tracker_resends_the_same_bytes_after_429_and_5xx() -> None:
     assert rec.times[1] - rec.times[0] >= 1.0  # Retry-After honoured
     st = t.stats()
     assert (st.accepted, st.retries, st.requests) == (10, 3, 4)
-    body = json.loads(rec.requests[0].content)
+    body = json.loads(sent_body(rec.requests[0]))
     assert len(body["batch"]) == 10 and body["batch"][0]["type"] == "track"
     assert rec.requests[0].headers["content-type"] == "application/json"
+
+
+def test_tracker_sends_as_is_after_a_415_to_a_compressed_batch() -> None:
+    """A server before compressed bodies answers 415: the same batch goes
+    again as is, and so does every later one; nothing reaches on_error."""
+    rec = Recorder([lambda r: httpx.Response(415, json=problem(415, "unsupported_media_type")), ack_batch])
+    errors: list[Any] = []
+    t = mock_tracker(rec, flush_interval=60, max_batch=20, on_error=lambda e, items: errors.append(e))
+    for i in range(40):
+        t.track("x", user_id="u", properties={"i": i, "pad": "z" * 60})
+    assert t.close() is True
+    assert errors == [] and len(rec.requests) == 3
+    encodings = [r.headers.get("content-encoding") for r in rec.requests]
+    assert encodings == ["gzip", None, None]
+    assert sent_body(rec.requests[0]) == rec.requests[1].content
+    assert t.stats().accepted == 40
+    with pytest.raises(ValueError):
+        Tracker("fsk_test", compression="br")
 
 
 def test_tracker_does_not_retry_other_4xx() -> None:
@@ -204,14 +222,14 @@ def test_tracker_isolates_named_items_and_resends_the_rest() -> None:
     t.close()
     assert len(rec.requests) == 2
     assert [it["idempotency_key"] for it in got[0][1]] == [keys[1]]
-    resent = json.loads(rec.requests[1].content)["batch"]
+    resent = json.loads(sent_body(rec.requests[1]))["batch"]
     assert [it["idempotency_key"] for it in resent] == [keys[0], keys[2]]
     assert (
-        rec.requests[1].content
+        sent_body(rec.requests[1])
         == b'{"batch":['
         + b",".join(
             json.dumps(
-                json.loads(rec.requests[0].content)["batch"][i], ensure_ascii=False, separators=(",", ":")
+                json.loads(sent_body(rec.requests[0]))["batch"][i], ensure_ascii=False, separators=(",", ":")
             ).encode()
             for i in (0, 2)
         )
@@ -221,7 +239,7 @@ def test_tracker_isolates_named_items_and_resends_the_rest() -> None:
 
 def test_tracker_halves_a_batch_the_server_finds_too_large() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
-        if len(json.loads(request.content)["batch"]) > 2:
+        if len(json.loads(sent_body(request))["batch"]) > 2:
             return httpx.Response(413, json=problem(413, "payload_too_large"))
         return ack_batch(request)
 

@@ -84,6 +84,14 @@ export interface TrackerOptions {
   fetch?: (input: Request) => Promise<Response>;
   /** Extra headers on every request. */
   headers?: Record<string, string>;
+  /**
+   * Batches of at least 1 KiB are sent gzip-compressed (`content-encoding:
+   * gzip`, CompressionStream): JSON shrinks 5 to 10 times. `"none"` sends
+   * them as is. A server that answers 415 to a compressed batch (a release
+   * before compressed bodies) gets it again as is, and everything after.
+   * Default `"gzip"`.
+   */
+  compression?: "gzip" | "none";
 }
 
 export interface TrackerStats {
@@ -105,6 +113,8 @@ export interface TrackerStats {
   retries: number;
   /** Requests answered 429. */
   rateLimited: number;
+  /** Request body bytes sent (after compression). */
+  bytesSent: number;
 }
 
 export interface FlushOptions {
@@ -153,6 +163,7 @@ export class Tracker {
   readonly #exitTimeoutMs: number;
   readonly #onError: (error: TrackerError) => void;
   readonly #onDelivered: ((items: TrackerItem[], acks: Ack[]) => void) | undefined;
+  #compress: boolean;
 
   #queue: Pending[] = [];
   #head = 0;
@@ -167,7 +178,7 @@ export class Tracker {
   #closing: Promise<void> | undefined;
   readonly #abort = new AbortController();
   #drops: TrackerItem[] = [];
-  readonly #stats = { delivered: 0, duplicates: 0, failed: 0, dropped: 0, requests: 0, retries: 0, rateLimited: 0 };
+  readonly #stats = { delivered: 0, duplicates: 0, failed: 0, dropped: 0, requests: 0, retries: 0, rateLimited: 0, bytesSent: 0 };
 
   constructor(options: TrackerOptions) {
     this.#t = new Transport({
@@ -187,6 +198,11 @@ export class Tracker {
     this.#exitTimeoutMs = nonNegative(options.exitTimeoutMs, 5_000, "exitTimeoutMs");
     this.#onError = options.onError ?? ((error) => console.warn(`[fastack] ${error.message}`));
     this.#onDelivered = options.onDelivered;
+    const compression = options.compression ?? "gzip";
+    if (compression !== "gzip" && compression !== "none") {
+      throw new TypeError(`compression must be "gzip" or "none", got ${JSON.stringify(compression)}`);
+    }
+    this.#compress = compression === "gzip" && typeof CompressionStream === "function";
     if (options.flushOnExit ?? true) exitHook.add(this);
   }
 
@@ -386,7 +402,7 @@ export class Tracker {
     let failures = 0;
     while (items.length > 0) {
       if (this.#abort.signal.aborted) return;
-      let answer: { response: Response; body: unknown };
+      let answer: { response: Response; body: unknown; compressed: boolean };
       try {
         answer = await this.#post(items);
       } catch (err) {
@@ -407,6 +423,12 @@ export class Tracker {
         return;
       }
       const problem = ApiError.from(response, body);
+      if (response.status === 415 && answer.compressed) {
+        // A server without compressed bodies: send as is from now on.
+        this.#compress = false;
+        console.warn("[fastack] the server refused a gzip batch (415); sending batches uncompressed");
+        continue;
+      }
       const retryAfterMs = parseRetryAfter(response.headers.get("retry-after"));
       if (response.status === 429) {
         this.#stats.rateLimited++;
@@ -445,18 +467,22 @@ export class Tracker {
     }
   }
 
-  async #post(items: Pending[]): Promise<{ response: Response; body: unknown }> {
+  async #post(items: Pending[]): Promise<{ response: Response; body: unknown; compressed: boolean }> {
     const json = `{"batch":[${items.map((p) => p.json).join(",")}]}`;
+    const compressed = this.#compress && json.length >= COMPRESS_FROM;
+    const payload: string | Uint8Array = compressed ? await gzip(json) : json;
     const deadline = withDeadline(this.#requestTimeoutMs, this.#abort.signal);
     try {
       this.#stats.requests++;
+      this.#stats.bytesSent += typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
       const { response, data, error } = await this.#t.api.POST("/v1/core/batch", {
         // The body is serialised once, when queued, and re-sent byte for byte.
         body: PLACEHOLDER,
-        bodySerializer: () => json,
+        bodySerializer: () => payload,
+        headers: compressed ? { "content-encoding": "gzip" } : undefined,
         signal: deadline.signal,
       });
-      return { response, body: response.ok ? data : error };
+      return { response, body: response.ok ? data : error, compressed };
     } finally {
       deadline.done();
     }
@@ -551,6 +577,14 @@ export class Tracker {
 }
 
 const PLACEHOLDER = { batch: [] as BatchItem[] };
+
+/** Smaller batches are sent as is: compressing them saves little. */
+const COMPRESS_FROM = 1024;
+
+async function gzip(text: string): Promise<Uint8Array> {
+  const stream = new Blob([text]).stream().pipeThrough(new CompressionStream("gzip"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
 
 /** Refusals the server would certainly answer; the rest is left to the server (which names the item). */
 function check(type: "track" | "identify", input: Resolved<TrackInput> | Resolved<IdentifyInput>): string | undefined {

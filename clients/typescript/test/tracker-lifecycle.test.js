@@ -267,6 +267,7 @@ describe("retries keep the keys", () => {
 test("items adding up to more than 4 MiB go out in several requests, each at most 4 MiB", async () => {
   const sizes = [];
   const { tracker, errors } = collect({
+    compression: "none", // the limit is on the JSON's bytes; compressed it would be one request
     fetch: async (req) => {
       sizes.push((await req.clone().arrayBuffer()).byteLength);
       return fetch(req);
@@ -282,4 +283,80 @@ test("items adding up to more than 4 MiB go out in several requests, each at mos
   assert.ok(sizes.every((n) => n <= 4 * 1024 * 1024), `sizes ${sizes}`);
   assert.ok(sizes[0] > 3.9 * 1024 * 1024, "the first request is filled up to the limit");
   assert.equal((await readable(run, 200)).length, 200);
+});
+
+describe("compressed batches", () => {
+  const seen = (proxyLog) => (n, req) => {
+    proxyLog.push({ n, encoding: req.headers["content-encoding"], length: Number(req.headers["content-length"] ?? 0) });
+    return "forward";
+  };
+
+  test("batches of 1 KiB or more go gzip-compressed and are stored exactly as tracked", async () => {
+    const log = [];
+    const proxy = await startProxy(server.baseUrl, seen(log));
+    try {
+      const { tracker, errors } = collect({ baseUrl: proxy.url });
+      const run = randomUUID();
+      const sent = new Map();
+      for (let seq = 0; seq < 300; seq++) {
+        const properties = { run, seq, text: `café ☕ 𝄞 "quoted" \\ line\nbreak ${seq}`, nested: { a: [1, { b: null }, true] } };
+        sent.set(tracker.track({ event: "Squeezed", userId: `u-${seq % 5}`, properties }), properties);
+      }
+      await tracker.close();
+      assert.deepEqual(errors, []);
+      assert.equal(tracker.stats.delivered, 300);
+      assert.ok(log.length >= 1 && log.every((r) => r.encoding === "gzip"), JSON.stringify(log));
+      const raw = [...sent.values()].reduce((n, p) => n + JSON.stringify(p).length, 0);
+      assert.ok(tracker.stats.bytesSent * 4 < raw, `${tracker.stats.bytesSent} bytes sent for ${raw} bytes of properties`);
+      const events = await readable(run, 300);
+      assert.equal(events.length, 300);
+      const bySeq = new Map(events.map((e) => [e.properties.seq, e.properties]));
+      for (const p of sent.values()) assert.deepEqual(bySeq.get(p.seq), p);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  test("a small batch, and compression: \"none\", go as is", async () => {
+    const log = [];
+    const proxy = await startProxy(server.baseUrl, seen(log));
+    try {
+      const small = collect({ baseUrl: proxy.url });
+      small.tracker.track({ event: "Tiny", userId: "u" });
+      await small.tracker.close();
+      const plain = collect({ baseUrl: proxy.url, compression: "none" });
+      for (let seq = 0; seq < 50; seq++) plain.tracker.track({ event: "Plain", userId: "u", properties: { seq, pad: "p".repeat(100) } });
+      await plain.tracker.close();
+      assert.equal(plain.tracker.stats.delivered, 50);
+      assert.deepEqual(log.map((r) => r.encoding), [undefined, undefined]);
+      assert.throws(() => new Tracker({ apiKey: "k", compression: "br" }), TypeError);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  test("a server that refuses compressed bodies (415) gets the batch again as is, and every later one", async () => {
+    const log = [];
+    const proxy = await startProxy(server.baseUrl, (n, req) => {
+      log.push(req.headers["content-encoding"]);
+      return req.headers["content-encoding"]
+        ? { status: 415, headers: { "content-type": "application/problem+json" }, body: JSON.stringify({ status: 415, code: "unsupported_media_type", title: "Unsupported Media Type" }) }
+        : "forward";
+    });
+    const warn = console.warn;
+    console.warn = () => {};
+    try {
+      const { tracker, errors } = collect({ baseUrl: proxy.url, maxBatch: 100 });
+      const run = randomUUID();
+      for (let seq = 0; seq < 200; seq++) tracker.track({ event: "Fallback", userId: "u", properties: { run, seq, pad: "f".repeat(50) } });
+      await tracker.close();
+      assert.deepEqual(errors, []);
+      assert.equal(tracker.stats.delivered, 200);
+      assert.deepEqual(log, ["gzip", undefined, undefined]);
+      assert.equal((await readable(run, 200)).length, 200);
+    } finally {
+      console.warn = warn;
+      await proxy.close();
+    }
+  });
 });
