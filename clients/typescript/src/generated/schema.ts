@@ -841,7 +841,7 @@ export interface components {
          *     checked against it by a test, so the set stays complete.
          * @enum {string}
          */
-        ProblemCode: "unauthorized" | "invalid_json" | "invalid_payload" | "invalid_query" | "invalid_request" | "batch_too_large" | "payload_too_large" | "unsupported_media_type" | "request_timeout" | "rate_limited" | "idempotency_key_conflict" | "occurred_at_in_future" | "occurred_at_out_of_retention" | "job_not_completed" | "not_found" | "method_not_allowed" | "conflict" | "invalid_endpoint" | "invalid_plan" | "schema_violation" | "unplanned_event" | "invalid_signature" | "unavailable" | "internal";
+        ProblemCode: "unauthorized" | "invalid_json" | "invalid_payload" | "invalid_query" | "invalid_request" | "invalid_encoding" | "batch_too_large" | "payload_too_large" | "unsupported_media_type" | "request_timeout" | "rate_limited" | "idempotency_key_conflict" | "occurred_at_in_future" | "occurred_at_out_of_retention" | "job_not_completed" | "not_found" | "method_not_allowed" | "conflict" | "invalid_endpoint" | "invalid_plan" | "schema_violation" | "unplanned_event" | "invalid_signature" | "unavailable" | "internal";
         /**
          * ProblemField
          * @description One offending field of a request.
@@ -1037,7 +1037,7 @@ export interface operations {
                     "application/json; charset=utf-8": components["schemas"]["Ack"];
                 };
             };
-            /** @description Malformed JSON or a repeated member name (`invalid_json`), or a batch over 500 items (`batch_too_large`) */
+            /** @description Malformed JSON or a repeated member name (`invalid_json`), a batch over 500 items (`batch_too_large`), or a compressed body that does not inflate (`invalid_encoding`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1073,7 +1073,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Event over 32 KiB or request over 4 MiB (`payload_too_large`) */
+            /** @description Event over 32 KiB or request over 4 MiB, counted once inflated when compressed (`payload_too_large`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -1082,7 +1082,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body is not `application/json`, or is compressed (`unsupported_media_type`) */
+            /** @description The body is not `application/json`, or its `content-encoding` is not `identity`, `gzip` or `zstd` (`unsupported_media_type`) */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -1162,7 +1162,7 @@ export interface operations {
                     "application/json; charset=utf-8": components["schemas"]["Ack"];
                 };
             };
-            /** @description Malformed JSON or a repeated member name (`invalid_json`), or a batch over 500 items (`batch_too_large`) */
+            /** @description Malformed JSON or a repeated member name (`invalid_json`), a batch over 500 items (`batch_too_large`), or a compressed body that does not inflate (`invalid_encoding`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1198,7 +1198,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Event over 32 KiB or request over 4 MiB (`payload_too_large`) */
+            /** @description Event over 32 KiB or request over 4 MiB, counted once inflated when compressed (`payload_too_large`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -1207,7 +1207,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body is not `application/json`, or is compressed (`unsupported_media_type`) */
+            /** @description The body is not `application/json`, or its `content-encoding` is not `identity`, `gzip` or `zstd` (`unsupported_media_type`) */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -1284,7 +1284,7 @@ export interface operations {
                     "application/json; charset=utf-8": components["schemas"]["BatchAck"];
                 };
             };
-            /** @description Malformed JSON or a repeated member name (`invalid_json`), or a batch over 500 items (`batch_too_large`) */
+            /** @description Malformed JSON or a repeated member name (`invalid_json`), a batch over 500 items (`batch_too_large`), or a compressed body that does not inflate (`invalid_encoding`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1320,7 +1320,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Event over 32 KiB or request over 4 MiB (`payload_too_large`) */
+            /** @description Event over 32 KiB or request over 4 MiB, counted once inflated when compressed (`payload_too_large`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -1329,7 +1329,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body is not `application/json`, or is compressed (`unsupported_media_type`) */
+            /** @description The body is not `application/json`, or its `content-encoding` is not `identity`, `gzip` or `zstd` (`unsupported_media_type`) */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -1790,7 +1790,7 @@ export interface operations {
                     "application/json; charset=utf-8": components["schemas"]["ExportAccepted"];
                 };
             };
-            /** @description Malformed JSON or a repeated member name (`invalid_json`) */
+            /** @description Malformed JSON or a repeated member name (`invalid_json`), or a compressed body that does not inflate (`invalid_encoding`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1817,7 +1817,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Event over 32 KiB or request over 4 MiB (`payload_too_large`) */
+            /** @description Event over 32 KiB or request over 4 MiB, counted once inflated when compressed (`payload_too_large`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -1826,7 +1826,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body is not `application/json`, or is compressed (`unsupported_media_type`) */
+            /** @description The body is not `application/json`, or its `content-encoding` is not `identity`, `gzip` or `zstd` (`unsupported_media_type`) */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -2141,7 +2141,7 @@ export interface operations {
                     "application/json; charset=utf-8": components["schemas"]["ErasureAccepted"];
                 };
             };
-            /** @description Malformed JSON or a repeated member name (`invalid_json`) */
+            /** @description Malformed JSON or a repeated member name (`invalid_json`), or a compressed body that does not inflate (`invalid_encoding`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2168,7 +2168,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Event over 32 KiB or request over 4 MiB (`payload_too_large`) */
+            /** @description Event over 32 KiB or request over 4 MiB, counted once inflated when compressed (`payload_too_large`) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -2177,7 +2177,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The body is not `application/json`, or is compressed (`unsupported_media_type`) */
+            /** @description The body is not `application/json`, or its `content-encoding` is not `identity`, `gzip` or `zstd` (`unsupported_media_type`) */
             415: {
                 headers: {
                     [name: string]: unknown;

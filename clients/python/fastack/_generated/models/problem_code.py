@@ -6,6 +6,7 @@ class ProblemCode(str, Enum):
     CONFLICT = "conflict"
     IDEMPOTENCY_KEY_CONFLICT = "idempotency_key_conflict"
     INTERNAL = "internal"
+    INVALID_ENCODING = "invalid_encoding"
     INVALID_ENDPOINT = "invalid_endpoint"
     INVALID_JSON = "invalid_json"
     INVALID_PAYLOAD = "invalid_payload"
