@@ -51,6 +51,36 @@ pub enum Profile {
     Duplicates,
 }
 
+/// How request bodies are sent (`content-encoding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodyEncoding {
+    Identity,
+    /// gzip level 1, what the trackers send.
+    Gzip,
+    /// zstd level 3.
+    Zstd,
+}
+
+impl BodyEncoding {
+    /// The body as sent, and its `content-encoding` header.
+    fn encode(self, json: Vec<u8>) -> (Vec<u8>, Option<&'static str>) {
+        use std::io::Write;
+        match self {
+            BodyEncoding::Identity => (json, None),
+            BodyEncoding::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                e.write_all(&json).expect("gzip in memory");
+                (e.finish().expect("gzip in memory"), Some("gzip"))
+            }
+            BodyEncoding::Zstd => (
+                zstd::encode_all(&json[..], 3).expect("zstd in memory"),
+                Some("zstd"),
+            ),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
@@ -66,6 +96,14 @@ pub struct BenchArgs {
     /// What each request is (see benches/README.md).
     #[arg(long, value_enum, default_value = "track")]
     pub profile: Profile,
+    /// Events per `batch` request (the `batch` profile), 1 to 500.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=500))]
+    pub batch_size: u64,
+    /// Send request bodies compressed (`content-encoding`); the client
+    /// compresses each body before it is sent. The baseline does not
+    /// inflate: compare compressed runs with `--no-baseline`.
+    #[arg(long, value_enum, default_value = "identity")]
+    pub encoding: BodyEncoding,
     /// Storage of the server under test: embedded SQLite, or PostgreSQL
     /// and Redis (`--postgres`, `--redis`).
     #[arg(long, value_enum, default_value = "sqlite")]
@@ -165,6 +203,12 @@ pub struct RunReport {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+    /// Request body bytes on the wire per accepted event.
+    pub wire_bytes_per_event: f64,
+    /// CPU time (user + system) the server process used per accepted
+    /// event while the load was measured: the front door and whatever
+    /// processing ran meanwhile.
+    pub server_cpu_us_per_event: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -211,6 +255,9 @@ impl Visibility {
 pub struct Report {
     pub profile: Profile,
     pub backend: Backend,
+    pub encoding: BodyEncoding,
+    /// Events per `batch` request (the `batch` profile).
+    pub batch_size: u64,
     pub rate: Option<u64>,
     pub connections: usize,
     pub fastack: RunReport,
@@ -423,6 +470,7 @@ struct Req {
     path: &'static str,
     key: usize,
     body: Vec<u8>,
+    encoding: Option<&'static str>,
     events: u64,
     sample: Option<(String, chrono::DateTime<Utc>)>,
 }
@@ -436,10 +484,19 @@ struct Generator {
     visibility: bool,
     /// Every request is a sample (webhook deliveries are measured for all).
     sample_all: bool,
+    encoding: BodyEncoding,
+    batch_size: u64,
 }
 
 impl Generator {
+    /// The next request, its body encoded as the run sends them.
     fn next(&self) -> Req {
+        let mut req = self.next_json();
+        (req.body, req.encoding) = self.encoding.encode(std::mem::take(&mut req.body));
+        req
+    }
+
+    fn next_json(&self) -> Req {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let pick_tenant = |n: u64| -> usize {
             match self.profile {
@@ -462,6 +519,7 @@ impl Generator {
                     path: "/v1/core/track",
                     key: t,
                     body,
+                    encoding: None,
                     events: 1,
                     sample: None,
                 };
@@ -478,7 +536,7 @@ impl Generator {
             })
         };
         if self.profile == Profile::Batch {
-            let items: Vec<Value> = (0..100)
+            let items: Vec<Value> = (0..self.batch_size)
                 .map(|i| {
                     let mut e = event(i, now);
                     e["type"] = json!("track");
@@ -489,7 +547,8 @@ impl Generator {
                 path: "/v1/core/batch",
                 key: tenant,
                 body: serde_json::to_vec(&json!({ "batch": items })).expect("json"),
-                events: 100,
+                encoding: None,
+                events: self.batch_size,
                 sample: None,
             };
         }
@@ -511,6 +570,7 @@ impl Generator {
             path: "/v1/core/track",
             key: tenant,
             body,
+            encoding: None,
             events: 1,
             sample: sampled.then(|| (format!("{}-{n}-0", self.run), at)),
         }
@@ -521,6 +581,7 @@ struct Recorder {
     hist: Mutex<Histogram<u64>>,
     requests: AtomicU64,
     events: AtomicU64,
+    wire_bytes: AtomicU64,
     errors: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -532,14 +593,18 @@ impl Recorder {
             ),
             requests: AtomicU64::new(0),
             events: AtomicU64::new(0),
+            wire_bytes: AtomicU64::new(0),
             errors: Mutex::new(BTreeMap::new()),
         }
     }
 
-    fn record(&self, latency: Duration, outcome: Result<u16, String>, events: u64) {
+    fn record(&self, latency: Duration, outcome: Result<u16, String>, req: &Req) {
+        let events = req.events;
         let us = latency.as_micros().clamp(1, 120_000_000) as u64;
         self.hist.lock().saturating_record(us);
         self.requests.fetch_add(1, Ordering::Relaxed);
+        self.wire_bytes
+            .fetch_add(req.body.len() as u64, Ordering::Relaxed);
         match outcome {
             Ok(202) => {
                 self.events.fetch_add(events, Ordering::Relaxed);
@@ -568,9 +633,26 @@ impl Recorder {
             p99_ms: q(0.99),
             p999_ms: q(0.999),
             max_ms: h.max() as f64 / 1000.0,
+            wire_bytes_per_event: self.wire_bytes.load(Ordering::Relaxed) as f64
+                / events.max(1) as f64,
+            server_cpu_us_per_event: None,
         }
     }
 }
+
+/// CPU seconds (user + system) process `pid` has used so far.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces: state is the
+    // first, utime the 12th and stime the 13th, in clock ticks.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / CLOCK_TICKS_PER_SEC)
+}
+
+/// `sysconf(_SC_CLK_TCK)`: 100 on every Linux this runs on.
+const CLOCK_TICKS_PER_SEC: f64 = 100.0;
 
 async fn send(
     client: &reqwest::Client,
@@ -582,6 +664,18 @@ async fn send(
         .post(format!("{base}{}", req.path))
         .bearer_auth(&keys[req.key])
         .header("content-type", "application/json")
+        .headers(
+            req.encoding
+                .map(|e| {
+                    let mut h = reqwest::header::HeaderMap::new();
+                    h.insert(
+                        reqwest::header::CONTENT_ENCODING,
+                        reqwest::header::HeaderValue::from_static(e),
+                    );
+                    h
+                })
+                .unwrap_or_default(),
+        )
         .body(req.body.clone())
         .send()
         .await
@@ -605,6 +699,7 @@ async fn drive(
     args: &BenchArgs,
     samples: Vec<tokio::sync::mpsc::UnboundedSender<Sample>>,
     progress: bool,
+    server_pid: Option<u32>,
 ) -> RunReport {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections.max(1) * 2)
@@ -617,6 +712,12 @@ async fn drive(
     let measure_from = Duration::from_secs(args.warmup);
     let started = Instant::now();
     let stop_events = args.events;
+    let cpu_at_start = server_pid.map(|pid| {
+        tokio::spawn(async move {
+            tokio::time::sleep_until((started + measure_from).into()).await;
+            cpu_seconds(pid)
+        })
+    });
     let ticker = {
         let m = measured.clone();
         let label = label.to_owned();
@@ -671,7 +772,7 @@ async fn drive(
                     let outcome = send(&client, &base, &keys, &req).await;
                     let latency = Instant::now().duration_since(due);
                     if in_measure {
-                        measured.record(latency, outcome.clone(), req.events);
+                        measured.record(latency, outcome.clone(), &req);
                         if let (Some((key, at)), Ok(202)) = (&req.sample, &outcome) {
                             for s in &samples {
                                 let _ = s.send((key.clone(), *at, due, req.key));
@@ -712,7 +813,7 @@ async fn drive(
                         } else {
                             &warm
                         };
-                        rec.record(t.elapsed(), outcome, req.events);
+                        rec.record(t.elapsed(), outcome, &req);
                     }
                 }));
             }
@@ -721,6 +822,7 @@ async fn drive(
             }
         }
     }
+    let cpu_at_end = server_pid.and_then(cpu_seconds);
     // Let in-flight open-loop requests land.
     tokio::time::sleep(Duration::from_millis(200)).await;
     ticker.abort();
@@ -735,7 +837,14 @@ async fn drive(
         Some(r) => format!("open loop {r} req/s"),
         None => format!("closed loop, {} connections", args.connections),
     };
-    measured.report(label, &mode, seconds)
+    let mut report = measured.report(label, &mode, seconds);
+    if let (Some(start), Some(end)) = (cpu_at_start, cpu_at_end)
+        && let Ok(Some(start)) = start.await
+        && report.events > 0
+    {
+        report.server_cpu_us_per_event = Some((end - start) * 1e6 / report.events as f64);
+    }
+    report
 }
 
 /// A sampled event: idempotency key, its unique `occurred_at`, when it was
@@ -1040,8 +1149,17 @@ fn table(report: &Report) -> String {
         )
     };
     out.push_str(&format!(
-        "profile {:?}, backend {:?}, {}, machine: {}\n\n",
-        report.profile, report.backend, report.fastack.mode, report.machine
+        "profile {:?}{}, backend {:?}, bodies {:?}, {}, machine: {}\n\n",
+        report.profile,
+        if report.profile == Profile::Batch {
+            format!(" of {}", report.batch_size)
+        } else {
+            String::new()
+        },
+        report.backend,
+        report.encoding,
+        report.fastack.mode,
+        report.machine
     ));
     out.push_str(
         "| target   |     req/s |   events/s | p50 ms  | p95 ms  | p99 ms  | p99.9ms | errors |\n",
@@ -1063,6 +1181,19 @@ fn table(report: &Report) -> String {
             f.p999_ms / b.p999_ms.max(1e-9),
         ));
     }
+    for r in std::iter::once(&report.fastack).chain(&report.baseline) {
+        if r.wire_bytes_per_event > 0.0 {
+            out.push_str(&format!(
+                "\n{}: {:.0} body bytes on the wire per event{}",
+                r.target,
+                r.wire_bytes_per_event,
+                r.server_cpu_us_per_event
+                    .map(|us| format!(", server CPU {us:.1} µs per event"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    out.push('\n');
     if let Some(v) = &report.visibility {
         out.push_str(&format!(
             "\nsend -> readable via GET /v1/core/events: p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms ({} samples, {} not seen)\n",
@@ -1237,6 +1368,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             run: format!("{run_id}-base"),
             visibility: false,
             sample_all: false,
+            encoding: args.encoding,
+            batch_size: args.batch_size,
         });
         let url = format!("http://{}", b.addr);
         let r = match &args.wrk {
@@ -1249,6 +1382,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 &args,
                 Vec::new(),
                 progress,
+                b.child.id(),
             )
             .await),
         };
@@ -1304,6 +1438,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         run: run_id.clone(),
         visibility: args.visibility && !args.webhook,
         sample_all: args.webhook,
+        encoding: args.encoding,
+        batch_size: args.batch_size,
     });
     if let Some(n) = args.suppressed {
         suppress_strangers(&base, &keys[0], n).await?;
@@ -1329,6 +1465,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 &args,
                 samples,
                 progress,
+                server.child.id(),
             )
             .await
         }
@@ -1379,6 +1516,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = Report {
         profile: args.profile,
         backend: args.backend,
+        encoding: args.encoding,
+        batch_size: args.batch_size,
         rate: args.rate,
         connections: args.connections,
         ratio_throughput: baseline_report
@@ -1434,8 +1573,12 @@ async fn drive_wrk(
     args: &BenchArgs,
     run: &str,
 ) -> anyhow::Result<RunReport> {
+    anyhow::ensure!(
+        args.encoding == BodyEncoding::Identity,
+        "--wrk sends its script's bodies as is: drop --encoding"
+    );
     let batch: u64 = if args.profile == Profile::Batch {
-        100
+        args.batch_size
     } else {
         1
     };
@@ -1494,6 +1637,9 @@ async fn drive_wrk(
         p99_ms: ms("p99_us"),
         p999_ms: ms("p999_us"),
         max_ms: ms("max_us"),
+        // wrk's script builds the bodies: not counted here.
+        wire_bytes_per_event: 0.0,
+        server_cpu_us_per_event: None,
     })
 }
 
