@@ -232,6 +232,17 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
         attach(&mut resp, &decision);
         return Ok(resp);
     }
+    // A query parameter the operation does not name is refused, as an
+    // unknown body field is: `limt=1` must not answer the default page.
+    if let Some(query) = req.uri().query()
+        && let Some(err) = state
+            .allow
+            .unknown_query(req.method(), req.uri().path(), query)
+    {
+        let mut resp = err.into_response();
+        attach(&mut resp, &decision);
+        return Ok(resp);
+    }
     let ingest = matches!(
         req.uri().path(),
         "/v1/core/track" | "/v1/core/identify" | "/v1/core/batch"

@@ -137,8 +137,12 @@ impl CoreApi {
     /// List events
     ///
     /// Events with `from <= occurred_at < to` (both required: they are the
-    /// partition key), ordered by `occurred_at` then id. `contact_id`
-    /// includes contacts merged into it.
+    /// partition key; `to` must be after `from`), ordered by `occurred_at`
+    /// then id. One person's events by at most one of `contact_id`,
+    /// `user_id` or `anonymous_id` (400 `invalid_query` for more): an id is
+    /// resolved to its contact, and a contact includes the contacts merged
+    /// into it, so every event of the person is listed, sent under any of
+    /// their ids. An id nobody sent answers an empty page.
     #[oai(
         path = "/v1/core/events",
         method = "get",
@@ -156,6 +160,14 @@ impl CoreApi {
         to: Query<DateTime<FixedOffset>>,
         /// Only this contact's events (and those of contacts merged into it).
         contact_id: Query<Option<Uuid>>,
+        /// Only the events of the person with this user id (resolved to
+        /// their contact).
+        #[oai(validator(min_length = 1, max_length = 255))]
+        user_id: Query<Option<String>>,
+        /// Only the events of the person with this anonymous id (resolved
+        /// to their contact).
+        #[oai(validator(min_length = 1, max_length = 255))]
+        anonymous_id: Query<Option<String>>,
         /// Only events with this name.
         #[oai(validator(min_length = 1, max_length = 200))]
         event: Query<Option<String>>,
@@ -166,6 +178,26 @@ impl CoreApi {
         cursor: Query<Option<String>>,
     ) -> Result<Json<EventsPage>, Errors<ListErrors>> {
         let mut errors = Vec::new();
+        let people = [
+            contact_id.0.is_some(),
+            user_id.0.is_some(),
+            anonymous_id.0.is_some(),
+        ];
+        if people.iter().filter(|given| **given).count() > 1 {
+            errors.push(FieldError {
+                field: ["contact_id", "user_id", "anonymous_id"]
+                    .iter()
+                    .zip(people)
+                    .filter(|(_, given)| *given)
+                    .map(|(name, _)| *name)
+                    .last()
+                    .unwrap_or_default()
+                    .to_owned(),
+                index: None,
+                code: "invalid_value",
+                message: "give at most one of `contact_id`, `user_id` or `anonymous_id`".to_owned(),
+            });
+        }
         let from = Some(normalize(from.0).with_timezone(&Utc));
         let to = Some(normalize(to.0).with_timezone(&Utc));
         let limit = limit.0.unwrap_or(DEFAULT_PAGE);
@@ -220,9 +252,32 @@ impl CoreApi {
                 next_cursor: None,
             }));
         };
-        let contact_ids = match contact_id.0 {
-            Some(id) => {
-                let family = state.runtime.contact_family(tenant, ContactId(id)).await?;
+        // The person asked for: `Some(None)` is an id nobody sent.
+        let by_id = match (user_id.0, anonymous_id.0) {
+            (Some(value), _) => Some((IdentityKind::User, value)),
+            (None, Some(value)) => Some((IdentityKind::Anonymous, value)),
+            (None, None) => None,
+        };
+        let contact = match (contact_id.0, by_id) {
+            (Some(id), _) => Some(Some(ContactId(id))),
+            (None, Some((kind, value))) => Some(
+                state
+                    .runtime
+                    .find_contact(tenant, kind, &value)
+                    .await?
+                    .map(|c| c.id),
+            ),
+            (None, None) => None,
+        };
+        let contact_ids = match contact {
+            Some(None) => {
+                return Ok(Json(EventsPage {
+                    events: Vec::new(),
+                    next_cursor: None,
+                }));
+            }
+            Some(Some(id)) => {
+                let family = state.runtime.contact_family(tenant, id).await?;
                 if family.is_empty() {
                     return Ok(Json(EventsPage {
                         events: Vec::new(),

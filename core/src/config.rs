@@ -735,12 +735,8 @@ fn known_names() -> Vec<String> {
 
 /// The known name closest to `name`, when one is close enough to be a typo.
 fn closest(name: &str) -> Option<String> {
-    known_names()
-        .into_iter()
-        .map(|known| (strsim::damerau_levenshtein(name, &known), known))
-        .filter(|(d, known)| *d <= (known.len() / 5).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, known)| known)
+    let known = known_names();
+    crate::validate::closest(name, known.iter().map(String::as_str)).map(str::to_owned)
 }
 
 fn unknown_setting(name: &str, origin: &Origin) -> Error {

@@ -193,7 +193,12 @@ pub fn validate_event(
         .collect();
     unknown.sort();
     for field in unknown {
-        c.push(field, "unknown_field", format!("unknown field `{field}`"));
+        let hint = did_you_mean(field, allowed.iter().copied());
+        c.push(
+            field,
+            "unknown_field",
+            format!("unknown field `{field}`{hint}"),
+        );
     }
 
     let event = match kind {
@@ -536,6 +541,24 @@ pub fn write_canonical(out: &mut Vec<u8>, value: &Value) {
         }
         scalar => serde_json::to_writer(&mut *out, scalar).expect("writing to a Vec cannot fail"),
     }
+}
+
+/// The candidate closest to `name`, when it is close enough to be a typo
+/// (`occured_at` for `occurred_at`, `limt` for `limit`).
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|known| (strsim::damerau_levenshtein(name, known), known))
+        .filter(|(d, known)| *d > 0 && *d <= (known.len() / 5).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, known)| known)
+}
+
+/// ` (did you mean `x`?)` when a candidate is close to `name`, else empty.
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    closest(name, candidates)
+        .map(|known| format!(" (did you mean `{known}`?)"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -82,6 +82,103 @@ async fn unknown_ids_become_contacts_and_identify_merges(app: TestApp) {
     assert_eq!(evs[3]["contact_id"], user_contact.as_str());
     let only_paid = app.events(&key, &from, &to, "&event=Paid").await;
     assert_eq!(only_paid.len(), 1);
-    let _ = urlenc("");
+
+    // A stranger's event, which no person filter may list.
+    let d = app
+        .post("/v1/core/track", &key, &json!({"event": "Viewed", "user_id": "bea", "occurred_at": at(4), "idempotency_key": "b1"}))
+        .await;
+    assert_eq!(d.status, 202);
+    eventually("bea's event", Duration::from_secs(15), || async {
+        (app.events(&key, &from, &to, "").await.len() == 5).then_some(())
+    })
+    .await;
+    // By either of her ids: all four, whichever id each was sent under.
+    let ids = |evs: &[serde_json::Value]| -> Vec<String> {
+        evs.iter()
+            .map(|e| e["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let by_user = app.events(&key, &from, &to, "&user_id=ana").await;
+    let by_device = app.events(&key, &from, &to, "&anonymous_id=device-9").await;
+    assert_eq!(ids(&by_user), ids(&evs));
+    assert_eq!(ids(&by_device), ids(&evs));
+    let bea = app.events(&key, &from, &to, "&user_id=bea").await;
+    assert_eq!(ids(&bea), vec![d.body["id"].as_str().unwrap().to_owned()]);
+    // With the event filter and the time window, as always.
+    let paid = app
+        .events(&key, &from, &to, "&user_id=ana&event=Paid")
+        .await;
+    assert_eq!(paid.len(), 1);
+    let early = app
+        .events(&key, &from, &at(1), "&anonymous_id=device-9")
+        .await;
+    assert_eq!(ids(&early), ids(&evs[..1]));
+    assert!(
+        app.events(&key, &from, &to, "&user_id=nobody")
+            .await
+            .is_empty()
+    );
+    let window = format!("from={}&to={}", urlenc(&from), urlenc(&to));
+    let both = app
+        .get(
+            &format!("/v1/core/events?{window}&user_id=ana&anonymous_id=device-9"),
+            &key,
+        )
+        .await;
+    assert_eq!(both.status, 400, "{}", both.body);
+    assert_eq!(both.body["code"], "invalid_query");
+    let empty = app
+        .get(&format!("/v1/core/events?{window}&user_id="), &key)
+        .await;
+    assert_eq!(empty.status, 400, "{}", empty.body);
+    assert_eq!(empty.body["errors"][0]["field"], "user_id");
+
+    // A parameter the operation does not name is refused, never ignored.
+    let typo = app
+        .get(&format!("/v1/core/events?{window}&limt=1"), &key)
+        .await;
+    assert_eq!(typo.status, 400, "{}", typo.body);
+    assert_eq!(typo.body["code"], "invalid_query");
+    assert_eq!(typo.body["errors"][0]["field"], "limt");
+    assert_eq!(typo.body["errors"][0]["code"], "unknown_parameter");
+    assert!(
+        typo.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `limit`?"),
+        "{}",
+        typo.body
+    );
+    let contact = app.get("/v1/core/contacts?userid=ana", &key).await;
+    assert_eq!(contact.status, 400, "{}", contact.body);
+    assert!(
+        contact.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `user_id`?"),
+        "{}",
+        contact.body
+    );
+    let jobs = app.get("/v1/core/jobs?state=failed", &key).await;
+    assert_eq!(jobs.status, 400, "{}", jobs.body);
+    assert_eq!(jobs.body["errors"][0]["field"], "state");
+    let track = app
+        .post(
+            "/v1/core/track?debug=1",
+            &key,
+            &json!({"event": "Viewed", "user_id": "bea", "occurred_at": at(5), "idempotency_key": "b2"}),
+        )
+        .await;
+    assert_eq!(track.status, 400, "{}", track.body);
+    assert!(
+        track.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("takes no query parameters"),
+        "{}",
+        track.body
+    );
+    // Nothing of the refused track was kept.
+    assert_eq!(app.events(&key, &from, &to, "&user_id=bea").await.len(), 1);
     app.cleanup().await;
 }
