@@ -71,23 +71,66 @@ pub enum EventType {
     Identify,
 }
 
-/// One batch item: a track or identify with its `type`.
+/// One batch item: a `track` or an `identify`, told apart by `type`, each
+/// with exactly the fields of its own endpoint.
+#[derive(Debug, poem_openapi::Union)]
+#[oai(one_of)]
+pub enum BatchItem {
+    Track(BatchTrack),
+    Identify(BatchIdentify),
+}
+
+/// The `type` of a batch `track`.
+#[derive(Clone, Copy, Debug, poem_openapi::Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum TrackType {
+    Track,
+}
+
+/// The `type` of a batch `identify`.
+#[derive(Clone, Copy, Debug, poem_openapi::Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum IdentifyType {
+    Identify,
+}
+
+/// A `track` in a batch: the fields of `POST /v1/core/track` and `type`.
 #[derive(Debug, Object)]
-pub struct BatchItem {
+pub struct BatchTrack {
     #[oai(rename = "type")]
-    pub kind: EventType,
-    /// Required for `track` (1–200 characters).
+    pub kind: TrackType,
+    /// Event name, 1–200 characters.
     #[oai(validator(min_length = 1, max_length = 200))]
-    pub event: Option<String>,
+    pub event: String,
     /// 1–255 characters; one of `user_id` / `anonymous_id` is required.
     #[oai(validator(min_length = 1, max_length = 255))]
     pub user_id: Option<String>,
     /// 1–255 characters.
     #[oai(validator(min_length = 1, max_length = 255))]
     pub anonymous_id: Option<String>,
-    /// For `track`.
+    /// Free-form event properties.
     pub properties: Option<BTreeMap<String, Value>>,
-    /// For `identify`.
+    /// RFC 3339 with offset.
+    pub occurred_at: DateTime<FixedOffset>,
+    /// 1–255 characters, unique per tenant.
+    #[oai(validator(min_length = 1, max_length = 255))]
+    pub idempotency_key: String,
+    pub sent_at: Option<DateTime<FixedOffset>>,
+}
+
+/// An `identify` in a batch: the fields of `POST /v1/core/identify` and
+/// `type`.
+#[derive(Debug, Object)]
+pub struct BatchIdentify {
+    #[oai(rename = "type")]
+    pub kind: IdentifyType,
+    /// 1–255 characters; one of `user_id` / `anonymous_id` is required.
+    #[oai(validator(min_length = 1, max_length = 255))]
+    pub user_id: Option<String>,
+    /// 1–255 characters.
+    #[oai(validator(min_length = 1, max_length = 255))]
+    pub anonymous_id: Option<String>,
+    /// Traits merged into the contact (shallow, last write wins).
     pub traits: Option<BTreeMap<String, Value>>,
     /// RFC 3339 with offset.
     pub occurred_at: DateTime<FixedOffset>,

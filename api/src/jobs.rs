@@ -42,7 +42,9 @@ pub struct ExportRequest {
     pub from: chrono::DateTime<chrono::FixedOffset>,
     /// Exclusive upper bound of `occurred_at`.
     pub to: chrono::DateTime<chrono::FixedOffset>,
-    /// Only events with this name.
+    /// Only events with this name (1–200 characters; omit it for every
+    /// event).
+    #[oai(validator(min_length = 1, max_length = 200))]
     pub event: Option<String>,
     /// Copied to the job and its terminal event (e.g. `source`,
     /// `correlationId`); `error` is reserved for failures.
@@ -257,8 +259,9 @@ fn parse_export(bytes: &[u8]) -> Result<(ExportParams, Map<String, Value>), ApiE
     };
     let from = time("from", &mut obj, &mut errors);
     let to = time("to", &mut obj, &mut errors);
+    // `null` is refused as the document says (a string, or absent).
     let event = match obj.remove("event") {
-        None | Some(Value::Null) => None,
+        None => None,
         Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= 200 => Some(s),
         Some(_) => {
             errors.push(field(
@@ -270,7 +273,7 @@ fn parse_export(bytes: &[u8]) -> Result<(ExportParams, Map<String, Value>), ApiE
         }
     };
     let metadata = match obj.remove("metadata") {
-        None | Some(Value::Null) => Map::new(),
+        None => Map::new(),
         Some(Value::Object(m)) => {
             if serde_json::to_vec(&m).map_or(0, |b| b.len()) > MAX_METADATA_BYTES {
                 errors.push(field(

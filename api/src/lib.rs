@@ -15,6 +15,7 @@ pub mod privacy;
 pub mod problem;
 pub mod routes;
 pub mod server;
+pub mod spec;
 pub mod state;
 
 pub use server::{Server, StartOptions, VERSION, openapi_json, start};

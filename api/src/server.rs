@@ -34,9 +34,15 @@ pub fn openapi_service() -> OpenApiService<(CoreApi, JobsApi, PrivacyApi), ()> {
         .server("/")
 }
 
-/// The spec as committed in `openapi/openapi.json`.
+/// The spec as served and committed in `openapi/openapi.json`.
 pub fn openapi_json() -> String {
-    openapi_service().spec()
+    crate::spec::close_request_schemas(&openapi_service().spec())
+}
+
+/// `GET /`: a browser (or a newcomer's curl) is sent to the API docs.
+#[poem::handler]
+fn root() -> poem::web::Redirect {
+    poem::web::Redirect::see_other("/docs")
 }
 
 /// A running node.
@@ -148,10 +154,13 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     });
 
     let api = openapi_service();
-    let spec = api.spec_endpoint();
-    let docs = api.swagger_ui();
+    let generated = api.spec();
+    let served = crate::spec::close_request_schemas(&generated);
+    let page = crate::spec::swagger_html(api.swagger_ui_html(), &generated, &served);
+    let (spec, docs) = crate::spec::endpoints(served, page);
     let app = Route::new()
         .nest("/", api)
+        .at("/", poem::get(root))
         .at("/openapi.json", spec)
         .nest("/docs", docs)
         .around(gate)

@@ -438,6 +438,8 @@ def main() -> int:
             subprocess.run(["psql", pg.rsplit("/", 1)[0] + "/postgres", "-qc",
                             f"drop database if exists {pg.rsplit('/', 1)[1]} with (force)"],
                            capture_output=True)
+    if not failed:
+        failed = not leftovers_are_ignored_and_secrets_private(work)
     if failed:
         print(f"kept for inspection: {work} and {session.scratch}", file=sys.stderr)
         return 1
@@ -445,6 +447,34 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(session.scratch, ignore_errors=True)
     return 0
+
+
+# Files that hold a secret: readable by their owner only.
+SECRETS = ("fastack-data/bootstrap-key", "tenant.key")
+
+
+def leftovers_are_ignored_and_secrets_private(work: Path) -> bool:
+    """Whatever the examples left where they ran is covered by the
+    checkout's .gitignore (a reader following them inside the checkout
+    leaves nothing for `git status` to show), and secrets are mode 0600."""
+    ok = True
+    for entry in sorted(work.iterdir()):
+        if entry.is_symlink():
+            continue  # the checkout itself (clients/, README.md)
+        name = entry.name + ("/" if entry.is_dir() else "")
+        ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "-q", name])
+        if ignored.returncode != 0:
+            print(f"FAIL: the examples leave `{name}`, which .gitignore does not cover", file=sys.stderr)
+            ok = False
+    for secret in SECRETS:
+        path = work / secret
+        if not path.exists():
+            print(f"FAIL: the examples no longer write {secret}; update SECRETS in {__file__}", file=sys.stderr)
+            ok = False
+        elif path.stat().st_mode & 0o077:
+            print(f"FAIL: {secret} is mode {path.stat().st_mode & 0o777:o}, not 0600", file=sys.stderr)
+            ok = False
+    return ok
 
 
 def report(readme: Path, line: int, code: str, status: int, output: str, session: Session, why: str) -> None:

@@ -31,14 +31,14 @@ from ._generated.client import AuthenticatedClient
 from ._generated.models import (
     Ack,
     BatchAck,
-    BatchItem,
-    BatchItemProperties,
-    BatchItemTraits,
+    BatchIdentify,
+    BatchIdentifyTraits,
     BatchRequest,
+    BatchTrack,
+    BatchTrackProperties,
     ContactOut,
     EventOut,
     EventsPage,
-    EventType,
     ErasureAccepted,
     ErasureRequestBody,
     ErasureRequestBodyMetadata,
@@ -47,6 +47,7 @@ from ._generated.models import (
     ExportRequestMetadata,
     IdentifyRequest,
     IdentifyRequestTraits,
+    IdentifyType,
     JobList,
     JobOut,
     JobState,
@@ -57,6 +58,7 @@ from ._generated.models import (
     SuppressionOut,
     TrackRequest,
     TrackRequestProperties,
+    TrackType,
 )
 from ._generated.types import UNSET, Response, Unset
 from ._retry import retry_delay
@@ -70,7 +72,25 @@ TERMINAL_JOB_STATES = ("completed", "failed")
 
 T = TypeVar("T")
 IdLike = Union[str, uuid.UUID]
-BatchItemLike = Union[BatchItem, Mapping[str, Any]]
+BatchItem = Union[BatchTrack, BatchIdentify]
+BatchItemLike = Union[BatchTrack, BatchIdentify, Mapping[str, Any]]
+
+
+class _TrackWithExtra(BatchTrack):
+    """A batch track sent with members the document does not name: the
+    server refuses them (`unknown_field`), so a typo is not dropped here."""
+
+    extra: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), **self.extra}
+
+
+class _IdentifyWithExtra(BatchIdentify):
+    extra: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), **self.extra}
 
 
 # --- request bodies (shared by both clients) -------------------------------
@@ -122,9 +142,9 @@ def _identify_body(
 
 
 def _batch_body(items: Sequence[BatchItemLike]) -> BatchRequest:
-    out: list[BatchItem] = []
+    out: list[BatchTrack | BatchIdentify] = []
     for item in items:
-        if isinstance(item, BatchItem):
+        if isinstance(item, (BatchTrack, BatchIdentify)):
             out.append(item)
             continue
         d = dict(item)
@@ -134,22 +154,32 @@ def _batch_body(items: Sequence[BatchItemLike]) -> BatchRequest:
         occurred_at = d.pop("occurred_at", None)
         key = d.pop("idempotency_key", None)
         sent_at = d.pop("sent_at", None)
-        properties = d.pop("properties", None)
-        traits = d.pop("traits", None)
-        parsed = BatchItem(
-            type_=EventType(kind),
-            occurred_at=_time.parse_time(occurred_at) if occurred_at is not None else _now(),
-            idempotency_key=key if key is not None else _fast.new_key(),
-            event=d.pop("event", UNSET),
-            user_id=d.pop("user_id", UNSET),
-            anonymous_id=d.pop("anonymous_id", UNSET),
-            properties=BatchItemProperties.from_dict(properties) if properties is not None else UNSET,
-            traits=BatchItemTraits.from_dict(traits) if traits is not None else UNSET,
-            sent_at=_time.parse_time(sent_at) if sent_at is not None else UNSET,
-        )
+        common: dict[str, Any] = {
+            "occurred_at": _time.parse_time(occurred_at) if occurred_at is not None else _now(),
+            "idempotency_key": key if key is not None else _fast.new_key(),
+            "user_id": d.pop("user_id", UNSET),
+            "anonymous_id": d.pop("anonymous_id", UNSET),
+            "sent_at": _time.parse_time(sent_at) if sent_at is not None else UNSET,
+        }
+        parsed: _TrackWithExtra | _IdentifyWithExtra
+        if kind == "track":
+            properties = d.pop("properties", None)
+            parsed = _TrackWithExtra(
+                type_=TrackType.TRACK,
+                event=d.pop("event", ""),
+                properties=BatchTrackProperties.from_dict(properties) if properties is not None else UNSET,
+                **common,
+            )
+        else:
+            traits = d.pop("traits", None)
+            parsed = _IdentifyWithExtra(
+                type_=IdentifyType.IDENTIFY,
+                traits=BatchIdentifyTraits.from_dict(traits) if traits is not None else UNSET,
+                **common,
+            )
         # Anything else is sent as it is (the server refuses unknown fields
         # with `unknown_field`, so a typo is not silently dropped).
-        parsed.additional_properties = d
+        parsed.extra = d
         out.append(parsed)
     return BatchRequest(batch=out)
 

@@ -11,3 +11,12 @@ from ._generated.models import __all__ as _models_all
 from ._generated.types import UNSET, Unset
 
 __all__ = [*_models_all, "UNSET", "Unset"]
+
+from typing import Union as _Union
+
+from ._generated.models import BatchIdentify as _BatchIdentify
+from ._generated.models import BatchTrack as _BatchTrack
+
+#: One item of a batch: a `BatchTrack` or a `BatchIdentify`.
+BatchItem = _Union[_BatchTrack, _BatchIdentify]
+__all__ += ["BatchItem"]

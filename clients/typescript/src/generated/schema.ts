@@ -79,8 +79,12 @@ export interface paths {
         /**
          * List events
          * @description Events with `from <= occurred_at < to` (both required: they are the
-         *     partition key), ordered by `occurred_at` then id. `contact_id`
-         *     includes contacts merged into it.
+         *     partition key; `to` must be after `from`), ordered by `occurred_at`
+         *     then id. One person's events by at most one of `contact_id`,
+         *     `user_id` or `anonymous_id` (400 `invalid_query` for more): an id is
+         *     resolved to its contact, and a contact includes the contacts merged
+         *     into it, so every event of the person is listed, sent under any of
+         *     their ids. An id nobody sent answers an empty page.
          */
         get: operations["list_events"];
         put?: never;
@@ -379,22 +383,17 @@ export interface components {
             items: components["schemas"]["Ack"][];
         };
         /**
-         * BatchItem
-         * @description One batch item: a track or identify with its `type`.
+         * BatchIdentify
+         * @description An `identify` in a batch: the fields of `POST /v1/core/identify` and
+         *     `type`.
          */
-        BatchItem: {
-            type: components["schemas"]["EventType"];
-            /** @description Required for `track` (1–200 characters). */
-            event?: string;
+        BatchIdentify: {
+            type: components["schemas"]["IdentifyType"];
             /** @description 1–255 characters; one of `user_id` / `anonymous_id` is required. */
             user_id?: string;
             /** @description 1–255 characters. */
             anonymous_id?: string;
-            /** @description For `track`. */
-            properties?: {
-                [key: string]: unknown;
-            };
-            /** @description For `identify`. */
+            /** @description Traits merged into the contact (shallow, last write wins). */
             traits?: {
                 [key: string]: unknown;
             };
@@ -409,11 +408,42 @@ export interface components {
             sent_at?: string;
         };
         /**
+         * @description One batch item: a `track` or an `identify`, told apart by `type`, each
+         *     with exactly the fields of its own endpoint.
+         */
+        BatchItem: components["schemas"]["BatchTrack"] | components["schemas"]["BatchIdentify"];
+        /**
          * BatchRequest
          * @description `POST /v1/core/batch`: 1–500 items, all accepted or none.
          */
         BatchRequest: {
             batch: components["schemas"]["BatchItem"][];
+        };
+        /**
+         * BatchTrack
+         * @description A `track` in a batch: the fields of `POST /v1/core/track` and `type`.
+         */
+        BatchTrack: {
+            type: components["schemas"]["TrackType"];
+            /** @description Event name, 1–200 characters. */
+            event: string;
+            /** @description 1–255 characters; one of `user_id` / `anonymous_id` is required. */
+            user_id?: string;
+            /** @description 1–255 characters. */
+            anonymous_id?: string;
+            /** @description Free-form event properties. */
+            properties?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Format: date-time
+             * @description RFC 3339 with offset.
+             */
+            occurred_at: string;
+            /** @description 1–255 characters, unique per tenant. */
+            idempotency_key: string;
+            /** Format: date-time */
+            sent_at?: string;
         };
         /**
          * ContactOut
@@ -637,7 +667,10 @@ export interface components {
              * @description Exclusive upper bound of `occurred_at`.
              */
             to: string;
-            /** @description Only events with this name. */
+            /**
+             * @description Only events with this name (1–200 characters; omit it for every
+             *     event).
+             */
             event?: string;
             /**
              * @description Copied to the job and its terminal event (e.g. `source`,
@@ -689,6 +722,11 @@ export interface components {
              */
             sent_at?: string;
         };
+        /**
+         * @description The `type` of a batch `identify`.
+         * @enum {string}
+         */
+        IdentifyType: "identify";
         /** InboxErased */
         InboxErased: {
             /**
@@ -966,6 +1004,11 @@ export interface components {
              */
             sent_at?: string;
         };
+        /**
+         * @description The `type` of a batch `track`.
+         * @enum {string}
+         */
+        TrackType: "track";
         /**
          * TrackingPlanOut
          * @description A tenant's tracking plan: one JSON Schema (draft 2020-12) per event
@@ -1393,6 +1436,16 @@ export interface operations {
                 to: string;
                 /** @description Only this contact's events (and those of contacts merged into it). */
                 contact_id?: string;
+                /**
+                 * @description Only the events of the person with this user id (resolved to
+                 *     their contact).
+                 */
+                user_id?: string;
+                /**
+                 * @description Only the events of the person with this anonymous id (resolved
+                 *     to their contact).
+                 */
+                anonymous_id?: string;
                 /** @description Only events with this name. */
                 event?: string;
                 /** @description Page size, 1–1000 (default 100). */

@@ -3,10 +3,11 @@
 from .ack import Ack
 from .archives_erased import ArchivesErased
 from .batch_ack import BatchAck
-from .batch_item import BatchItem
-from .batch_item_properties import BatchItemProperties
-from .batch_item_traits import BatchItemTraits
+from .batch_identify import BatchIdentify
+from .batch_identify_traits import BatchIdentifyTraits
 from .batch_request import BatchRequest
+from .batch_track import BatchTrack
+from .batch_track_properties import BatchTrackProperties
 from .contact_out import ContactOut
 from .contact_out_traits import ContactOutTraits
 from .contacts_erased import ContactsErased
@@ -30,6 +31,7 @@ from .exports_erased import ExportsErased
 from .health import Health
 from .identify_request import IdentifyRequest
 from .identify_request_traits import IdentifyRequestTraits
+from .identify_type import IdentifyType
 from .inbox_erased import InboxErased
 from .job_integrity import JobIntegrity
 from .job_kind import JobKind
@@ -54,6 +56,7 @@ from .suppression_list import SuppressionList
 from .suppression_out import SuppressionOut
 from .track_request import TrackRequest
 from .track_request_properties import TrackRequestProperties
+from .track_type import TrackType
 from .tracking_plan_out import TrackingPlanOut
 from .webhooks_erased import WebhooksErased
 from .window_out import WindowOut
@@ -62,10 +65,11 @@ __all__ = (
     "Ack",
     "ArchivesErased",
     "BatchAck",
-    "BatchItem",
-    "BatchItemProperties",
-    "BatchItemTraits",
+    "BatchIdentify",
+    "BatchIdentifyTraits",
     "BatchRequest",
+    "BatchTrack",
+    "BatchTrackProperties",
     "ContactOut",
     "ContactOutTraits",
     "ContactsErased",
@@ -89,6 +93,7 @@ __all__ = (
     "Health",
     "IdentifyRequest",
     "IdentifyRequestTraits",
+    "IdentifyType",
     "InboxErased",
     "JobIntegrity",
     "JobKind",
@@ -114,6 +119,7 @@ __all__ = (
     "TrackingPlanOut",
     "TrackRequest",
     "TrackRequestProperties",
+    "TrackType",
     "WebhooksErased",
     "WindowOut",
 )

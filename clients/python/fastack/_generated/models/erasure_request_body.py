@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from uuid import UUID
 
 from attrs import define as _attrs_define
-from attrs import field as _attrs_field
 
 from .. import types
 from ..types import UNSET, Unset
@@ -47,7 +46,6 @@ class ErasureRequestBody:
     from_: datetime.datetime | Unset = UNSET
     to: datetime.datetime | Unset = UNSET
     metadata: ErasureRequestBodyMetadata | Unset = UNSET
-    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         user_ids: list[str] | Unset = UNSET
@@ -80,7 +78,7 @@ class ErasureRequestBody:
             metadata = self.metadata.to_dict()
 
         field_dict: dict[str, Any] = {}
-        field_dict.update(self.additional_properties)
+
         field_dict.update({})
         if user_ids is not UNSET:
             field_dict["user_ids"] = user_ids
@@ -150,21 +148,4 @@ class ErasureRequestBody:
             metadata=metadata,
         )
 
-        erasure_request_body.additional_properties = d
         return erasure_request_body
-
-    @property
-    def additional_keys(self) -> list[str]:
-        return list(self.additional_properties.keys())
-
-    def __getitem__(self, key: str) -> Any:
-        return self.additional_properties[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.additional_properties[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self.additional_properties[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.additional_properties

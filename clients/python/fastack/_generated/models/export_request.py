@@ -5,7 +5,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from attrs import define as _attrs_define
-from attrs import field as _attrs_field
 
 from .. import types
 from ..types import UNSET, Unset
@@ -24,7 +23,8 @@ class ExportRequest:
     Attributes:
         from_ (datetime.datetime): Inclusive lower bound of `occurred_at` (RFC 3339).
         to (datetime.datetime): Exclusive upper bound of `occurred_at`.
-        event (str | Unset): Only events with this name.
+        event (str | Unset): Only events with this name (1–200 characters; omit it for every
+            event).
         metadata (ExportRequestMetadata | Unset): Copied to the job and its terminal event (e.g. `source`,
             `correlationId`); `error` is reserved for failures.
     """
@@ -33,7 +33,6 @@ class ExportRequest:
     to: datetime.datetime
     event: str | Unset = UNSET
     metadata: ExportRequestMetadata | Unset = UNSET
-    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         from_ = self.from_.isoformat()
@@ -47,7 +46,7 @@ class ExportRequest:
             metadata = self.metadata.to_dict()
 
         field_dict: dict[str, Any] = {}
-        field_dict.update(self.additional_properties)
+
         field_dict.update(
             {
                 "from": from_,
@@ -86,21 +85,4 @@ class ExportRequest:
             metadata=metadata,
         )
 
-        export_request.additional_properties = d
         return export_request
-
-    @property
-    def additional_keys(self) -> list[str]:
-        return list(self.additional_properties.keys())
-
-    def __getitem__(self, key: str) -> Any:
-        return self.additional_properties[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.additional_properties[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self.additional_properties[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.additional_properties

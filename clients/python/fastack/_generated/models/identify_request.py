@@ -5,7 +5,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from attrs import define as _attrs_define
-from attrs import field as _attrs_field
 
 from .. import types
 from ..types import UNSET, Unset
@@ -38,7 +37,6 @@ class IdentifyRequest:
     anonymous_id: str | Unset = UNSET
     traits: IdentifyRequestTraits | Unset = UNSET
     sent_at: datetime.datetime | Unset = UNSET
-    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         occurred_at = self.occurred_at.isoformat()
@@ -58,7 +56,7 @@ class IdentifyRequest:
             sent_at = self.sent_at.isoformat()
 
         field_dict: dict[str, Any] = {}
-        field_dict.update(self.additional_properties)
+
         field_dict.update(
             {
                 "occurred_at": occurred_at,
@@ -112,21 +110,4 @@ class IdentifyRequest:
             sent_at=sent_at,
         )
 
-        identify_request.additional_properties = d
         return identify_request
-
-    @property
-    def additional_keys(self) -> list[str]:
-        return list(self.additional_properties.keys())
-
-    def __getitem__(self, key: str) -> Any:
-        return self.additional_properties[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.additional_properties[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self.additional_properties[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.additional_properties

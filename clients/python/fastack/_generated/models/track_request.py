@@ -5,7 +5,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from attrs import define as _attrs_define
-from attrs import field as _attrs_field
 
 from .. import types
 from ..types import UNSET, Unset
@@ -44,7 +43,6 @@ class TrackRequest:
     anonymous_id: str | Unset = UNSET
     properties: TrackRequestProperties | Unset = UNSET
     sent_at: datetime.datetime | Unset = UNSET
-    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         event = self.event
@@ -66,7 +64,7 @@ class TrackRequest:
             sent_at = self.sent_at.isoformat()
 
         field_dict: dict[str, Any] = {}
-        field_dict.update(self.additional_properties)
+
         field_dict.update(
             {
                 "event": event,
@@ -124,21 +122,4 @@ class TrackRequest:
             sent_at=sent_at,
         )
 
-        track_request.additional_properties = d
         return track_request
-
-    @property
-    def additional_keys(self) -> list[str]:
-        return list(self.additional_properties.keys())
-
-    def __getitem__(self, key: str) -> Any:
-        return self.additional_properties[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.additional_properties[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self.additional_properties[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.additional_properties

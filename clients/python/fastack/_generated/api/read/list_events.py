@@ -19,6 +19,8 @@ def _get_kwargs(
     from_: datetime.datetime,
     to: datetime.datetime,
     contact_id: UUID | Unset = UNSET,
+    user_id: str | Unset = UNSET,
+    anonymous_id: str | Unset = UNSET,
     event: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
@@ -36,6 +38,10 @@ def _get_kwargs(
     if not isinstance(contact_id, Unset):
         json_contact_id = str(contact_id)
     params["contact_id"] = json_contact_id
+
+    params["user_id"] = user_id
+
+    params["anonymous_id"] = anonymous_id
 
     params["event"] = event
 
@@ -110,6 +116,8 @@ def sync_detailed(
     from_: datetime.datetime,
     to: datetime.datetime,
     contact_id: UUID | Unset = UNSET,
+    user_id: str | Unset = UNSET,
+    anonymous_id: str | Unset = UNSET,
     event: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
@@ -117,13 +125,19 @@ def sync_detailed(
     """List events
 
      Events with `from <= occurred_at < to` (both required: they are the
-    partition key), ordered by `occurred_at` then id. `contact_id`
-    includes contacts merged into it.
+    partition key; `to` must be after `from`), ordered by `occurred_at`
+    then id. One person's events by at most one of `contact_id`,
+    `user_id` or `anonymous_id` (400 `invalid_query` for more): an id is
+    resolved to its contact, and a contact includes the contacts merged
+    into it, so every event of the person is listed, sent under any of
+    their ids. An id nobody sent answers an empty page.
 
     Args:
         from_ (datetime.datetime):
         to (datetime.datetime):
         contact_id (UUID | Unset):
+        user_id (str | Unset):
+        anonymous_id (str | Unset):
         event (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
@@ -140,6 +154,8 @@ def sync_detailed(
         from_=from_,
         to=to,
         contact_id=contact_id,
+        user_id=user_id,
+        anonymous_id=anonymous_id,
         event=event,
         limit=limit,
         cursor=cursor,
@@ -158,6 +174,8 @@ def sync(
     from_: datetime.datetime,
     to: datetime.datetime,
     contact_id: UUID | Unset = UNSET,
+    user_id: str | Unset = UNSET,
+    anonymous_id: str | Unset = UNSET,
     event: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
@@ -165,13 +183,19 @@ def sync(
     """List events
 
      Events with `from <= occurred_at < to` (both required: they are the
-    partition key), ordered by `occurred_at` then id. `contact_id`
-    includes contacts merged into it.
+    partition key; `to` must be after `from`), ordered by `occurred_at`
+    then id. One person's events by at most one of `contact_id`,
+    `user_id` or `anonymous_id` (400 `invalid_query` for more): an id is
+    resolved to its contact, and a contact includes the contacts merged
+    into it, so every event of the person is listed, sent under any of
+    their ids. An id nobody sent answers an empty page.
 
     Args:
         from_ (datetime.datetime):
         to (datetime.datetime):
         contact_id (UUID | Unset):
+        user_id (str | Unset):
+        anonymous_id (str | Unset):
         event (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
@@ -189,6 +213,8 @@ def sync(
         from_=from_,
         to=to,
         contact_id=contact_id,
+        user_id=user_id,
+        anonymous_id=anonymous_id,
         event=event,
         limit=limit,
         cursor=cursor,
@@ -201,6 +227,8 @@ async def asyncio_detailed(
     from_: datetime.datetime,
     to: datetime.datetime,
     contact_id: UUID | Unset = UNSET,
+    user_id: str | Unset = UNSET,
+    anonymous_id: str | Unset = UNSET,
     event: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
@@ -208,13 +236,19 @@ async def asyncio_detailed(
     """List events
 
      Events with `from <= occurred_at < to` (both required: they are the
-    partition key), ordered by `occurred_at` then id. `contact_id`
-    includes contacts merged into it.
+    partition key; `to` must be after `from`), ordered by `occurred_at`
+    then id. One person's events by at most one of `contact_id`,
+    `user_id` or `anonymous_id` (400 `invalid_query` for more): an id is
+    resolved to its contact, and a contact includes the contacts merged
+    into it, so every event of the person is listed, sent under any of
+    their ids. An id nobody sent answers an empty page.
 
     Args:
         from_ (datetime.datetime):
         to (datetime.datetime):
         contact_id (UUID | Unset):
+        user_id (str | Unset):
+        anonymous_id (str | Unset):
         event (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
@@ -231,6 +265,8 @@ async def asyncio_detailed(
         from_=from_,
         to=to,
         contact_id=contact_id,
+        user_id=user_id,
+        anonymous_id=anonymous_id,
         event=event,
         limit=limit,
         cursor=cursor,
@@ -247,6 +283,8 @@ async def asyncio(
     from_: datetime.datetime,
     to: datetime.datetime,
     contact_id: UUID | Unset = UNSET,
+    user_id: str | Unset = UNSET,
+    anonymous_id: str | Unset = UNSET,
     event: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
@@ -254,13 +292,19 @@ async def asyncio(
     """List events
 
      Events with `from <= occurred_at < to` (both required: they are the
-    partition key), ordered by `occurred_at` then id. `contact_id`
-    includes contacts merged into it.
+    partition key; `to` must be after `from`), ordered by `occurred_at`
+    then id. One person's events by at most one of `contact_id`,
+    `user_id` or `anonymous_id` (400 `invalid_query` for more): an id is
+    resolved to its contact, and a contact includes the contacts merged
+    into it, so every event of the person is listed, sent under any of
+    their ids. An id nobody sent answers an empty page.
 
     Args:
         from_ (datetime.datetime):
         to (datetime.datetime):
         contact_id (UUID | Unset):
+        user_id (str | Unset):
+        anonymous_id (str | Unset):
         event (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
@@ -279,6 +323,8 @@ async def asyncio(
             from_=from_,
             to=to,
             contact_id=contact_id,
+            user_id=user_id,
+            anonymous_id=anonymous_id,
             event=event,
             limit=limit,
             cursor=cursor,

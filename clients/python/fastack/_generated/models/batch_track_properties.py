@@ -6,12 +6,12 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="BatchItemProperties")
+T = TypeVar("T", bound="BatchTrackProperties")
 
 
 @_attrs_define
-class BatchItemProperties:
-    """For `track`."""
+class BatchTrackProperties:
+    """Free-form event properties."""
 
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -25,10 +25,10 @@ class BatchItemProperties:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        batch_item_properties = cls()
+        batch_track_properties = cls()
 
-        batch_item_properties.additional_properties = d
-        return batch_item_properties
+        batch_track_properties.additional_properties = d
+        return batch_track_properties
 
     @property
     def additional_keys(self) -> list[str]:

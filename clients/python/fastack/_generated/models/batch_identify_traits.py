@@ -6,12 +6,12 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="BatchItemTraits")
+T = TypeVar("T", bound="BatchIdentifyTraits")
 
 
 @_attrs_define
-class BatchItemTraits:
-    """For `identify`."""
+class BatchIdentifyTraits:
+    """Traits merged into the contact (shallow, last write wins)."""
 
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -25,10 +25,10 @@ class BatchItemTraits:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        batch_item_traits = cls()
+        batch_identify_traits = cls()
 
-        batch_item_traits.additional_properties = d
-        return batch_item_traits
+        batch_identify_traits.additional_properties = d
+        return batch_identify_traits
 
     @property
     def additional_keys(self) -> list[str]:
