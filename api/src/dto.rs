@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 /// `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
 /// Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
-/// control characters; no string holds NUL; numbers must be storable
-/// exactly (README "Input rules").
+/// control characters; no string or member name holds NUL or a lone
+/// surrogate, and numbers must be storable exactly (README "Input rules").
 #[derive(Debug, Object)]
 pub struct TrackRequest {
     /// Event name, 1–200 characters.
@@ -43,6 +43,9 @@ pub struct TrackRequest {
 
 /// `POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
 /// required; with both, links them (merging contacts).
+/// Ids, keys and names hold no control characters; no string or member
+/// name holds NUL or a lone surrogate, and numbers must be storable exactly
+/// (README "Input rules").
 #[derive(Debug, Object)]
 pub struct IdentifyRequest {
     /// Your stable user id (1–255 characters).
@@ -53,7 +56,8 @@ pub struct IdentifyRequest {
     pub anonymous_id: Option<String>,
     /// Traits merged into the contact (shallow, last write wins).
     pub traits: Option<BTreeMap<String, Value>>,
-    /// When it happened, RFC 3339 with offset (as for track).
+    /// When it happened, RFC 3339 with offset; at most 24 h in the future and
+    /// inside the tenant's retention.
     pub occurred_at: DateTime<FixedOffset>,
     /// Unique per tenant across track, identify and batch (1–255
     /// characters).
@@ -110,7 +114,8 @@ pub struct BatchTrack {
     pub anonymous_id: Option<String>,
     /// Free-form event properties.
     pub properties: Option<BTreeMap<String, Value>>,
-    /// RFC 3339 with offset.
+    /// When it happened, RFC 3339 with offset; at most 24 h in the future and
+    /// inside the tenant's retention.
     pub occurred_at: DateTime<FixedOffset>,
     /// 1–255 characters, unique per tenant.
     #[oai(validator(min_length = 1, max_length = 255))]
@@ -132,7 +137,8 @@ pub struct BatchIdentify {
     pub anonymous_id: Option<String>,
     /// Traits merged into the contact (shallow, last write wins).
     pub traits: Option<BTreeMap<String, Value>>,
-    /// RFC 3339 with offset.
+    /// When it happened, RFC 3339 with offset; at most 24 h in the future and
+    /// inside the tenant's retention.
     pub occurred_at: DateTime<FixedOffset>,
     /// 1–255 characters, unique per tenant.
     #[oai(validator(min_length = 1, max_length = 255))]
@@ -140,7 +146,12 @@ pub struct BatchIdentify {
     pub sent_at: Option<DateTime<FixedOffset>>,
 }
 
-/// `POST /v1/core/batch`: 1–500 items, all accepted or none.
+/// `POST /v1/core/batch`: 1–500 items, all accepted or none. Each item
+/// follows the rules of its endpoint; in each, one of `user_id` /
+/// `anonymous_id` is required.
+/// Ids, keys and names hold no control characters; no string or member
+/// name holds NUL or a lone surrogate, and numbers must be storable exactly
+/// (README "Input rules").
 #[derive(Debug, Object)]
 pub struct BatchRequest {
     #[oai(validator(min_items = 1, max_items = 500))]

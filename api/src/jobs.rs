@@ -35,7 +35,8 @@ enum Tag {
     Jobs,
 }
 
-/// `POST /v1/core/exports`.
+/// `POST /v1/core/exports`. No string or member name in `metadata` holds
+/// NUL or a lone surrogate, and numbers must be storable exactly.
 #[derive(Debug, Object)]
 pub struct ExportRequest {
     /// Inclusive lower bound of `occurred_at` (RFC 3339).
@@ -359,7 +360,8 @@ impl JobsApi {
     ///
     /// Queues an export of the tenant's events in `[from, to)` as encrypted
     /// NDJSON. The job ends in exactly one terminal event, `job.completed`
-    /// or `job.failed`.
+    /// or `job.failed`. Rules a schema cannot say: `to` must be after
+    /// `from`.
     #[oai(
         path = "/v1/core/exports",
         method = "post",

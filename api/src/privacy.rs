@@ -35,15 +35,18 @@ enum Tag {
 /// 5,000 identifiers in all across `user_ids`, `anonymous_ids` and
 /// `contact_ids` (more is `422 invalid_payload`, code
 /// `too_many_identifiers`). Each resolves to its contact (merges followed)
-/// and every identifier linked to it.
+/// and every identifier linked to it. Ids hold no control characters. No
+/// string or member name in
+/// `metadata` holds NUL or a lone surrogate, and numbers must be storable
+/// exactly.
 #[derive(Debug, Object)]
 pub struct ErasureRequestBody {
     /// User ids (each 1–255 characters).
     #[oai(validator(max_items = 5000))]
-    pub user_ids: Option<Vec<String>>,
+    pub user_ids: Option<Vec<Identifier>>,
     /// Anonymous ids (each 1–255 characters).
     #[oai(validator(max_items = 5000))]
-    pub anonymous_ids: Option<Vec<String>>,
+    pub anonymous_ids: Option<Vec<Identifier>>,
     /// Contact ids (UUIDs).
     #[oai(validator(max_items = 5000))]
     pub contact_ids: Option<Vec<Uuid>>,
@@ -59,6 +62,53 @@ pub struct ErasureRequestBody {
     /// Copied to the job and its terminal event; `error` is reserved for
     /// failures (at most 16 KiB).
     pub metadata: Option<BTreeMap<String, Value>>,
+}
+
+/// A user or anonymous id in a list: a string of 1 to 255 characters (the
+/// document says so for each item; the bytes are parsed by [`parse`]).
+#[derive(Debug)]
+pub struct Identifier(pub String);
+
+impl poem_openapi::types::Type for Identifier {
+    const IS_REQUIRED: bool = true;
+    type RawValueType = String;
+    type RawElementValueType = String;
+
+    fn name() -> std::borrow::Cow<'static, str> {
+        "string(identifier)".into()
+    }
+
+    fn schema_ref() -> poem_openapi::registry::MetaSchemaRef {
+        poem_openapi::registry::MetaSchemaRef::Inline(Box::new(
+            poem_openapi::registry::MetaSchema {
+                min_length: Some(1),
+                max_length: Some(255),
+                ..poem_openapi::registry::MetaSchema::new("string")
+            },
+        ))
+    }
+
+    fn as_raw_value(&self) -> Option<&String> {
+        Some(&self.0)
+    }
+
+    fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a String> + 'a> {
+        Box::new(std::iter::once(&self.0))
+    }
+}
+
+impl poem_openapi::types::ParseFromJSON for Identifier {
+    fn parse_from_json(value: Option<Value>) -> poem_openapi::types::ParseResult<Self> {
+        String::parse_from_json(value)
+            .map(Identifier)
+            .map_err(poem_openapi::types::ParseError::propagate)
+    }
+}
+
+impl poem_openapi::types::ToJSON for Identifier {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::String(self.0.clone()))
+    }
 }
 
 #[derive(Debug, Object)]
@@ -459,8 +509,8 @@ impl PrivacyApi {
     /// fastack does not know completes with zero counts. The job ends in
     /// `job.completed` (its result is the certificate) or `job.failed`, and
     /// `core.contact.erased` tells downstream consumers (hashes only).
-    /// Rules a schema cannot say: 1 to 5,000 identifiers in all; `to`
-    /// after `from`.
+    /// Rules a schema cannot say: name at least one person, with 1 to
+    /// 5,000 identifiers in all; `to` must be after `from`.
     #[oai(
         path = "/v1/core/erasures",
         method = "post",
@@ -486,7 +536,9 @@ impl PrivacyApi {
     /// List suppressions
     ///
     /// The tenant's suppressed identifiers (hashed), newest first; with
-    /// `user_id` or `anonymous_id`, whether that one is suppressed.
+    /// `user_id` or `anonymous_id`, whether that one is suppressed. Rules a
+    /// schema cannot say: to ask about one identifier, give exactly one of
+    /// `user_id` or `anonymous_id`.
     #[oai(
         path = "/v1/core/suppressions",
         method = "get",

@@ -174,7 +174,9 @@ impl CoreApi {
         /// Page size, 1–1000 (default 100).
         #[oai(validator(minimum(value = "1"), maximum(value = "1000")))]
         limit: Query<Option<u32>>,
-        /// `next_cursor` of the previous page.
+        /// `next_cursor` of the previous page: only a `next_cursor` this
+        /// endpoint returned is accepted.
+        #[oai(validator(min_length = 1))]
         cursor: Query<Option<String>>,
     ) -> Result<Json<EventsPage>, Errors<ListErrors>> {
         let mut errors = Vec::new();

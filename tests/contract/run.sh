@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Contract test: fuzzes a running `fastack serve` (embedded, fresh data dir)
-# from openapi/openapi.json with schemathesis and fails on any 5xx or any
+# from openapi/openapi.json with schemathesis and fails on any 5xx, any
 # answer that does not match the document (status, content type, headers,
-# body schema). FASTACK_BIN names the binary (default target/debug/fastack).
+# body schema), any schema-invalid request accepted (negative_data_rejection)
+# and any schema-valid request refused for a reason its operation does not
+# document (valid_data_is_accepted, in hooks.py: only rules a schema cannot
+# say, such as `to` after `from`, each written in the operation's text).
+# FASTACK_BIN names the binary (default target/debug/fastack).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -32,6 +36,6 @@ key=$(admin key create --tenant contract | python3 -c 'import json,sys; print(js
 cd "$here"
 SCHEMATHESIS_HOOKS=hooks "$venv/bin/st" run "$root/openapi/openapi.json" \
   --url "http://$addr" -H "Authorization: Bearer $key" \
-  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
-  --max-examples "${CONTRACT_MAX_EXAMPLES:-40}" --seed "${CONTRACT_SEED:-20261201}" \
+  --checks "${CONTRACT_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,valid_data_is_accepted,negative_data_rejection}" \
+  --max-examples "${CONTRACT_MAX_EXAMPLES:-100}" --seed "${CONTRACT_SEED:-20261201}" \
   --workers 1 --no-color --exclude-path /metrics
