@@ -50,8 +50,14 @@ enum Command {
     Migrate,
     /// Print the OpenAPI spec (what `openapi/openapi.json` must equal).
     Openapi,
-    /// Print the configuration settings as a Markdown table.
-    Config,
+    /// Print every setting as a Markdown table: the value in force and
+    /// where it came from (default, environment, or the file FASTACK_CONFIG
+    /// names; secrets shown as set), its default and meaning.
+    Config {
+        /// Only the defaults and meanings (the table in the README).
+        #[arg(long)]
+        defaults: bool,
+    },
     /// Operate a deployment: tenants, API keys, webhooks, deliveries,
     /// quarantine, partitions and retention (on the storage the FASTACK_*
     /// settings name).
@@ -964,10 +970,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             out!("{}", fastack_api::openapi_json())?;
             Ok(())
         }
-        Command::Config => {
+        Command::Config { defaults: true } => {
             out!("| variable | default | meaning |\n|---|---|---|")?;
             for (name, default, meaning) in SETTINGS {
                 out!("| `{name}` | {default} | {meaning} |")?;
+            }
+            Ok(())
+        }
+        Command::Config { defaults: false } => {
+            let rows = Config::in_force(std::env::vars()).context("reading configuration")?;
+            out!("| variable | in force | default | meaning |\n|---|---|---|---|")?;
+            for row in rows {
+                let in_force = if row.set.is_empty() {
+                    "default".to_owned()
+                } else {
+                    row.set
+                        .iter()
+                        .map(|v| format!("`{}={}` ({})", v.name, v.shown, v.source))
+                        .collect::<Vec<_>>()
+                        .join("<br>")
+                };
+                out!(
+                    "| `{}` | {in_force} | {} | {} |",
+                    row.setting,
+                    row.default,
+                    row.meaning
+                )?;
             }
             Ok(())
         }

@@ -178,6 +178,7 @@ async fn rotate_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> Ad
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeliveriesQuery {
     endpoint: Option<String>,
     limit: Option<u32>,
@@ -203,6 +204,7 @@ async fn deliveries(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct QuarantineQuery {
     limit: Option<u32>,
 }
@@ -257,6 +259,7 @@ async fn drop_quarantined(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PlanQuery {
     version: Option<u32>,
 }

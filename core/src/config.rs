@@ -456,33 +456,7 @@ impl Config {
     /// that `FASTACK_CONFIG` names, if any). Unknown `FASTACK_` variables are
     /// an error: a typo must not silently fall back to a default.
     pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
-        let env: HashMap<String, String> = vars
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("FASTACK_") && !is_tooling(k))
-            .collect();
-        // Each value with where it came from, so an error names what the
-        // user wrote: the file's own key, or the variable.
-        let mut merged: BTreeMap<String, (String, Origin)> = BTreeMap::new();
-        if let Some(path) = env.get("FASTACK_CONFIG") {
-            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.clone(), e))?;
-            let table: toml::Table =
-                toml::from_str(&text).map_err(|e| Error::Config(format!("{path}: {e}")))?;
-            for (key, value) in table {
-                let value = match value {
-                    toml::Value::String(s) => s,
-                    other => other.to_string(),
-                };
-                let name = format!("FASTACK_{}", key.to_ascii_uppercase());
-                let origin = Origin::File {
-                    path: path.clone(),
-                    key,
-                };
-                merged.insert(name, (value, origin));
-            }
-        }
-        merged.extend(env.into_iter().map(|(k, v)| (k, (v, Origin::Env))));
-        merged.remove("FASTACK_CONFIG");
-
+        let merged = merged(vars)?;
         let mut cfg = Config::default();
         for (key, (value, origin)) in merged {
             if !cfg.apply(&key, value).map_err(|e| origin.qualify(e))? {
@@ -493,6 +467,115 @@ impl Config {
         Ok(cfg)
     }
 
+    /// What `fastack config` prints: each documented setting, its default,
+    /// and the values in force with where each came from (the environment
+    /// or the file `FASTACK_CONFIG` names); secrets are shown as set, not
+    /// by value. An invalid configuration is the error `serve` would give.
+    pub fn in_force(vars: impl IntoIterator<Item = (String, String)>) -> Result<Vec<InForce>> {
+        let vars: Vec<(String, String)> = vars.into_iter().collect();
+        Config::from_vars(vars.clone())?;
+        let merged = merged(vars)?;
+        let mut out = Vec::new();
+        for (entry, default, meaning) in SETTINGS {
+            let family = family_names(entry);
+            let set = family
+                .iter()
+                .filter_map(|name| {
+                    let (value, origin) = merged.get(name)?;
+                    Some(SetValue {
+                        name: name.clone(),
+                        shown: shown(name, value),
+                        source: match origin {
+                            Origin::Env => "environment".to_owned(),
+                            Origin::File { path, .. } => format!("file {path}"),
+                        },
+                    })
+                })
+                .collect();
+            out.push(InForce {
+                setting: entry,
+                default,
+                meaning,
+                set,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// One documented setting (or family) and what is in force.
+#[derive(Debug)]
+pub struct InForce {
+    pub setting: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+    /// The family's variables that are set; empty: the default is in force.
+    pub set: Vec<SetValue>,
+}
+
+/// A variable that is set, and where.
+#[derive(Debug)]
+pub struct SetValue {
+    pub name: String,
+    /// The value, or `(set)` for a secret; a URL's password is hidden.
+    pub shown: String,
+    /// `environment` or `file <path>`.
+    pub source: String,
+}
+
+/// A value as `fastack config` may print it.
+fn shown(name: &str, value: &str) -> String {
+    let secret = ["_TOKEN", "_SECRET", "_PASSWORD", "_MASTER_KEY", "_HMAC_KEY"]
+        .iter()
+        .any(|s| name.ends_with(s));
+    if secret {
+        return "(set)".to_owned();
+    }
+    // `scheme://user:password@host`: the password goes.
+    if let Some((scheme, rest)) = value.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    value.to_owned()
+}
+
+/// Every value given, by variable name, with where it was written: the
+/// environment wins over the file `FASTACK_CONFIG` names.
+fn merged(
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Result<BTreeMap<String, (String, Origin)>> {
+    let env: HashMap<String, String> = vars
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("FASTACK_") && !is_tooling(k))
+        .collect();
+    // Each value with where it came from, so an error names what the
+    // user wrote: the file's own key, or the variable.
+    let mut merged: BTreeMap<String, (String, Origin)> = BTreeMap::new();
+    if let Some(path) = env.get("FASTACK_CONFIG") {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.clone(), e))?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| Error::Config(format!("{path}: {e}")))?;
+        for (key, value) in table {
+            let value = match value {
+                toml::Value::String(s) => s,
+                other => other.to_string(),
+            };
+            let name = format!("FASTACK_{}", key.to_ascii_uppercase());
+            let origin = Origin::File {
+                path: path.clone(),
+                key,
+            };
+            merged.insert(name, (value, origin));
+        }
+    }
+    merged.extend(env.into_iter().map(|(k, v)| (k, (v, Origin::Env))));
+    merged.remove("FASTACK_CONFIG");
+    Ok(merged)
+}
+
+impl Config {
     /// Sets one setting; `Ok(false)` when `key` names none.
     fn apply(&mut self, key: &str, value: String) -> Result<bool> {
         let non_empty = |v: String| if v.trim().is_empty() { None } else { Some(v) };
@@ -712,22 +795,31 @@ impl Origin {
 
 /// Every concrete setting name (`SETTINGS` lists some as families).
 fn known_names() -> Vec<String> {
+    SETTINGS
+        .iter()
+        .flat_map(|(entry, _, _)| family_names(entry))
+        .collect()
+}
+
+/// The concrete names of one `SETTINGS` entry (`A_X / _Y` is `A_X`, `A_Y`;
+/// `<PLAN>` is each plan).
+fn family_names(entry: &str) -> Vec<String> {
     let mut names = Vec::new();
-    for (entry, _, _) in SETTINGS {
-        let mut parts = entry.split(" / ");
-        let Some(first) = parts.next() else { continue };
-        let base = first.rsplit_once('_').map_or(first, |(b, _)| b);
-        let family: Vec<String> = std::iter::once(first.to_owned())
-            .chain(parts.map(|suffix| format!("{base}{suffix}")))
-            .collect();
-        for name in family {
-            if name.contains("<PLAN>") {
-                for plan in Plan::ALL {
-                    names.push(name.replace("<PLAN>", &plan.to_string().to_ascii_uppercase()));
-                }
-            } else {
-                names.push(name);
+    let mut parts = entry.split(" / ");
+    let Some(first) = parts.next() else {
+        return names;
+    };
+    let base = first.rsplit_once('_').map_or(first, |(b, _)| b);
+    let family: Vec<String> = std::iter::once(first.to_owned())
+        .chain(parts.map(|suffix| format!("{base}{suffix}")))
+        .collect();
+    for name in family {
+        if name.contains("<PLAN>") {
+            for plan in Plan::ALL {
+                names.push(name.replace("<PLAN>", &plan.to_string().to_ascii_uppercase()));
             }
+        } else {
+            names.push(name);
         }
     }
     names
@@ -902,6 +994,40 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn in_force_says_where_each_value_came_from_and_hides_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("fastack.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:7777\"\nplan_pro_rps = 50\n").unwrap();
+        let rows = Config::in_force(vars(&[
+            ("FASTACK_CONFIG", file.to_str().unwrap()),
+            ("FASTACK_LISTEN", "127.0.0.1:9999"),
+            ("FASTACK_ADMIN_TOKEN", "an-admin-token-of-enough-length"),
+            ("FASTACK_DATABASE_URL", "postgres://app:hunter2@db:5432/x"),
+        ]))
+        .unwrap();
+        let row = |name: &str| rows.iter().find(|r| r.setting.starts_with(name)).unwrap();
+        let listen = &row("FASTACK_LISTEN").set[0];
+        assert_eq!(
+            (listen.shown.as_str(), listen.source.as_str()),
+            ("127.0.0.1:9999", "environment")
+        );
+        let plan = &row("FASTACK_PLAN_<PLAN>_RPS").set[0];
+        assert_eq!(plan.name, "FASTACK_PLAN_PRO_RPS");
+        assert_eq!(plan.source, format!("file {}", file.display()));
+        assert_eq!(row("FASTACK_ADMIN_TOKEN").set[0].shown, "(set)");
+        assert_eq!(
+            row("FASTACK_DATABASE_URL").set[0].shown,
+            "postgres://app:***@db:5432/x"
+        );
+        assert!(
+            row("FASTACK_DATA_DIR").set.is_empty(),
+            "the default is in force"
+        );
+        // An invalid configuration is the error serve would give.
+        assert!(Config::in_force(vars(&[("FASTACK_LISTN", "x")])).is_err());
     }
 
     #[test]
