@@ -108,7 +108,7 @@ impl AllowIndex {
             .map(|pair| pair.split('=').next().unwrap_or_default())
             .map(percent_decoded)
         {
-            if known.iter().any(|k| *k == name) || errors.iter().any(|e| e.field == name) {
+            if known.contains(&name) || errors.iter().any(|e| e.field == name) {
                 continue;
             }
             let hint =

@@ -192,7 +192,7 @@ impl CoreApi {
                     .zip(people)
                     .filter(|(_, given)| *given)
                     .map(|(name, _)| *name)
-                    .last()
+                    .next_back()
                     .unwrap_or_default()
                     .to_owned(),
                 index: None,

@@ -411,7 +411,10 @@ mod tests {
         // A family added without a sample above would not be exposed here:
         // every registration is documented.
         assert_eq!(
-            include_str!("metrics.rs").matches("registry.register(").count() - 1,
+            include_str!("metrics.rs")
+                .matches("registry.register(")
+                .count()
+                - 1,
             documented.len(),
             "a registered metric is missing from docs/metrics.md (or from this test's samples)"
         );

@@ -626,6 +626,14 @@ fn cli_help_describes_every_flag() {
         help(&["admin", "tenant", "create"]).contains("[possible values: free, pro, enterprise]")
     );
     assert!(help(&["serve"]).contains("fastack config"));
+    // Every event type an endpoint can subscribe to is named where it is chosen.
+    let add = help(&["admin", "webhook", "add"]);
+    for event in fastack_entities::webhook::EVENT_TYPES {
+        assert!(
+            add.contains(event),
+            "`webhook add --help` leaves out {event}:\n{add}"
+        );
+    }
     assert!(help_of(&load_tool, &[]).contains("--server <PATH>"));
     assert!(!help(&[]).contains("bench"), "{}", help(&[]));
 }
