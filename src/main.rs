@@ -49,7 +49,11 @@ enum Command {
     /// Apply database migrations and create the current partition window.
     Migrate,
     /// Print the OpenAPI spec (what `openapi/openapi.json` must equal).
-    Openapi,
+    Openapi {
+        /// The admin listener's (what `openapi/admin.json` must equal).
+        #[arg(long)]
+        admin: bool,
+    },
     /// Print every setting as a Markdown table: the value in force and
     /// where it came from (default, environment, or the file FASTACK_CONFIG
     /// names; secrets shown as set), its default and meaning.
@@ -966,8 +970,12 @@ async fn mirror_backfill(
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Openapi => {
+        Command::Openapi { admin: false } => {
             out!("{}", fastack_api::openapi_json())?;
+            Ok(())
+        }
+        Command::Openapi { admin: true } => {
+            out!("{}", fastack_api::admin::admin_openapi_json())?;
             Ok(())
         }
         Command::Config { defaults: true } => {

@@ -8,27 +8,62 @@ use std::sync::Arc;
 
 use fastack_core::auth::hash_key;
 use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan, Tenant};
-use poem::{
-    Endpoint, EndpointExt, IntoResponse, Request, Response, Route, get, handler,
-    http::StatusCode,
-    post,
-    web::{Data, Json, Path, Query},
+use poem::{Endpoint, EndpointExt, IntoResponse, Request, Route, web::Data};
+use poem_openapi::{
+    ApiResponse, Enum, Object, OpenApi, OpenApiService, SecurityScheme, Tags,
+    auth::Bearer,
+    param::{Path, Query},
+    payload::Json,
 };
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{
-    problem::{ApiError, to_problem},
+    allow::AllowIndex,
+    body::{JsonBody, MaybeJsonBody},
+    privacy::ErasureRequestBody,
+    problem::{AdminErrors, ApiError, Errors, to_problem},
+    server::VERSION,
     state::SharedState,
 };
 
-type AdminResult = Result<Response, ApiError>;
+type AdminResult<T> = Result<T, Errors<AdminErrors>>;
 
-fn ok<T: serde::Serialize>(status: StatusCode, value: &T) -> AdminResult {
-    Ok(Response::builder()
-        .status(status)
-        .content_type("application/json")
-        .body(serde_json::to_vec(value).expect("admin answers serialise")))
+/// A JSON document of the store's own shape, described by its operation.
+fn doc<T: serde::Serialize>(value: &T) -> Result<Json<Value>, ApiError> {
+    serde_json::to_value(value)
+        .map(Json)
+        .map_err(|e| internal(format!("an admin answer did not serialise: {e}")))
+}
+
+fn internal(detail: String) -> ApiError {
+    tracing::error!(%detail, "admin answer");
+    ApiError::new(
+        poem::http::StatusCode::INTERNAL_SERVER_ERROR,
+        crate::problem::ProblemCode::Internal,
+        "internal error",
+    )
+}
+
+/// `200` with the document.
+#[derive(ApiResponse)]
+enum Found {
+    #[oai(status = 200)]
+    Ok(Json<Value>),
+}
+
+/// `201` with what was created.
+#[derive(ApiResponse)]
+enum Created {
+    #[oai(status = 201)]
+    Created(Json<Value>),
+}
+
+/// `202`: queued, with the job's id.
+#[derive(ApiResponse)]
+enum Queued {
+    #[oai(status = 202)]
+    Accepted(Json<Value>),
 }
 
 async fn tenant(state: &SharedState, id_or_name: &str) -> Result<Tenant, ApiError> {
@@ -39,340 +74,696 @@ fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> 
     raw.parse().map_err(|_| ApiError::not_found(what))
 }
 
-#[derive(Deserialize)]
+/// A body read with serde as the document describes it (unknown members
+/// refused).
+fn body_of<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid_json(format!("request body: {e}")))
+}
+
+/// `Authorization: Bearer <FASTACK_ADMIN_TOKEN>` on every operation.
+// The scheme is here for the document: the token is checked before any
+// operation runs, in constant time (`token_ok`).
+#[allow(dead_code)]
+#[derive(SecurityScheme)]
+#[oai(ty = "bearer")]
+struct AdminToken(Bearer);
+
+#[derive(Tags)]
+enum AdminTag {
+    /// Tenants and their API keys
+    Tenants,
+    /// Webhook endpoints and their deliveries
+    Webhooks,
+    /// Events processing set aside
+    Quarantine,
+    /// Tracking plans
+    Taxonomy,
+    /// Erasures and suppressions
+    Privacy,
+}
+
+/// A tenant's plan.
+#[derive(Clone, Copy, Debug, Deserialize, Enum)]
+#[serde(rename_all = "lowercase")]
+#[oai(rename_all = "lowercase")]
+enum PlanName {
+    Free,
+    Pro,
+    Enterprise,
+}
+
+impl From<PlanName> for Plan {
+    fn from(p: PlanName) -> Plan {
+        match p {
+            PlanName::Free => Plan::Free,
+            PlanName::Pro => Plan::Pro,
+            PlanName::Enterprise => Plan::Enterprise,
+        }
+    }
+}
+
+/// A new tenant.
+#[derive(Debug, Deserialize, Object)]
 #[serde(deny_unknown_fields)]
 struct NewTenant {
+    /// Unique name (what `--tenant` and paths take besides the id).
     name: String,
-    plan: Option<Plan>,
+    /// Default `free`.
+    plan: Option<PlanName>,
+    /// Retention in months (default: the plan's).
     retention_months: Option<u32>,
 }
 
-#[handler]
-async fn list_tenants(state: Data<&SharedState>) -> AdminResult {
-    ok(StatusCode::OK, &state.runtime.list_tenants().await?)
-}
-
-#[handler]
-async fn create_tenant(state: Data<&SharedState>, body: Json<NewTenant>) -> AdminResult {
-    let t = state
-        .runtime
-        .create_tenant(
-            &body.name,
-            body.plan.unwrap_or(Plan::Free),
-            body.retention_months,
-        )
-        .await?;
-    ok(StatusCode::CREATED, &t)
-}
-
-#[derive(Deserialize, Default)]
+/// A new API key's options.
+#[derive(Debug, Default, Deserialize, Object)]
 #[serde(deny_unknown_fields)]
 struct NewKey {
+    /// Requests per second for this key alone (default: only the tenant's
+    /// plan limits it).
     rate_limit: Option<u32>,
 }
 
-#[handler]
-async fn create_key(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    body: Option<Json<NewKey>>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let rate = body.map(|b| b.0).unwrap_or_default().rate_limit;
-    ok(
-        StatusCode::CREATED,
-        &state.runtime.create_key(t.id, rate).await?,
-    )
-}
-
-#[handler]
-async fn list_keys(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    ok(StatusCode::OK, &state.runtime.list_keys(t.id).await?)
-}
-
-#[handler]
-async fn revoke_key(state: Data<&SharedState>, Path(id): Path<String>) -> AdminResult {
-    let id: ApiKeyId = parse_id(&id, "api key")?;
-    state.runtime.revoke_key(id).await?;
-    ok(StatusCode::OK, &json!({"id": id, "revoked": true}))
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Events {
-    List(Vec<String>),
-    Csv(String),
-}
-
-#[derive(Deserialize)]
+/// A new webhook endpoint.
+#[derive(Debug, Deserialize, Object)]
 #[serde(deny_unknown_fields)]
 struct NewWebhook {
+    /// Where deliveries are POSTed: an http(s) URL on a globally routable
+    /// address (`FASTACK_WEBHOOK_ALLOW_PRIVATE=true` allows private ones).
     url: String,
-    events: Option<Events>,
+    /// The event types to deliver: a list, or one comma-separated string,
+    /// of `job.completed`, `job.failed`, `core.event.tracked`,
+    /// `core.contact.erased`, `endpoint.disabled`, `delivery.exhausted`
+    /// (default: the two job events).
+    events: Option<Value>,
 }
 
-#[handler]
-async fn add_webhook(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    body: Json<NewWebhook>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let events = body.events.as_ref().map(|e| match e {
-        Events::List(l) => l.join(","),
-        Events::Csv(s) => s.clone(),
-    });
-    let created = state
-        .runtime
-        .add_webhook(t.id, &body.url, events.as_deref())
-        .await?;
-    ok(StatusCode::CREATED, &created)
-}
-
-#[handler]
-async fn list_webhooks(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    ok(StatusCode::OK, &state.runtime.list_webhooks(t.id).await?)
-}
-
-#[derive(Deserialize, Default)]
+/// Why an endpoint is disabled.
+#[derive(Debug, Default, Deserialize, Object)]
 #[serde(deny_unknown_fields)]
 struct Disable {
     reason: Option<String>,
 }
 
-#[handler]
-async fn disable_webhook(
-    state: Data<&SharedState>,
-    Path(id): Path<String>,
-    body: Option<Json<Disable>>,
-) -> AdminResult {
-    let id: EndpointId = parse_id(&id, "endpoint")?;
-    let reason = body.and_then(|b| b.0.reason);
-    ok(
-        StatusCode::OK,
-        &state
+/// `events` as the store takes them: comma-separated.
+fn event_list(events: &Option<Value>) -> Result<Option<String>, ApiError> {
+    match events {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(|l| Some(l.join(",")))
+            .ok_or_else(|| {
+                ApiError::invalid_json("`events` must be a list of strings or a string")
+            }),
+        Some(_) => Err(ApiError::invalid_json(
+            "`events` must be a list of strings or a string",
+        )),
+    }
+}
+
+/// The operations of `fastack admin …`, over HTTP.
+pub struct AdminApi;
+
+#[OpenApi(prefix_path = "/admin/v1")]
+impl AdminApi {
+    /// List tenants
+    ///
+    /// Every tenant: `id`, `name`, `plan`, `retention_months`, `created_at`.
+    #[oai(
+        path = "/tenants",
+        method = "get",
+        operation_id = "list_tenants",
+        tag = "AdminTag::Tenants"
+    )]
+    async fn list_tenants(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+    ) -> AdminResult<Found> {
+        Ok(Found::Ok(doc(&state.runtime.list_tenants().await?)?))
+    }
+
+    /// Create a tenant
+    ///
+    /// Answers the tenant (`id`, `name`, `plan`, …); `409 conflict` when the
+    /// name is taken.
+    #[oai(
+        path = "/tenants",
+        method = "post",
+        operation_id = "create_tenant",
+        tag = "AdminTag::Tenants"
+    )]
+    async fn create_tenant(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        body: JsonBody<NewTenant>,
+    ) -> AdminResult<Created> {
+        let body: NewTenant = body_of(&body.bytes)?;
+        let t = state
+            .runtime
+            .create_tenant(
+                &body.name,
+                body.plan.map_or(Plan::Free, Plan::from),
+                body.retention_months,
+            )
+            .await?;
+        Ok(Created::Created(doc(&t)?))
+    }
+
+    /// List a tenant's API keys
+    ///
+    /// Each key's `id`, display `prefix`, `rate_limit`, `created_at` and
+    /// `revoked_at`; never the secret.
+    #[oai(
+        path = "/tenants/:tenant/keys",
+        method = "get",
+        operation_id = "list_keys",
+        tag = "AdminTag::Tenants"
+    )]
+    async fn list_keys(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        Ok(Found::Ok(doc(&state.runtime.list_keys(t.id).await?)?))
+    }
+
+    /// Create an API key
+    ///
+    /// Answers the key with its `secret`, shown this once (only its hash
+    /// is stored). The body may be left out.
+    #[oai(
+        path = "/tenants/:tenant/keys",
+        method = "post",
+        operation_id = "create_key",
+        tag = "AdminTag::Tenants"
+    )]
+    async fn create_key(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        body: MaybeJsonBody<NewKey>,
+    ) -> AdminResult<Created> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let options: NewKey = match body.0 {
+            Some(b) => body_of(&b.bytes)?,
+            None => NewKey::default(),
+        };
+        Ok(Created::Created(doc(&state
+            .runtime
+            .create_key(t.id, options.rate_limit)
+            .await?)?))
+    }
+
+    /// Revoke an API key
+    ///
+    /// Refused by every node within about two seconds. Answers `{"id",
+    /// "revoked": true}`.
+    #[oai(
+        path = "/keys/:id/revoke",
+        method = "post",
+        operation_id = "revoke_key",
+        tag = "AdminTag::Tenants"
+    )]
+    async fn revoke_key(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        id: Path<String>,
+    ) -> AdminResult<Found> {
+        let id: ApiKeyId = parse_id(&id.0, "api key")?;
+        state.runtime.revoke_key(id).await?;
+        Ok(Found::Ok(Json(json!({"id": id, "revoked": true}))))
+    }
+
+    /// List a tenant's webhook endpoints
+    #[oai(
+        path = "/tenants/:tenant/webhooks",
+        method = "get",
+        operation_id = "list_webhooks",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn list_webhooks(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        Ok(Found::Ok(doc(&state.runtime.list_webhooks(t.id).await?)?))
+    }
+
+    /// Register a webhook endpoint
+    ///
+    /// Answers the endpoint with its signing `secret`, shown this once;
+    /// `422 invalid_endpoint` for a URL or event type refused.
+    #[oai(
+        path = "/tenants/:tenant/webhooks",
+        method = "post",
+        operation_id = "add_webhook",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn add_webhook(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        body: JsonBody<NewWebhook>,
+    ) -> AdminResult<Created> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let body: NewWebhook = body_of(&body.bytes)?;
+        let events = event_list(&body.events)?;
+        let created = state
+            .runtime
+            .add_webhook(t.id, &body.url, events.as_deref())
+            .await?;
+        Ok(Created::Created(doc(&created)?))
+    }
+
+    /// Disable a webhook endpoint
+    ///
+    /// Nothing more is delivered to it until it is enabled; the body (a
+    /// `reason`) may be left out.
+    #[oai(
+        path = "/webhooks/:id/disable",
+        method = "post",
+        operation_id = "disable_webhook",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn disable_webhook(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        id: Path<String>,
+        body: MaybeJsonBody<Disable>,
+    ) -> AdminResult<Found> {
+        let id: EndpointId = parse_id(&id.0, "endpoint")?;
+        let reason = match body.0 {
+            Some(b) => body_of::<Disable>(&b.bytes)?.reason,
+            None => None,
+        };
+        Ok(Found::Ok(doc(&state
             .runtime
             .set_webhook_enabled(id, false, reason.as_deref())
-            .await?,
-    )
-}
-
-#[handler]
-async fn enable_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> AdminResult {
-    let id: EndpointId = parse_id(&id, "endpoint")?;
-    ok(
-        StatusCode::OK,
-        &state.runtime.set_webhook_enabled(id, true, None).await?,
-    )
-}
-
-#[handler]
-async fn rotate_webhook(state: Data<&SharedState>, Path(id): Path<String>) -> AdminResult {
-    let id: EndpointId = parse_id(&id, "endpoint")?;
-    ok(
-        StatusCode::OK,
-        &state.runtime.rotate_webhook_secret(id).await?,
-    )
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DeliveriesQuery {
-    endpoint: Option<String>,
-    limit: Option<u32>,
-}
-
-#[handler]
-async fn deliveries(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    Query(q): Query<DeliveriesQuery>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let endpoint = q
-        .endpoint
-        .as_deref()
-        .map(|e| parse_id::<EndpointId>(e, "endpoint"))
-        .transpose()?;
-    let list = state
-        .runtime
-        .list_deliveries(t.id, endpoint, None, q.limit.unwrap_or(100).clamp(1, 1000))
-        .await?;
-    ok(StatusCode::OK, &list)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QuarantineQuery {
-    limit: Option<u32>,
-}
-
-#[handler]
-async fn list_quarantine(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    Query(q): Query<QuarantineQuery>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let list = state
-        .runtime
-        .list_quarantine(t.id, q.limit.unwrap_or(100).clamp(1, 1000))
-        .await?;
-    ok(StatusCode::OK, &list)
-}
-
-#[handler]
-async fn show_quarantined(
-    state: Data<&SharedState>,
-    Path((t, event)): Path<(String, String)>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let event: EventId = parse_id(&event, "quarantined event")?;
-    match state.runtime.quarantined(t.id, event).await? {
-        Some(q) => ok(StatusCode::OK, &q),
-        None => Err(ApiError::not_found("quarantined event")),
+            .await?)?))
     }
-}
 
-#[handler]
-async fn retry_quarantined(
-    state: Data<&SharedState>,
-    Path((t, event)): Path<(String, String)>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let event: EventId = parse_id(&event, "quarantined event")?;
-    state.runtime.retry_quarantined(t.id, event).await?;
-    ok(StatusCode::OK, &json!({"event_id": event, "retried": true}))
-}
-
-#[handler]
-async fn drop_quarantined(
-    state: Data<&SharedState>,
-    Path((t, event)): Path<(String, String)>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let event: EventId = parse_id(&event, "quarantined event")?;
-    state.runtime.drop_quarantined(t.id, event).await?;
-    ok(StatusCode::OK, &json!({"event_id": event, "dropped": true}))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanQuery {
-    version: Option<u32>,
-}
-
-#[handler]
-async fn install_plan(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    body: Json<serde_json::Value>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let installed = state.runtime.install_plan(t.id, &body.0).await?;
-    ok(StatusCode::CREATED, &installed)
-}
-
-#[handler]
-async fn show_plan(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    Query(q): Query<PlanQuery>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    match state.runtime.plan_version(t.id, q.version).await? {
-        Some(p) if p.document.is_some() || q.version.is_some() => ok(StatusCode::OK, &p),
-        _ => Err(ApiError::not_found("tracking plan")),
+    /// Enable a webhook endpoint
+    #[oai(
+        path = "/webhooks/:id/enable",
+        method = "post",
+        operation_id = "enable_webhook",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn enable_webhook(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        id: Path<String>,
+    ) -> AdminResult<Found> {
+        let id: EndpointId = parse_id(&id.0, "endpoint")?;
+        Ok(Found::Ok(doc(&state
+            .runtime
+            .set_webhook_enabled(id, true, None)
+            .await?)?))
     }
-}
 
-#[handler]
-async fn plan_history(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    ok(StatusCode::OK, &state.runtime.plan_history(t.id).await?)
-}
-
-#[handler]
-async fn remove_plan(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    match state.runtime.remove_plan(t.id).await? {
-        Some(removed) => ok(StatusCode::OK, &removed),
-        None => Err(ApiError::not_found("tracking plan")),
+    /// Rotate a webhook endpoint's secret
+    ///
+    /// Answers the new secret, shown this once; deliveries are signed with
+    /// both for a while, so receivers can switch.
+    #[oai(
+        path = "/webhooks/:id/rotate-secret",
+        method = "post",
+        operation_id = "rotate_webhook_secret",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn rotate_webhook(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        id: Path<String>,
+    ) -> AdminResult<Found> {
+        let id: EndpointId = parse_id(&id.0, "endpoint")?;
+        Ok(Found::Ok(doc(&state
+            .runtime
+            .rotate_webhook_secret(id)
+            .await?)?))
     }
-}
 
-/// `POST /admin/v1/tenants/:tenant/erasures`: the tenant API's request,
-/// made by an operator (the body is the same).
-#[handler]
-async fn request_erasure(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    body: bytes::Bytes,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let (req, metadata) = crate::privacy::parse(&body)?;
-    let job = state.runtime.request_erasure(t.id, &req, metadata).await?;
-    ok(StatusCode::ACCEPTED, &json!({"job_id": job.id}))
-}
+    /// A tenant's webhook deliveries
+    ///
+    /// Newest first, each with its attempts.
+    #[oai(
+        path = "/tenants/:tenant/deliveries",
+        method = "get",
+        operation_id = "list_deliveries",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn deliveries(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        /// Only this endpoint's.
+        endpoint: Query<Option<String>>,
+        /// Page size, 1–1000 (default 100).
+        #[oai(validator(minimum(value = "1"), maximum(value = "1000")))]
+        limit: Query<Option<u32>>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let endpoint = endpoint
+            .0
+            .as_deref()
+            .map(|e| parse_id::<EndpointId>(e, "endpoint"))
+            .transpose()?;
+        let list = state
+            .runtime
+            .list_deliveries(t.id, endpoint, None, limit.0.unwrap_or(100))
+            .await?;
+        Ok(Found::Ok(doc(&list)?))
+    }
 
-/// A tenant's erasure requests, newest first, as their job documents.
-#[handler]
-async fn list_erasures(state: Data<&SharedState>, Path(t): Path<String>) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let docs: Vec<String> = state
-        .runtime
-        .erasure_requests(t.id, 500)
-        .await?
-        .iter()
-        .map(fastack_entities::Job::document)
-        .collect();
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .content_type("application/json")
-        .body(format!("[{}]", docs.join(","))))
-}
+    /// A tenant's quarantined events
+    #[oai(
+        path = "/tenants/:tenant/quarantine",
+        method = "get",
+        operation_id = "list_quarantine",
+        tag = "AdminTag::Quarantine"
+    )]
+    async fn list_quarantine(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        /// Page size, 1–1000 (default 100).
+        #[oai(validator(minimum(value = "1"), maximum(value = "1000")))]
+        limit: Query<Option<u32>>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let list = state
+            .runtime
+            .list_quarantine(t.id, limit.0.unwrap_or(100))
+            .await?;
+        Ok(Found::Ok(doc(&list)?))
+    }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Identifier {
-    user_id: Option<String>,
-    anonymous_id: Option<String>,
-}
+    /// One quarantined event
+    #[oai(
+        path = "/tenants/:tenant/quarantine/:event",
+        method = "get",
+        operation_id = "show_quarantined",
+        tag = "AdminTag::Quarantine"
+    )]
+    async fn show_quarantined(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        event: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let event: EventId = parse_id(&event.0, "quarantined event")?;
+        match state.runtime.quarantined(t.id, event).await? {
+            Some(q) => Ok(Found::Ok(doc(&q)?)),
+            None => Err(ApiError::not_found("quarantined event").into()),
+        }
+    }
 
-#[handler]
-async fn list_suppressions(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    Query(q): Query<Identifier>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let only = match (q.user_id, q.anonymous_id) {
-        (None, None) => None,
-        (u, a) => Some(crate::privacy::named(u, a)?),
-    };
-    ok(
-        StatusCode::OK,
-        &state
+    /// Retry a quarantined event
+    ///
+    /// Back to processing. Answers `{"event_id", "retried": true}`.
+    #[oai(
+        path = "/tenants/:tenant/quarantine/:event/retry",
+        method = "post",
+        operation_id = "retry_quarantined",
+        tag = "AdminTag::Quarantine"
+    )]
+    async fn retry_quarantined(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        event: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let event: EventId = parse_id(&event.0, "quarantined event")?;
+        state.runtime.retry_quarantined(t.id, event).await?;
+        Ok(Found::Ok(Json(json!({"event_id": event, "retried": true}))))
+    }
+
+    /// Drop a quarantined event
+    ///
+    /// Answers `{"event_id", "dropped": true}`.
+    #[oai(
+        path = "/tenants/:tenant/quarantine/:event/drop",
+        method = "post",
+        operation_id = "drop_quarantined",
+        tag = "AdminTag::Quarantine"
+    )]
+    async fn drop_quarantined(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        event: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let event: EventId = parse_id(&event.0, "quarantined event")?;
+        state.runtime.drop_quarantined(t.id, event).await?;
+        Ok(Found::Ok(Json(json!({"event_id": event, "dropped": true}))))
+    }
+
+    /// The tracking plan in force (or a version of it)
+    #[oai(
+        path = "/tenants/:tenant/taxonomy",
+        method = "get",
+        operation_id = "show_plan",
+        tag = "AdminTag::Taxonomy"
+    )]
+    async fn show_plan(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        /// A version from the history (default: the one in force).
+        version: Query<Option<u32>>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        match state.runtime.plan_version(t.id, version.0).await? {
+            Some(p) if p.document.is_some() || version.0.is_some() => Ok(Found::Ok(doc(&p)?)),
+            _ => Err(ApiError::not_found("tracking plan").into()),
+        }
+    }
+
+    /// Install a tracking plan
+    ///
+    /// The body is the plan: `{"events": {name: JSON Schema}, "identify":
+    /// schema, "unplanned": "allow"|"reject", "mode": "enforce"|"flag"}`;
+    /// `422 invalid_plan` names the event and the schema error.
+    #[oai(
+        path = "/tenants/:tenant/taxonomy",
+        method = "put",
+        operation_id = "install_plan",
+        tag = "AdminTag::Taxonomy"
+    )]
+    async fn install_plan(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        body: JsonBody<Value>,
+    ) -> AdminResult<Created> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let plan: Value = body_of(&body.bytes)?;
+        Ok(Created::Created(doc(&state
+            .runtime
+            .install_plan(t.id, &plan)
+            .await?)?))
+    }
+
+    /// Remove the tracking plan
+    #[oai(
+        path = "/tenants/:tenant/taxonomy",
+        method = "delete",
+        operation_id = "remove_plan",
+        tag = "AdminTag::Taxonomy"
+    )]
+    async fn remove_plan(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        match state.runtime.remove_plan(t.id).await? {
+            Some(removed) => Ok(Found::Ok(doc(&removed)?)),
+            None => Err(ApiError::not_found("tracking plan").into()),
+        }
+    }
+
+    /// The tracking plan's versions
+    #[oai(
+        path = "/tenants/:tenant/taxonomy/history",
+        method = "get",
+        operation_id = "plan_history",
+        tag = "AdminTag::Taxonomy"
+    )]
+    async fn plan_history(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        Ok(Found::Ok(doc(&state.runtime.plan_history(t.id).await?)?))
+    }
+
+    /// Erase people
+    ///
+    /// The tenant API's `POST /v1/core/erasures`, made by an operator (the
+    /// same body and rules). Answers `{"job_id"}`.
+    #[oai(
+        path = "/tenants/:tenant/erasures",
+        method = "post",
+        operation_id = "request_erasure",
+        tag = "AdminTag::Privacy"
+    )]
+    async fn request_erasure(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        body: JsonBody<ErasureRequestBody>,
+    ) -> AdminResult<Queued> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let (req, metadata) = crate::privacy::parse(&body.bytes)?;
+        let job = state.runtime.request_erasure(t.id, &req, metadata).await?;
+        Ok(Queued::Accepted(Json(json!({"job_id": job.id}))))
+    }
+
+    /// A tenant's erasure requests
+    ///
+    /// Newest first (at most 500), as their job documents.
+    #[oai(
+        path = "/tenants/:tenant/erasures",
+        method = "get",
+        operation_id = "list_erasures",
+        tag = "AdminTag::Privacy"
+    )]
+    async fn list_erasures(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let docs: Vec<Value> = state
+            .runtime
+            .erasure_requests(t.id, 500)
+            .await?
+            .iter()
+            .map(|job| serde_json::from_str(&job.document()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| internal(format!("a job document did not parse: {e}")))?;
+        Ok(Found::Ok(Json(Value::Array(docs))))
+    }
+
+    /// A tenant's suppressions
+    ///
+    /// Hashed identifiers, newest first; with `user_id` or `anonymous_id`
+    /// (exactly one of `user_id` or `anonymous_id`), whether that one is
+    /// suppressed.
+    #[oai(
+        path = "/tenants/:tenant/suppressions",
+        method = "get",
+        operation_id = "list_suppressions",
+        tag = "AdminTag::Privacy"
+    )]
+    async fn list_suppressions(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        user_id: Query<Option<String>>,
+        anonymous_id: Query<Option<String>>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let only = match (user_id.0, anonymous_id.0) {
+            (None, None) => None,
+            (u, a) => Some(crate::privacy::named(u, a)?),
+        };
+        Ok(Found::Ok(doc(&state
             .runtime
             .suppressions(t.id, only.as_ref(), 1000)
-            .await?,
-    )
+            .await?)?))
+    }
+
+    /// Lift a suppression
+    ///
+    /// Give exactly one of `user_id` or `anonymous_id`; 404 when it is not
+    /// suppressed. Answers `{"lifted": …}`.
+    #[oai(
+        path = "/tenants/:tenant/suppressions",
+        method = "delete",
+        operation_id = "lift_suppression",
+        tag = "AdminTag::Privacy"
+    )]
+    async fn lift_suppression(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        /// Tenant id or name.
+        tenant: Path<String>,
+        user_id: Query<Option<String>>,
+        anonymous_id: Query<Option<String>>,
+    ) -> AdminResult<Found> {
+        let t = self::tenant(&state, &tenant.0).await?;
+        let subject = crate::privacy::named(user_id.0, anonymous_id.0)?;
+        if !state.runtime.lift_suppression(t.id, &subject).await? {
+            return Err(ApiError::not_found("suppression").into());
+        }
+        Ok(Found::Ok(Json(json!({"lifted": subject}))))
+    }
 }
 
-#[handler]
-async fn lift_suppression(
-    state: Data<&SharedState>,
-    Path(t): Path<String>,
-    Query(q): Query<Identifier>,
-) -> AdminResult {
-    let t = tenant(&state, &t).await?;
-    let subject = crate::privacy::named(q.user_id, q.anonymous_id)?;
-    if !state.runtime.lift_suppression(t.id, &subject).await? {
-        return Err(ApiError::not_found("suppression"));
-    }
-    ok(StatusCode::OK, &json!({"lifted": subject}))
+/// The admin listener's OpenAPI service.
+pub fn admin_service() -> OpenApiService<AdminApi, ()> {
+    OpenApiService::new(AdminApi, "fastack admin", VERSION)
+        .description(
+            "The admin listener (FASTACK_ADMIN_LISTEN, on when FASTACK_ADMIN_TOKEN is set): \
+             the operations of `fastack admin …` over HTTP. Every operation takes \
+             `Authorization: Bearer <FASTACK_ADMIN_TOKEN>`. Answers are the store's documents, \
+             as `fastack admin … --json` prints them; errors are RFC 9457 problem documents.",
+        )
+        .server("/")
+}
+
+/// The admin document as served and committed in `openapi/admin.json`.
+pub fn admin_openapi_json() -> String {
+    crate::spec::close_request_schemas(&admin_service().spec())
 }
 
 /// Constant-time check of the admin token (compares digests).
@@ -395,63 +786,36 @@ fn token_ok(req: &Request, token: &str) -> bool {
         == 0
 }
 
-/// The admin application.
+/// The admin application: the operations behind the token, their document
+/// (`/openapi.json`) and `/docs` open (the listener is private).
 pub fn app(state: SharedState, token: Arc<str>) -> impl Endpoint {
-    Route::new()
-        .at("/admin/v1/tenants", get(list_tenants).post(create_tenant))
-        .at(
-            "/admin/v1/tenants/:tenant/keys",
-            get(list_keys).post(create_key),
-        )
-        .at("/admin/v1/keys/:id/revoke", post(revoke_key))
-        .at(
-            "/admin/v1/tenants/:tenant/webhooks",
-            get(list_webhooks).post(add_webhook),
-        )
-        .at("/admin/v1/webhooks/:id/disable", post(disable_webhook))
-        .at("/admin/v1/webhooks/:id/enable", post(enable_webhook))
-        .at("/admin/v1/webhooks/:id/rotate-secret", post(rotate_webhook))
-        .at("/admin/v1/tenants/:tenant/deliveries", get(deliveries))
-        .at("/admin/v1/tenants/:tenant/quarantine", get(list_quarantine))
-        .at(
-            "/admin/v1/tenants/:tenant/quarantine/:event",
-            get(show_quarantined),
-        )
-        .at(
-            "/admin/v1/tenants/:tenant/quarantine/:event/retry",
-            post(retry_quarantined),
-        )
-        .at(
-            "/admin/v1/tenants/:tenant/quarantine/:event/drop",
-            post(drop_quarantined),
-        )
-        .at(
-            "/admin/v1/tenants/:tenant/taxonomy",
-            get(show_plan).put(install_plan).delete(remove_plan),
-        )
-        .at(
-            "/admin/v1/tenants/:tenant/taxonomy/history",
-            get(plan_history),
-        )
-        .at(
-            "/admin/v1/tenants/:tenant/erasures",
-            get(list_erasures).post(request_erasure),
-        )
-        .at(
-            "/admin/v1/tenants/:tenant/suppressions",
-            get(list_suppressions).delete(lift_suppression),
-        )
-        .around(move |next, req| {
-            let token = token.clone();
-            async move {
-                if !token_ok(&req, &token) {
-                    return Ok(ApiError::unauthorized("admin token required").into_response());
-                }
-                Ok(match next.call(req).await {
-                    Ok(r) => r.into_response(),
-                    Err(e) => to_problem(e),
-                })
+    let api = admin_service();
+    let generated = api.spec();
+    let served = crate::spec::close_request_schemas(&generated);
+    let page = crate::spec::swagger_html(api.swagger_ui_html(), &generated, &served);
+    let allow = AllowIndex::from_spec(&served);
+    let (spec, docs) = crate::spec::endpoints(served, page);
+    let guarded = Route::new().nest("/", api).around(move |next, req| {
+        let token = token.clone();
+        let allow = allow.clone();
+        async move {
+            if !token_ok(&req, &token) {
+                return Ok(ApiError::unauthorized("admin token required").into_response());
             }
-        })
+            if let Some(query) = req.uri().query()
+                && let Some(err) = allow.unknown_query(req.method(), req.uri().path(), query)
+            {
+                return Ok(err.into_response());
+            }
+            Ok(match next.call(req).await {
+                Ok(r) => r.into_response(),
+                Err(e) => to_problem(e),
+            })
+        }
+    });
+    Route::new()
+        .at("/openapi.json", spec)
+        .nest("/docs", docs)
+        .nest("/", guarded)
         .data(state)
 }

@@ -157,6 +157,45 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
     }
 }
 
+/// A JSON body that may be left out (no `content-type` and no bytes):
+/// `None`; otherwise read as [`JsonBody`].
+pub struct MaybeJsonBody<T>(pub Option<JsonBody<T>>);
+
+impl<'a, T: Type + Send> ApiExtractor<'a> for MaybeJsonBody<T> {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn request_meta() -> Option<MetaRequest> {
+        JsonBody::<T>::request_meta().map(|m| MetaRequest {
+            required: false,
+            ..m
+        })
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        body: &mut RequestBody,
+        param_opts: ExtractParamOptions<Self::ParamType>,
+    ) -> poem::Result<Self> {
+        let headers = request.headers();
+        let empty = headers
+            .get(header::CONTENT_LENGTH)
+            .is_none_or(|v| v.as_bytes() == b"0")
+            && !headers.contains_key(header::TRANSFER_ENCODING);
+        if empty && !headers.contains_key(header::CONTENT_TYPE) {
+            return Ok(MaybeJsonBody(None));
+        }
+        JsonBody::from_request(request, body, param_opts)
+            .await
+            .map(|b| MaybeJsonBody(Some(b)))
+    }
+}
+
 /// How a request body is encoded (`content-encoding`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {

@@ -391,6 +391,29 @@ const UNAVAILABLE: Answer = (
     "Temporarily unavailable (`unavailable`): a dependency did not answer within the answer budget; nothing was accepted, retry after `Retry-After` seconds with the same idempotency keys",
 );
 
+const ADMIN_UNAUTHORIZED: Answer = (401, "Missing or wrong admin token (`unauthorized`)");
+const ADMIN_CONFLICT: Answer = (409, "The name is taken (`conflict`)");
+const ADMIN_INVALID: Answer = (
+    422,
+    "Refused: a field named in `errors` (`invalid_payload`), a webhook URL or event type (`invalid_endpoint`), or a tracking plan with the event and the schema error (`invalid_plan`)",
+);
+
+/// The answers of the admin listener's operations.
+pub struct AdminErrors;
+impl ErrorSet for AdminErrors {
+    const ANSWERS: &'static [Answer] = &[
+        BAD_BODY,
+        ADMIN_UNAUTHORIZED,
+        NOT_FOUND,
+        ADMIN_CONFLICT,
+        TOO_LARGE,
+        MEDIA,
+        ADMIN_INVALID,
+        INTERNAL,
+        UNAVAILABLE,
+    ];
+}
+
 /// `Retry-After` of a `503`: a dependency is away, and a client that comes
 /// back after a second finds it again or gets the next `503` just as fast.
 pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;

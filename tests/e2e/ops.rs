@@ -51,6 +51,106 @@ fn committed_openapi_matches_the_code() {
         fastack_api::openapi_json().trim(),
         "openapi/openapi.json drifted: run `cargo run -- openapi > openapi/openapi.json`"
     );
+    let admin = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/admin.json"))
+        .expect("openapi/admin.json is committed");
+    assert_eq!(
+        admin.trim(),
+        fastack_api::admin::admin_openapi_json().trim(),
+        "openapi/admin.json drifted: run `cargo run -- openapi --admin > openapi/admin.json`"
+    );
+}
+
+/// The admin listener serves its own document and docs without the token
+/// (the listener is private; the document is not a secret), and what the
+/// document says is what it does: operations behind the token, unknown
+/// query parameters refused, bodies closed to unknown members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_serves_its_document() {
+    let Some(app) = crate::webhooks::webhook_app(crate::helpers::Backend::Sqlite).await else {
+        return;
+    };
+    let admin = app
+        .server
+        .as_ref()
+        .unwrap()
+        .admin_addr()
+        .expect("admin listener");
+    let http = reqwest::Client::new();
+    let spec: serde_json::Value = http
+        .get(format!("http://{admin}/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        spec,
+        serde_json::from_str::<serde_json::Value>(&fastack_api::admin::admin_openapi_json())
+            .unwrap()
+    );
+    for path in [
+        "/admin/v1/tenants",
+        "/admin/v1/tenants/{tenant}/webhooks",
+        "/admin/v1/tenants/{tenant}/erasures",
+        "/admin/v1/tenants/{tenant}/taxonomy",
+    ] {
+        assert!(spec["paths"][path].is_object(), "{path} documented");
+    }
+    assert_eq!(
+        spec["components"]["schemas"]["NewWebhook"]["additionalProperties"],
+        false
+    );
+    let docs = http
+        .get(format!("http://{admin}/docs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(docs.status(), 200);
+    assert!(docs.text().await.unwrap().contains("swagger"));
+    // Behind the token.
+    let bare = http
+        .get(format!("http://{admin}/admin/v1/tenants"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status(), 401);
+    let token = crate::webhooks::ADMIN_TOKEN;
+    let typo = http
+        .get(format!(
+            "http://{admin}/admin/v1/tenants/{}/quarantine?limt=5",
+            app.t.tenant.id
+        ))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typo.status(), 400);
+    let body: serde_json::Value = typo.json().await.unwrap();
+    assert_eq!(body["errors"][0]["field"], "limt", "{body}");
+    let unknown = http
+        .post(format!(
+            "http://{admin}/admin/v1/tenants/{}/webhooks",
+            app.t.tenant.id
+        ))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"url": "https://example.com/h", "event": "job.failed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        unknown.status(),
+        400,
+        "an unknown member is refused, not dropped"
+    );
+    let listed = http
+        .get(format!("http://{admin}/admin/v1/tenants"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    app.cleanup().await;
 }
 
 /// The queue tables carry their own autovacuum thresholds (a fixed number
