@@ -222,7 +222,8 @@ export interface paths {
          * Export events
          * @description Queues an export of the tenant's events in `[from, to)` as encrypted
          *     NDJSON. The job ends in exactly one terminal event, `job.completed`
-         *     or `job.failed`.
+         *     or `job.failed`. Rules a schema cannot say: `to` must be after
+         *     `from`.
          */
         post: operations["create_export"];
         delete?: never;
@@ -315,8 +316,8 @@ export interface paths {
          *     fastack does not know completes with zero counts. The job ends in
          *     `job.completed` (its result is the certificate) or `job.failed`, and
          *     `core.contact.erased` tells downstream consumers (hashes only).
-         *     Rules a schema cannot say: 1 to 5,000 identifiers in all; `to`
-         *     after `from`.
+         *     Rules a schema cannot say: name at least one person, with 1 to
+         *     5,000 identifiers in all; `to` must be after `from`.
          */
         post: operations["create_erasure"];
         delete?: never;
@@ -335,7 +336,9 @@ export interface paths {
         /**
          * List suppressions
          * @description The tenant's suppressed identifiers (hashed), newest first; with
-         *     `user_id` or `anonymous_id`, whether that one is suppressed.
+         *     `user_id` or `anonymous_id`, whether that one is suppressed. Rules a
+         *     schema cannot say: to ask about one identifier, give exactly one of
+         *     `user_id` or `anonymous_id`.
          */
         get: operations["list_suppressions"];
         put?: never;
@@ -399,7 +402,8 @@ export interface components {
             };
             /**
              * Format: date-time
-             * @description RFC 3339 with offset.
+             * @description When it happened, RFC 3339 with offset; at most 24 h in the future and
+             *     inside the tenant's retention.
              */
             occurred_at: string;
             /** @description 1–255 characters, unique per tenant. */
@@ -414,7 +418,12 @@ export interface components {
         BatchItem: components["schemas"]["BatchTrack"] | components["schemas"]["BatchIdentify"];
         /**
          * BatchRequest
-         * @description `POST /v1/core/batch`: 1–500 items, all accepted or none.
+         * @description `POST /v1/core/batch`: 1–500 items, all accepted or none. Each item
+         *     follows the rules of its endpoint; in each, one of `user_id` /
+         *     `anonymous_id` is required.
+         *     Ids, keys and names hold no control characters; no string or member
+         *     name holds NUL or a lone surrogate, and numbers must be storable exactly
+         *     (README "Input rules").
          */
         BatchRequest: {
             batch: components["schemas"]["BatchItem"][];
@@ -437,7 +446,8 @@ export interface components {
             };
             /**
              * Format: date-time
-             * @description RFC 3339 with offset.
+             * @description When it happened, RFC 3339 with offset; at most 24 h in the future and
+             *     inside the tenant's retention.
              */
             occurred_at: string;
             /** @description 1–255 characters, unique per tenant. */
@@ -514,7 +524,10 @@ export interface components {
          *     5,000 identifiers in all across `user_ids`, `anonymous_ids` and
          *     `contact_ids` (more is `422 invalid_payload`, code
          *     `too_many_identifiers`). Each resolves to its contact (merges followed)
-         *     and every identifier linked to it.
+         *     and every identifier linked to it. Ids hold no control characters. No
+         *     string or member name in
+         *     `metadata` holds NUL or a lone surrogate, and numbers must be storable
+         *     exactly.
          */
         ErasureRequestBody: {
             /** @description User ids (each 1–255 characters). */
@@ -654,7 +667,8 @@ export interface components {
         };
         /**
          * ExportRequest
-         * @description `POST /v1/core/exports`.
+         * @description `POST /v1/core/exports`. No string or member name in `metadata` holds
+         *     NUL or a lone surrogate, and numbers must be storable exactly.
          */
         ExportRequest: {
             /**
@@ -696,6 +710,9 @@ export interface components {
          * IdentifyRequest
          * @description `POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
          *     required; with both, links them (merging contacts).
+         *     Ids, keys and names hold no control characters; no string or member
+         *     name holds NUL or a lone surrogate, and numbers must be storable exactly
+         *     (README "Input rules").
          */
         IdentifyRequest: {
             /** @description Your stable user id (1–255 characters). */
@@ -708,7 +725,8 @@ export interface components {
             };
             /**
              * Format: date-time
-             * @description When it happened, RFC 3339 with offset (as for track).
+             * @description When it happened, RFC 3339 with offset; at most 24 h in the future and
+             *     inside the tenant's retention.
              */
             occurred_at: string;
             /**
@@ -970,8 +988,8 @@ export interface components {
          * TrackRequest
          * @description `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
          *     Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
-         *     control characters; no string holds NUL; numbers must be storable
-         *     exactly (README "Input rules").
+         *     control characters; no string or member name holds NUL or a lone
+         *     surrogate, and numbers must be storable exactly (README "Input rules").
          */
         TrackRequest: {
             /** @description Event name, 1–200 characters. */
@@ -1450,7 +1468,10 @@ export interface operations {
                 event?: string;
                 /** @description Page size, 1–1000 (default 100). */
                 limit?: number;
-                /** @description `next_cursor` of the previous page. */
+                /**
+                 * @description `next_cursor` of the previous page: only a `next_cursor` this
+                 *     endpoint returned is accepted.
+                 */
                 cursor?: string;
             };
             header?: never;

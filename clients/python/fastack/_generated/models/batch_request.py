@@ -15,10 +15,15 @@ T = TypeVar("T", bound="BatchRequest")
 
 @_attrs_define
 class BatchRequest:
-    """`POST /v1/core/batch`: 1–500 items, all accepted or none.
+    """`POST /v1/core/batch`: 1–500 items, all accepted or none. Each item
+    follows the rules of its endpoint; in each, one of `user_id` /
+    `anonymous_id` is required.
+    Ids, keys and names hold no control characters; no string or member
+    name holds NUL or a lone surrogate, and numbers must be storable exactly
+    (README "Input rules").
 
-    Attributes:
-        batch (list[BatchIdentify | BatchTrack]):
+        Attributes:
+            batch (list[BatchIdentify | BatchTrack]):
     """
 
     batch: list[BatchIdentify | BatchTrack]

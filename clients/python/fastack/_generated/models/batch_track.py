@@ -24,7 +24,8 @@ class BatchTrack:
     Attributes:
         type_ (TrackType): The `type` of a batch `track`.
         event (str): Event name, 1–200 characters.
-        occurred_at (datetime.datetime): RFC 3339 with offset.
+        occurred_at (datetime.datetime): When it happened, RFC 3339 with offset; at most 24 h in the future and
+            inside the tenant's retention.
         idempotency_key (str): 1–255 characters, unique per tenant.
         user_id (str | Unset): 1–255 characters; one of `user_id` / `anonymous_id` is required.
         anonymous_id (str | Unset): 1–255 characters.

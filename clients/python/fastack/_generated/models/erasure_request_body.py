@@ -23,7 +23,10 @@ class ErasureRequestBody:
     5,000 identifiers in all across `user_ids`, `anonymous_ids` and
     `contact_ids` (more is `422 invalid_payload`, code
     `too_many_identifiers`). Each resolves to its contact (merges followed)
-    and every identifier linked to it.
+    and every identifier linked to it. Ids hold no control characters. No
+    string or member name in
+    `metadata` holds NUL or a lone surrogate, and numbers must be storable
+    exactly.
 
         Attributes:
             user_ids (list[str] | Unset): User ids (each 1–255 characters).

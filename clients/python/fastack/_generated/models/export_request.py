@@ -18,15 +18,16 @@ T = TypeVar("T", bound="ExportRequest")
 
 @_attrs_define
 class ExportRequest:
-    """`POST /v1/core/exports`.
+    """`POST /v1/core/exports`. No string or member name in `metadata` holds
+    NUL or a lone surrogate, and numbers must be storable exactly.
 
-    Attributes:
-        from_ (datetime.datetime): Inclusive lower bound of `occurred_at` (RFC 3339).
-        to (datetime.datetime): Exclusive upper bound of `occurred_at`.
-        event (str | Unset): Only events with this name (1–200 characters; omit it for every
-            event).
-        metadata (ExportRequestMetadata | Unset): Copied to the job and its terminal event (e.g. `source`,
-            `correlationId`); `error` is reserved for failures.
+        Attributes:
+            from_ (datetime.datetime): Inclusive lower bound of `occurred_at` (RFC 3339).
+            to (datetime.datetime): Exclusive upper bound of `occurred_at`.
+            event (str | Unset): Only events with this name (1–200 characters; omit it for every
+                event).
+            metadata (ExportRequestMetadata | Unset): Copied to the job and its terminal event (e.g. `source`,
+                `correlationId`); `error` is reserved for failures.
     """
 
     from_: datetime.datetime

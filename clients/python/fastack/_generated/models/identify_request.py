@@ -20,9 +20,13 @@ T = TypeVar("T", bound="IdentifyRequest")
 class IdentifyRequest:
     """`POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
     required; with both, links them (merging contacts).
+    Ids, keys and names hold no control characters; no string or member
+    name holds NUL or a lone surrogate, and numbers must be storable exactly
+    (README "Input rules").
 
         Attributes:
-            occurred_at (datetime.datetime): When it happened, RFC 3339 with offset (as for track).
+            occurred_at (datetime.datetime): When it happened, RFC 3339 with offset; at most 24 h in the future and
+                inside the tenant's retention.
             idempotency_key (str): Unique per tenant across track, identify and batch (1–255
                 characters).
             user_id (str | Unset): Your stable user id (1–255 characters).

@@ -20,8 +20,8 @@ T = TypeVar("T", bound="TrackRequest")
 class TrackRequest:
     """`POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
     Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
-    control characters; no string holds NUL; numbers must be storable
-    exactly (README "Input rules").
+    control characters; no string or member name holds NUL or a lone
+    surrogate, and numbers must be storable exactly (README "Input rules").
 
         Attributes:
             event (str): Event name, 1–200 characters.

@@ -119,7 +119,12 @@ def sync_detailed(
     `batch_too_large`.
 
     Args:
-        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none.
+        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none. Each item
+            follows the rules of its endpoint; in each, one of `user_id` /
+            `anonymous_id` is required.
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -152,7 +157,12 @@ def sync(
     `batch_too_large`.
 
     Args:
-        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none.
+        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none. Each item
+            follows the rules of its endpoint; in each, one of `user_id` /
+            `anonymous_id` is required.
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -180,7 +190,12 @@ async def asyncio_detailed(
     `batch_too_large`.
 
     Args:
-        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none.
+        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none. Each item
+            follows the rules of its endpoint; in each, one of `user_id` /
+            `anonymous_id` is required.
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -211,7 +226,12 @@ async def asyncio(
     `batch_too_large`.
 
     Args:
-        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none.
+        body (BatchRequest): `POST /v1/core/batch`: 1–500 items, all accepted or none. Each item
+            follows the rules of its endpoint; in each, one of `user_id` /
+            `anonymous_id` is required.
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

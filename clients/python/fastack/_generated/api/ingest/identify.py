@@ -120,6 +120,9 @@ def sync_detailed(
     Args:
         body (IdentifyRequest): `POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
             required; with both, links them (merging contacts).
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -153,6 +156,9 @@ def sync(
     Args:
         body (IdentifyRequest): `POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
             required; with both, links them (merging contacts).
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -181,6 +187,9 @@ async def asyncio_detailed(
     Args:
         body (IdentifyRequest): `POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
             required; with both, links them (merging contacts).
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -212,6 +221,9 @@ async def asyncio(
     Args:
         body (IdentifyRequest): `POST /v1/core/identify`. One of `user_id` / `anonymous_id` is
             required; with both, links them (merging contacts).
+            Ids, keys and names hold no control characters; no string or member
+            name holds NUL or a lone surrogate, and numbers must be storable exactly
+            (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -121,8 +121,8 @@ def sync_detailed(
     Args:
         body (TrackRequest): `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
             Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
-            control characters; no string holds NUL; numbers must be storable
-            exactly (README "Input rules").
+            control characters; no string or member name holds NUL or a lone
+            surrogate, and numbers must be storable exactly (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -157,8 +157,8 @@ def sync(
     Args:
         body (TrackRequest): `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
             Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
-            control characters; no string holds NUL; numbers must be storable
-            exactly (README "Input rules").
+            control characters; no string or member name holds NUL or a lone
+            surrogate, and numbers must be storable exactly (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -188,8 +188,8 @@ async def asyncio_detailed(
     Args:
         body (TrackRequest): `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
             Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
-            control characters; no string holds NUL; numbers must be storable
-            exactly (README "Input rules").
+            control characters; no string or member name holds NUL or a lone
+            surrogate, and numbers must be storable exactly (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -222,8 +222,8 @@ async def asyncio(
     Args:
         body (TrackRequest): `POST /v1/core/track`. One of `user_id` / `anonymous_id` is required.
             Unknown fields are rejected (`unknown_field`). Ids, key and name hold no
-            control characters; no string holds NUL; numbers must be storable
-            exactly (README "Input rules").
+            control characters; no string or member name holds NUL or a lone
+            surrogate, and numbers must be storable exactly (README "Input rules").
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

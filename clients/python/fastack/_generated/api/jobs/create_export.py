@@ -111,10 +111,13 @@ def sync_detailed(
 
      Queues an export of the tenant's events in `[from, to)` as encrypted
     NDJSON. The job ends in exactly one terminal event, `job.completed`
-    or `job.failed`.
+    or `job.failed`. Rules a schema cannot say: `to` must be after
+    `from`.
 
     Args:
-        body (ExportRequest): `POST /v1/core/exports`.
+        body (ExportRequest): `POST /v1/core/exports`. No string or member name in `metadata`
+            holds
+            NUL or a lone surrogate, and numbers must be storable exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -144,10 +147,13 @@ def sync(
 
      Queues an export of the tenant's events in `[from, to)` as encrypted
     NDJSON. The job ends in exactly one terminal event, `job.completed`
-    or `job.failed`.
+    or `job.failed`. Rules a schema cannot say: `to` must be after
+    `from`.
 
     Args:
-        body (ExportRequest): `POST /v1/core/exports`.
+        body (ExportRequest): `POST /v1/core/exports`. No string or member name in `metadata`
+            holds
+            NUL or a lone surrogate, and numbers must be storable exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -172,10 +178,13 @@ async def asyncio_detailed(
 
      Queues an export of the tenant's events in `[from, to)` as encrypted
     NDJSON. The job ends in exactly one terminal event, `job.completed`
-    or `job.failed`.
+    or `job.failed`. Rules a schema cannot say: `to` must be after
+    `from`.
 
     Args:
-        body (ExportRequest): `POST /v1/core/exports`.
+        body (ExportRequest): `POST /v1/core/exports`. No string or member name in `metadata`
+            holds
+            NUL or a lone surrogate, and numbers must be storable exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -203,10 +212,13 @@ async def asyncio(
 
      Queues an export of the tenant's events in `[from, to)` as encrypted
     NDJSON. The job ends in exactly one terminal event, `job.completed`
-    or `job.failed`.
+    or `job.failed`. Rules a schema cannot say: `to` must be after
+    `from`.
 
     Args:
-        body (ExportRequest): `POST /v1/core/exports`.
+        body (ExportRequest): `POST /v1/core/exports`. No string or member name in `metadata`
+            holds
+            NUL or a lone surrogate, and numbers must be storable exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -121,8 +121,8 @@ def sync_detailed(
     fastack does not know completes with zero counts. The job ends in
     `job.completed` (its result is the certificate) or `job.failed`, and
     `core.contact.erased` tells downstream consumers (hashes only).
-    Rules a schema cannot say: 1 to 5,000 identifiers in all; `to`
-    after `from`.
+    Rules a schema cannot say: name at least one person, with 1 to
+    5,000 identifiers in all; `to` must be after `from`.
 
     Args:
         body (ErasureRequestBody): `POST /v1/core/erasures`. Name people by any of their
@@ -130,7 +130,10 @@ def sync_detailed(
             5,000 identifiers in all across `user_ids`, `anonymous_ids` and
             `contact_ids` (more is `422 invalid_payload`, code
             `too_many_identifiers`). Each resolves to its contact (merges followed)
-            and every identifier linked to it.
+            and every identifier linked to it. Ids hold no control characters. No
+            string or member name in
+            `metadata` holds NUL or a lone surrogate, and numbers must be storable
+            exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -170,8 +173,8 @@ def sync(
     fastack does not know completes with zero counts. The job ends in
     `job.completed` (its result is the certificate) or `job.failed`, and
     `core.contact.erased` tells downstream consumers (hashes only).
-    Rules a schema cannot say: 1 to 5,000 identifiers in all; `to`
-    after `from`.
+    Rules a schema cannot say: name at least one person, with 1 to
+    5,000 identifiers in all; `to` must be after `from`.
 
     Args:
         body (ErasureRequestBody): `POST /v1/core/erasures`. Name people by any of their
@@ -179,7 +182,10 @@ def sync(
             5,000 identifiers in all across `user_ids`, `anonymous_ids` and
             `contact_ids` (more is `422 invalid_payload`, code
             `too_many_identifiers`). Each resolves to its contact (merges followed)
-            and every identifier linked to it.
+            and every identifier linked to it. Ids hold no control characters. No
+            string or member name in
+            `metadata` holds NUL or a lone surrogate, and numbers must be storable
+            exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -214,8 +220,8 @@ async def asyncio_detailed(
     fastack does not know completes with zero counts. The job ends in
     `job.completed` (its result is the certificate) or `job.failed`, and
     `core.contact.erased` tells downstream consumers (hashes only).
-    Rules a schema cannot say: 1 to 5,000 identifiers in all; `to`
-    after `from`.
+    Rules a schema cannot say: name at least one person, with 1 to
+    5,000 identifiers in all; `to` must be after `from`.
 
     Args:
         body (ErasureRequestBody): `POST /v1/core/erasures`. Name people by any of their
@@ -223,7 +229,10 @@ async def asyncio_detailed(
             5,000 identifiers in all across `user_ids`, `anonymous_ids` and
             `contact_ids` (more is `422 invalid_payload`, code
             `too_many_identifiers`). Each resolves to its contact (merges followed)
-            and every identifier linked to it.
+            and every identifier linked to it. Ids hold no control characters. No
+            string or member name in
+            `metadata` holds NUL or a lone surrogate, and numbers must be storable
+            exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -261,8 +270,8 @@ async def asyncio(
     fastack does not know completes with zero counts. The job ends in
     `job.completed` (its result is the certificate) or `job.failed`, and
     `core.contact.erased` tells downstream consumers (hashes only).
-    Rules a schema cannot say: 1 to 5,000 identifiers in all; `to`
-    after `from`.
+    Rules a schema cannot say: name at least one person, with 1 to
+    5,000 identifiers in all; `to` must be after `from`.
 
     Args:
         body (ErasureRequestBody): `POST /v1/core/erasures`. Name people by any of their
@@ -270,7 +279,10 @@ async def asyncio(
             5,000 identifiers in all across `user_ids`, `anonymous_ids` and
             `contact_ids` (more is `422 invalid_payload`, code
             `too_many_identifiers`). Each resolves to its contact (merges followed)
-            and every identifier linked to it.
+            and every identifier linked to it. Ids hold no control characters. No
+            string or member name in
+            `metadata` holds NUL or a lone surrogate, and numbers must be storable
+            exactly.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

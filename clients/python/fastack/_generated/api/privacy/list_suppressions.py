@@ -98,7 +98,9 @@ def sync_detailed(
     """List suppressions
 
      The tenant's suppressed identifiers (hashed), newest first; with
-    `user_id` or `anonymous_id`, whether that one is suppressed.
+    `user_id` or `anonymous_id`, whether that one is suppressed. Rules a
+    schema cannot say: to ask about one identifier, give exactly one of
+    `user_id` or `anonymous_id`.
 
     Args:
         user_id (str | Unset):
@@ -136,7 +138,9 @@ def sync(
     """List suppressions
 
      The tenant's suppressed identifiers (hashed), newest first; with
-    `user_id` or `anonymous_id`, whether that one is suppressed.
+    `user_id` or `anonymous_id`, whether that one is suppressed. Rules a
+    schema cannot say: to ask about one identifier, give exactly one of
+    `user_id` or `anonymous_id`.
 
     Args:
         user_id (str | Unset):
@@ -169,7 +173,9 @@ async def asyncio_detailed(
     """List suppressions
 
      The tenant's suppressed identifiers (hashed), newest first; with
-    `user_id` or `anonymous_id`, whether that one is suppressed.
+    `user_id` or `anonymous_id`, whether that one is suppressed. Rules a
+    schema cannot say: to ask about one identifier, give exactly one of
+    `user_id` or `anonymous_id`.
 
     Args:
         user_id (str | Unset):
@@ -205,7 +211,9 @@ async def asyncio(
     """List suppressions
 
      The tenant's suppressed identifiers (hashed), newest first; with
-    `user_id` or `anonymous_id`, whether that one is suppressed.
+    `user_id` or `anonymous_id`, whether that one is suppressed. Rules a
+    schema cannot say: to ask about one identifier, give exactly one of
+    `user_id` or `anonymous_id`.
 
     Args:
         user_id (str | Unset):
