@@ -125,10 +125,12 @@ def _body_schema(method: str, path: str) -> dict:
 
 
 def _documented(message: str, texts: str) -> bool:
-    squashed = " ".join(texts.split())
+    """Whether the message is a listed rule whose words the operation's
+    text holds (case and line breaks aside)."""
+    squashed = " ".join(texts.split()).lower()
     for pattern, words in CROSS_FIELD_RULES:
         if re.search(pattern, message):
-            return " ".join(words.split()) in squashed
+            return " ".join(words.split()).lower() in squashed
     return False
 
 

@@ -26,6 +26,9 @@ README shows no longer matches. The conventions, which the README follows:
   and anywhere in the text:
     <!-- readme: run <shell> -->        a command the reader does by hand
                                          (waits for a server, stops it)
+    <!-- readme: again N [A => B] -->   the N steps and run commands before
+                                         it, once more (a reader running them
+                                         twice), A read as B in their outputs
 * `cargo run --release --` and `./target/release/fastack` are run as the
   binary under test (`fastack` on PATH), so the test needs no release
   build; `cargo install` lines are skipped likewise.
@@ -105,6 +108,8 @@ def parse(text: str) -> list[Step | tuple[str, str]]:
                     kind, arg = d.group(1), d.group(2)
                     if kind == "run":
                         out.append(("run", arg, i + 1))  # type: ignore[arg-type]
+                    elif kind == "again":
+                        out.extend(again(out, arg, i + 1))
                     elif kind in ("skip", "background", "replace"):
                         pending.append((kind, arg))
                     else:
@@ -130,6 +135,24 @@ def parse(text: str) -> list[Step | tuple[str, str]]:
                 sys.exit(f"README.md:{start}: readme: directives on a `{lang}` block, which is not run")
             continue
         out.extend(steps_of(block))
+    return out
+
+
+def again(done: list[Step | tuple[str, str]], arg: str, line: int) -> list[Step | tuple[str, str]]:
+    """`again N [A => B]`: the N steps and `run` commands before it, once
+    more, in order (a reader running that part a second time), with A read
+    as B in the outputs they must show."""
+    count, _, swap = arg.partition(" ")
+    if not count.isdigit() or int(count) > len(done):
+        sys.exit(f"README.md:{line}: readme: again needs a count of the steps before it, got {arg!r}")
+    a, b = (s.strip() for s in swap.split("=>", 1)) if "=>" in swap else ("", "")
+    out: list[Step | tuple[str, str]] = []
+    for item in done[len(done) - int(count):]:
+        if isinstance(item, Step):
+            expect = [e.replace(a, b) if a else e for e in item.expect]
+            out.append(Step(item.lang, item.code, expect, item.line, item.background, item.hidden))
+        else:
+            out.append(item)
     return out
 
 
