@@ -473,7 +473,7 @@ def main() -> int:
 
 
 # Files that hold a secret: readable by their owner only.
-SECRETS = ("fastack-data/bootstrap-key", "tenant.key")
+SECRETS = ("fastack-data/bootstrap-key", "try/tenant.key")
 # Where a `readme: replace` sends what the README writes over a tracked file
 # (`fastack openapi > openapi/openapi.json`): the reader's file is tracked.
 REDIRECTED = {"openapi.json"}
