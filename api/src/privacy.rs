@@ -351,7 +351,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<(ErasureRequest, Map<String, Value>)
     let list = |name: &str, obj: &mut Map<String, Value>, errors: &mut Vec<FieldError>| match obj
         .remove(name)
     {
-        None | Some(Value::Null) => Vec::new(),
+        None => Vec::new(),
         Some(Value::Array(items)) => items
             .into_iter()
             .enumerate()
@@ -391,7 +391,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<(ErasureRequest, Map<String, Value>)
         }
     }
     let suppress = match obj.remove("suppress") {
-        None | Some(Value::Null) => false,
+        None => false,
         Some(Value::Bool(b)) => b,
         Some(_) => {
             errors.push(field(
@@ -402,8 +402,9 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<(ErasureRequest, Map<String, Value>)
             false
         }
     };
+    // `null` is refused as the document says (the type, or absent).
     let mut time = |name: &str, errors: &mut Vec<FieldError>| match obj.remove(name) {
-        None | Some(Value::Null) => None,
+        None => None,
         Some(Value::String(s)) => match parse_timestamp(&s) {
             Some(t) => Some(t.with_timezone(&Utc)),
             None => {
@@ -429,7 +430,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<(ErasureRequest, Map<String, Value>)
         to: time("to", &mut errors),
     };
     let metadata = match obj.remove("metadata") {
-        None | Some(Value::Null) => Map::new(),
+        None => Map::new(),
         Some(Value::Object(m)) => {
             if serde_json::to_vec(&m).map_or(0, |b| b.len()) > MAX_METADATA_BYTES {
                 errors.push(field(

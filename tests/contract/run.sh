@@ -38,4 +38,4 @@ SCHEMATHESIS_HOOKS=hooks "$venv/bin/st" run "$root/openapi/openapi.json" \
   --url "http://$addr" -H "Authorization: Bearer $key" \
   --checks "${CONTRACT_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,valid_data_is_accepted,negative_data_rejection}" \
   --max-examples "${CONTRACT_MAX_EXAMPLES:-100}" --seed "${CONTRACT_SEED:-20261201}" \
-  --workers 1 --no-color --exclude-path /metrics
+  --workers 1 --no-color --exclude-path /metrics ${CONTRACT_EXTRA:-}
