@@ -143,6 +143,16 @@ fn refuse_unauthenticated(state: &SharedState, req: &Request, detail: &str) -> R
 /// Authentication and rate limiting in front of the `/v1/` routes.
 pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Response> {
     if !req.uri().path().starts_with("/v1/") {
+        // `GET /`: a browser (or a newcomer's curl) is sent to the docs; the
+        // API's own router would answer 404 there.
+        if req.uri().path() == "/"
+            && matches!(
+                *req.method(),
+                poem::http::Method::GET | poem::http::Method::HEAD
+            )
+        {
+            return Ok(poem::web::Redirect::see_other("/docs").into_response());
+        }
         return next.call(req).await.map(IntoResponse::into_response);
     }
     let arrived = Instant::now();

@@ -39,12 +39,6 @@ pub fn openapi_json() -> String {
     crate::spec::close_request_schemas(&openapi_service().spec())
 }
 
-/// `GET /`: a browser (or a newcomer's curl) is sent to the API docs.
-#[poem::handler]
-fn root() -> poem::web::Redirect {
-    poem::web::Redirect::see_other("/docs")
-}
-
 /// A running node.
 pub struct Server {
     addr: SocketAddr,
@@ -160,7 +154,6 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     let (spec, docs) = crate::spec::endpoints(served, page);
     let app = Route::new()
         .nest("/", api)
-        .at("/", poem::get(root))
         .at("/openapi.json", spec)
         .nest("/docs", docs)
         .around(gate)

@@ -60,6 +60,25 @@ fn committed_openapi_matches_the_code() {
     );
 }
 
+/// `GET /` sends a newcomer (or a browser) to the API docs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_root_leads_to_the_docs() {
+    let Some(app) = crate::helpers::spawn_app(crate::helpers::Backend::Sqlite).await else {
+        return;
+    };
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let root = http.get(app.url("/")).send().await.unwrap();
+    assert_eq!(root.status(), 303);
+    assert_eq!(root.headers()["location"], "/docs");
+    let docs = app.http.get(app.url("/")).send().await.unwrap();
+    assert_eq!(docs.status(), 200, "followed to the docs");
+    assert!(docs.text().await.unwrap().contains("swagger"));
+    app.cleanup().await;
+}
+
 /// The admin listener serves its own document and docs without the token
 /// (the listener is private; the document is not a secret), and what the
 /// document says is what it does: operations behind the token, unknown
