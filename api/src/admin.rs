@@ -790,11 +790,8 @@ fn token_ok(req: &Request, token: &str) -> bool {
 /// (`/openapi.json`) and `/docs` open (the listener is private).
 pub fn app(state: SharedState, token: Arc<str>) -> impl Endpoint {
     let api = admin_service();
-    let generated = api.spec();
-    let served = crate::spec::close_request_schemas(&generated);
-    let page = crate::spec::swagger_html(api.swagger_ui_html(), &generated, &served);
+    let (served, spec, docs) = crate::spec::documents(&api);
     let allow = AllowIndex::from_spec(&served);
-    let (spec, docs) = crate::spec::endpoints(served, page);
     let guarded = Route::new().nest("/", api).around(move |next, req| {
         let token = token.clone();
         let allow = allow.clone();

@@ -137,21 +137,19 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
     let runtime = Runtime::open(&config, options).await?;
     let metrics = runtime.metrics().clone();
     let clock = runtime.clock().clone();
+    // The document is generated once: served, and read for the gate's rules.
+    let api = openapi_service();
+    let (served, spec, docs) = crate::spec::documents(&api);
     let state: SharedState = Arc::new(AppState {
         keys: runtime.key_cache(config.key_cache_ttl),
         unauthenticated: fastack_core::ratelimit::ClientLimiter::new(config.unauth_rps),
-        allow: crate::allow::AllowIndex::from_spec(&openapi_json()),
+        allow: crate::allow::AllowIndex::from_spec(&served),
         config: config.clone(),
         runtime,
         metrics: metrics.clone(),
         clock,
     });
 
-    let api = openapi_service();
-    let generated = api.spec();
-    let served = crate::spec::close_request_schemas(&generated);
-    let page = crate::spec::swagger_html(api.swagger_ui_html(), &generated, &served);
-    let (spec, docs) = crate::spec::endpoints(served, page);
     let app = Route::new()
         .nest("/", api)
         .at("/openapi.json", spec)

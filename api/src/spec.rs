@@ -81,8 +81,21 @@ pub fn close_request_schemas(spec: &str) -> String {
     out
 }
 
+/// A service's document as served (closed request schemas), and the
+/// endpoints that serve it: `/openapi.json` and `/docs` (Swagger UI on
+/// that document, not on the one poem-openapi generated).
+pub fn documents<T: poem_openapi::OpenApi, W: poem_openapi::Webhook>(
+    api: &poem_openapi::OpenApiService<T, W>,
+) -> (String, impl Endpoint + use<T, W>, impl Endpoint + use<T, W>) {
+    let generated = api.spec();
+    let served = close_request_schemas(&generated);
+    let page = api.swagger_ui_html().replacen(&generated, &served, 1);
+    let (json, docs) = endpoints(served.clone(), page);
+    (served, json, docs)
+}
+
 /// `/openapi.json` serving `document`, and `/docs` with Swagger UI on it.
-pub fn endpoints(document: String, swagger_html: String) -> (impl Endpoint, impl Endpoint) {
+fn endpoints(document: String, swagger_html: String) -> (impl Endpoint, impl Endpoint) {
     let json = make_sync(move |_| {
         poem::Response::builder()
             .content_type("application/json")
@@ -90,12 +103,6 @@ pub fn endpoints(document: String, swagger_html: String) -> (impl Endpoint, impl
     });
     let docs = Route::new().at("/", make_sync(move |_| Html(swagger_html.clone())));
     (json, docs.into_endpoint().map_to_response())
-}
-
-/// Swagger UI's page for `document`: poem-openapi embeds the document it
-/// generated in the page; the one served replaces it.
-pub fn swagger_html(generated_page: String, generated: &str, served: &str) -> String {
-    generated_page.replacen(generated, served, 1)
 }
 
 #[cfg(test)]
