@@ -369,11 +369,7 @@ fn print<T: Serialize>(
 
 async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
     let config_ref = config;
-    if config.is_embedded() {
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("creating {}", config.data_dir.display()))?;
-    }
-    let shared = store::open(config).await.context("opening storage")?;
+    let shared = store::open_existing(config).await?;
     let store = shared.as_ref();
     let json = args.json;
     match args.command {
@@ -1031,11 +1027,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys(KeysCommand::ExternalHmac { tenant }) => {
             let config = Config::from_env().context("reading configuration")?;
             init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
+            // The keys of an existing node only: never a new master key.
+            let store = store::open_existing(&config).await?;
             let keys = fastack_core::crypto::Keys::load(&config)?;
             let key = match tenant {
                 None => keys.deployment_hmac(),
                 Some(t) => {
-                    let store = store::open(&config).await.context("opening storage")?;
                     let tenant = admin::resolve_tenant(store.as_ref(), &t).await?;
                     keys.tenant_hmac(tenant.id)
                 }

@@ -47,6 +47,8 @@ pub struct Ctx {
     pub plans: Arc<fastack_core::taxonomy::Plans>,
     /// Faults a test armed (see `fastack_core::faults`); none in production.
     pub faults: fastack_core::faults::SharedFaults,
+    /// How each dependency is doing (`/readyz`).
+    pub health: Arc<fastack_core::health::Health>,
 }
 
 impl std::fmt::Debug for Ctx {

@@ -17,7 +17,7 @@
 //! finds the tenant registry by its registered name.
 //!
 //! [`Runtime`] is the handle the HTTP layer holds: [`Runtime::open`] wires a
-//! node (storage opened and migrated, an empty embedded database
+//! node (storage opened and migrated, an empty database
 //! bootstrapped, keys, object storage, Redis, the tree started); the handle
 //! finds a tenant's shared state without a message round trip and submits
 //! rows to the group commit.
@@ -25,6 +25,7 @@
 pub mod child;
 pub mod clock_watch;
 pub mod context;
+pub mod dependency_watch;
 pub mod endpoint_worker;
 pub mod error;
 pub mod ingest_queue;
@@ -53,6 +54,7 @@ use fastack_core::{
     amqp::Emitter,
     clock::SharedClock,
     crypto::Keys,
+    health::{self, Dependency, Health},
     metrics::Metrics,
     objects::Objects,
     ratelimit::{Decision, Quota, RedisLimiter},
@@ -106,9 +108,42 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// What a node checks before it serves, so that a misconfiguration fails
+/// the start with the setting named instead of the first job hours later:
+/// object storage (a probe object written, read back and deleted), the
+/// lake's storage when the mirror is on, RabbitMQ (connected, exchanges
+/// declared) when streaming is on, and the data directory's disk.
+async fn check_at_start(config: &Config, health: &Health, objects: &Objects) -> Result<()> {
+    let node = config.node_id.to_string();
+    health::probe_objects(objects, &node)
+        .await
+        .map_err(|e| health::unusable(Dependency::ObjectStorage, &objects.location, e))?;
+    health.up(Dependency::ObjectStorage, Some(objects.location.clone()));
+    if let Some(lake) = sinks::mirror::lake_objects(config) {
+        let lake = lake?;
+        health::probe_objects(&lake, &node)
+            .await
+            .map_err(|e| health::unusable(Dependency::Lake, &lake.location, e))?;
+        health.up(Dependency::Lake, Some(lake.location.clone()));
+    }
+    match &config.amqp_url {
+        Some(url) => {
+            sinks::amqp::check(config, url).await.map_err(|e| {
+                health::unusable(Dependency::Amqp, &health::without_credentials(url), e)
+            })?;
+            health.up(Dependency::Amqp, None);
+        }
+        None => tracing::debug!(
+            "event streaming is off (no FASTACK_AMQP_URL): webhooks and polling still work"
+        ),
+    }
+    dependency_watch::disk(config, health);
+    Ok(())
+}
+
 impl Runtime {
-    /// Opens storage (migrating it), bootstraps an empty embedded database
-    /// (tenant `default`, its key written to the data directory), makes
+    /// Opens storage (migrating it), bootstraps an empty database (tenant
+    /// `default`, its key written to the data directory), makes
     /// sure the partition window exists, connects Redis when configured and
     /// starts the tree.
     pub async fn open(config: &Config, options: RuntimeOptions) -> Result<Self> {
@@ -122,37 +157,38 @@ impl Runtime {
             None => Objects::from_config(config)?,
         };
         let store = fastack_core::store::open(config).await?;
-        if config.is_embedded()
-            && config.bootstrap
-            && let Some((tenant, key)) = fastack_core::admin::bootstrap(store.as_ref()).await?
-        {
-            let path = config.data_dir.join("bootstrap-key");
-            fastack_core::private::write_secret(&path, &key.secret)?;
-            tracing::info!(tenant = %tenant.id, path = %path.display(), "created tenant `default`; its API key is in the bootstrap-key file");
+        if config.bootstrap {
+            fastack_core::admin::bootstrap_node(store.as_ref(), config).await?;
         }
         fastack_core::retention::ensure_window(store.as_ref(), config, clock.now()).await?;
         let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::new(&metrics));
         let redis_limiter = match &config.redis_url {
-            Some(url) => Some(
-                RedisLimiter::connect(
+            Some(url) => {
+                let limiter = RedisLimiter::connect(
                     url,
                     &config.redis_prefix,
                     metrics.ratelimit_round_trips.clone(),
                 )
-                .await?,
-            ),
+                .await
+                .map_err(|e| {
+                    health::unusable(Dependency::Redis, &health::without_credentials(url), e)
+                })?;
+                limiter.ping().await.map_err(|e| {
+                    health::unusable(Dependency::Redis, &health::without_credentials(url), e)
+                })?;
+                health.up(Dependency::Redis, None);
+                Some(limiter)
+            }
             None => None,
         };
-        if config.amqp_url.is_none() {
-            tracing::info!(
-                "event streaming is off (no FASTACK_AMQP_URL): webhooks and polling still work"
-            );
-        }
+        check_at_start(config, &health, &objects).await?;
         Self::start(
             config.clone(),
             store,
             clock,
             metrics,
+            health,
             redis_limiter,
             keys,
             objects,
@@ -184,6 +220,7 @@ impl Runtime {
         store: Store,
         clock: SharedClock,
         metrics: Arc<Metrics>,
+        health: Arc<Health>,
         redis_limiter: Option<RedisLimiter>,
         keys: Keys,
         objects: Objects,
@@ -215,6 +252,7 @@ impl Runtime {
             idempotency: context::IdempotencyCache::default(),
             plans: Arc::default(),
             faults,
+            health,
         });
         // A node enforces the plans in force from its first request.
         ctx.plans.refresh(ctx.store.as_ref()).await?;

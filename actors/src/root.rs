@@ -14,6 +14,7 @@ use crate::{
     SHUTDOWN_WAIT,
     clock_watch::ClockWatch,
     context::Ctx,
+    dependency_watch::DependencyWatch,
     ingest_writer::{IngestWriterActor, IngestWriterArgs},
     job_runner::{JobRunnerActor, JobRunnerArgs},
     partition_manager::PartitionManager,
@@ -42,6 +43,7 @@ pub fn children(ctx: &Ctx) -> Vec<ChildSpec> {
         PeriodicActor::child(PartitionManager),
         PeriodicActor::child(PlanRefresher),
         PeriodicActor::child(ClockWatch),
+        PeriodicActor::child(DependencyWatch::new(&ctx.config)),
         ChildSpec::new("webhook_dispatcher", |ctx| {
             Some((WebhookDispatcherActor, WebhookDispatcherArgs { ctx }))
         }),

@@ -40,6 +40,11 @@ impl Runtime {
         self.ctx.store.ping().await
     }
 
+    /// How each dependency is doing (`/readyz`).
+    pub fn health(&self) -> &fastack_core::health::Health {
+        &self.ctx.health
+    }
+
     /// A cache of API key lookups, entries trusted for `ttl`.
     pub fn key_cache(&self, ttl: Duration) -> KeyCache {
         KeyCache::new(self.ctx.store.clone(), ttl)

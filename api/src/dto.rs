@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, FixedOffset, SecondsFormat, Utc};
 use fastack_entities::{Contact, EventKind, StoredEvent};
-use poem_openapi::Object;
+use poem_openapi::{Enum, Object};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -369,6 +369,59 @@ impl From<Contact> for ContactOut {
 #[derive(Debug, Object)]
 pub struct Health {
     pub status: String,
+}
+
+/// A dependency's state: `warning` works with something to know (nothing
+/// bound to an exchange, a disk running low).
+#[derive(Debug, Clone, Copy, Enum)]
+#[oai(rename_all = "snake_case")]
+pub enum DependencyState {
+    Up,
+    Warning,
+    Down,
+}
+
+/// One dependency of the node, as last checked.
+#[derive(Debug, Object)]
+pub struct DependencyOut {
+    pub state: DependencyState,
+    /// When it entered this state.
+    pub since: DateTime<Utc>,
+    pub checked_at: DateTime<Utc>,
+    /// What it is: where (no credentials), free bytes.
+    #[oai(skip_serializing_if_is_none)]
+    pub detail: Option<String>,
+    /// The last failure or warning, kept after it recovers.
+    #[oai(skip_serializing_if_is_none)]
+    pub last_error: Option<String>,
+}
+
+/// Readiness: `ready`, `degraded` (a dependency other than the database is
+/// down: events are still accepted and kept until it is back) or
+/// `database unavailable`.
+#[derive(Debug, Object)]
+pub struct Readiness {
+    pub status: String,
+    /// By name: `database`, `object_storage`, `lake` (with the mirror),
+    /// `amqp` (with streaming), `redis` (with Redis), `disk`.
+    pub dependencies: std::collections::BTreeMap<String, DependencyOut>,
+}
+
+impl From<fastack_core::health::Status> for DependencyOut {
+    fn from(s: fastack_core::health::Status) -> Self {
+        use fastack_core::health::State;
+        DependencyOut {
+            state: match s.state {
+                State::Up => DependencyState::Up,
+                State::Warning => DependencyState::Warning,
+                State::Down => DependencyState::Down,
+            },
+            since: s.since,
+            checked_at: s.checked_at,
+            detail: s.detail,
+            last_error: s.last_error,
+        }
+    }
 }
 
 /// Decoded pagination cursor: resume after (occurred_at, id).

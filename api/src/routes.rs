@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, FixedOffset, Utc};
 use fastack_core::{
+    health::Dependency,
     store::{EventQuery, TimeRange},
     validate::{FieldError, normalize},
 };
@@ -18,8 +19,9 @@ use uuid::Uuid;
 use crate::{
     body::JsonBody,
     dto::{
-        Ack, BatchAck, BatchRequest, ContactOut, EventOut, EventsPage, Health, IdentifyRequest,
-        Timestamp, TrackRequest, TrackingPlanOut, decode_cursor, encode_cursor,
+        Ack, BatchAck, BatchRequest, ContactOut, DependencyOut, EventOut, EventsPage, Health,
+        IdentifyRequest, Readiness, Timestamp, TrackRequest, TrackingPlanOut, decode_cursor,
+        encode_cursor,
     },
     gate::ApiKeyAuth,
     ingest,
@@ -54,12 +56,13 @@ pub enum BatchAccepted {
 
 #[derive(ApiResponse)]
 pub enum Ready {
-    /// The database answers.
+    /// The database answers (`ready`, or `degraded` while another
+    /// dependency is down).
     #[oai(status = 200)]
-    Ready(Json<Health>),
+    Ready(Json<Readiness>),
     /// The database does not answer.
     #[oai(status = 503)]
-    NotReady(Json<Health>),
+    NotReady(Json<Readiness>),
 }
 
 pub const DEFAULT_PAGE: u32 = 100;
@@ -424,7 +427,8 @@ impl CoreApi {
         })
     }
 
-    /// Readiness: ready only when the database answers
+    /// Readiness: ready when the database answers; every dependency with
+    /// its state and last error
     #[oai(
         path = "/readyz",
         method = "get",
@@ -432,17 +436,35 @@ impl CoreApi {
         tag = "Tag::Ops"
     )]
     async fn readyz(&self, state: Data<&SharedState>) -> Ready {
-        match tokio::time::timeout(
+        let db = tokio::time::timeout(
             std::time::Duration::from_secs(2),
             state.runtime.storage_ready(),
         )
-        .await
-        {
-            Ok(Ok(())) => Ready::Ready(Json(Health {
-                status: "ready".to_owned(),
+        .await;
+        let health = state.runtime.health();
+        match &db {
+            Ok(Ok(())) => health.up(Dependency::Database, None),
+            Ok(Err(e)) => health.down(Dependency::Database, e),
+            Err(_) => health.down(Dependency::Database, "did not answer within 2 s"),
+        }
+        let dependencies = health
+            .snapshot()
+            .into_iter()
+            .map(|(name, s)| (name.to_owned(), DependencyOut::from(s)))
+            .collect();
+        match db {
+            Ok(Ok(())) => Ready::Ready(Json(Readiness {
+                status: if health.degraded() {
+                    "degraded"
+                } else {
+                    "ready"
+                }
+                .to_owned(),
+                dependencies,
             })),
-            _ => Ready::NotReady(Json(Health {
+            _ => Ready::NotReady(Json(Readiness {
                 status: "database unavailable".to_owned(),
+                dependencies,
             })),
         }
     }

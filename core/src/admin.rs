@@ -107,15 +107,57 @@ pub async fn revoke_key(store: &dyn Storage, id: ApiKeyId) -> Result<()> {
     }
 }
 
-/// On an empty embedded database: tenant `default` and one key. Returns the
-/// key when one was created.
+/// On a database without tenants: tenant `default` and one key. Returns the
+/// key when one was created; `None` when a tenant exists, including one
+/// another node created meanwhile (tenant names are unique, so of several
+/// nodes starting at once on one empty database exactly one creates it).
 pub async fn bootstrap(store: &dyn Storage) -> Result<Option<(Tenant, CreatedKey)>> {
     if !store.list_tenants().await?.is_empty() {
         return Ok(None);
     }
-    let tenant = create_tenant(store, "default", Plan::Free, None).await?;
+    let tenant = match create_tenant(store, "default", Plan::Free, None).await {
+        Ok(t) => t,
+        Err(Error::Conflict(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let key = create_key(store, tenant.id, None).await?;
     Ok(Some((tenant, key)))
+}
+
+/// A node's first start, on any backend (`FASTACK_BOOTSTRAP`): on a
+/// database without tenants, [`bootstrap`] and the key written to
+/// `<data dir>/bootstrap-key` (owner-only). On a database that has tenants,
+/// a `bootstrap-key` file holding a key it does not know (left by a run on
+/// another database) is pointed out rather than left to mislead.
+pub async fn bootstrap_node(store: &dyn Storage, config: &crate::Config) -> Result<()> {
+    let path = config.data_dir.join("bootstrap-key");
+    if store.list_tenants().await?.is_empty() {
+        // Before anything is created: a data directory that cannot be
+        // written fails the start with nothing half made.
+        crate::private::ensure_dir(&config.data_dir)?;
+        if let Some((tenant, key)) = bootstrap(store).await? {
+            crate::private::write_secret(&path, &key.secret)?;
+            tracing::info!(
+                tenant = %tenant.id,
+                path = %path.display(),
+                "created tenant `default`; its API key is in the bootstrap-key file"
+            );
+            return Ok(());
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && store
+            .lookup_api_key(&crate::auth::hash_key(text.trim()))
+            .await?
+            .is_none()
+    {
+        tracing::warn!(
+            path = %path.display(),
+            "the bootstrap-key file holds a key this database does not know (left by a run on \
+             another database?): delete it; `fastack admin key create` makes a key"
+        );
+    }
+    Ok(())
 }
 
 /// A webhook endpoint as shown once at registration (with its secret).

@@ -186,7 +186,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "FASTACK_BOOTSTRAP",
         "true",
-        "create tenant `default` and a key on first start if no tenant exists",
+        "on a database without tenants (either backend), one starting node creates tenant `default` and a key, written to `<data dir>/bootstrap-key`",
     ),
     (
         "FASTACK_PROCESSING",
@@ -202,6 +202,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "FASTACK_KEY_CACHE_TTL_MS",
         "2000",
         "how long a looked-up API key is trusted; bounds revocation delay",
+    ),
+    (
+        "FASTACK_DEPENDENCY_CHECK_MS",
+        "15000",
+        "how often a node checks its dependencies (database, object storage, the lake, Redis, disk) for `/readyz`",
     ),
     (
         "FASTACK_POLL_INTERVAL_MS",
@@ -311,6 +316,7 @@ pub struct Config {
     pub log: String,
     pub key_cache_ttl: Duration,
     pub poll_interval: Duration,
+    pub dependency_check: Duration,
     pub process_gather: Duration,
     pub lease_ttl: Duration,
     pub process_batch: u32,
@@ -418,6 +424,7 @@ impl Default for Config {
             log: "info".to_owned(),
             key_cache_ttl: Duration::from_millis(2_000),
             poll_interval: Duration::from_millis(1_000),
+            dependency_check: Duration::from_millis(15_000),
             process_gather: Duration::from_millis(25),
             lease_ttl: Duration::from_millis(10_000),
             process_batch: 8_000,
@@ -633,6 +640,7 @@ impl Config {
             "FASTACK_LOG" => self.log = value,
             "FASTACK_KEY_CACHE_TTL_MS" => self.key_cache_ttl = millis(key, &value)?,
             "FASTACK_POLL_INTERVAL_MS" => self.poll_interval = millis(key, &value)?,
+            "FASTACK_DEPENDENCY_CHECK_MS" => self.dependency_check = millis(key, &value)?,
             "FASTACK_PROCESS_GATHER_MS" => self.process_gather = millis(key, &value)?,
             "FASTACK_LEASE_TTL_MS" => self.lease_ttl = millis(key, &value)?,
             "FASTACK_PROCESS_BATCH" => self.process_batch = parse(key, &value)?,
@@ -704,6 +712,11 @@ impl Config {
             return Err(Error::Config(
                 "FASTACK_MIRROR_URL must start with s3:// (a bucket and prefix) or file:// (a directory)"
                     .to_owned(),
+            ));
+        }
+        if self.dependency_check < Duration::from_millis(100) {
+            return Err(Error::Config(
+                "FASTACK_DEPENDENCY_CHECK_MS must be at least 100".to_owned(),
             ));
         }
         if self.process_batch == 0 || self.ingest_max_rows == 0 || self.mirror_flush_rows == 0 {
@@ -933,6 +946,7 @@ impl std::fmt::Debug for Config {
             .field("log", &self.log)
             .field("key_cache_ttl", &self.key_cache_ttl)
             .field("poll_interval", &self.poll_interval)
+            .field("dependency_check", &self.dependency_check)
             .field("process_gather", &self.process_gather)
             .field("lease_ttl", &self.lease_ttl)
             .field("process_batch", &self.process_batch)

@@ -31,6 +31,22 @@ pub enum Error {
     },
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A command-line tool found no embedded database where the
+    /// configuration points (it never creates one by accident).
+    #[error(
+        "no fastack database at {path}: run the command where the server runs, or point \
+         FASTACK_DATA_DIR (or FASTACK_DATABASE_URL) at the server's data; `fastack migrate` \
+         creates an empty one there"
+    )]
+    NoDatabase { path: String },
+    /// A dependency failed its check at start (see [`crate::health`]).
+    #[error("cannot use the {dependency} at {location} (check {settings}): {error}")]
+    Dependency {
+        dependency: &'static str,
+        location: String,
+        settings: &'static str,
+        error: String,
+    },
     /// A webhook endpoint refused at registration (its URL or events).
     #[error("endpoint refused: {0}")]
     InvalidEndpoint(String),
@@ -172,7 +188,7 @@ impl ServiceError for Error {
             Error::NotFound { .. } => 404,
             Error::Conflict(_) => 409,
             Error::InvalidEndpoint(_) | Error::InvalidPlan(_) => 422,
-            Error::Config(_) => 500,
+            Error::Config(_) | Error::NoDatabase { .. } => 500,
             Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => 500,
             Error::Signature(_) => 401,
             Error::Orm(_) => 500,
@@ -185,6 +201,7 @@ impl ServiceError for Error {
             | Error::Storage(_)
             | Error::Amqp(_)
             | Error::Deadline(_)
+            | Error::Dependency { .. }
             | Error::ShuttingDown => 503,
         }
     }
@@ -196,6 +213,7 @@ impl ServiceError for Error {
             Error::InvalidEndpoint(_) => "invalid_endpoint",
             Error::InvalidPlan(_) => "invalid_plan",
             Error::Config(_)
+            | Error::NoDatabase { .. }
             | Error::Corrupt(_)
             | Error::Orm(_)
             | Error::Protocol(_)

@@ -13,6 +13,7 @@ pub mod erasure;
 pub mod error;
 pub mod export;
 pub mod faults;
+pub mod health;
 pub mod identity;
 pub mod jobs;
 pub mod json;

@@ -41,11 +41,27 @@ const REPEATS_TARGET: &str = "fastack::log";
 /// a message's bytes.
 const QUIET: &[&str] = &["lapin::returned_messages=error"];
 
+/// Directives added unless the filter asks for `debug` or `trace`: lines
+/// an operator cannot act on (PostgreSQL's notices such as `relation …
+/// already exists, skipping`; sea-orm's line per migration, summed up in
+/// one `schema migrated` line).
+const DEBUG_ONLY: &[&str] = &["sqlx::postgres::notice=warn", "sea_orm_migration=warn"];
+
+/// The directives added to `filter` (see [`QUIET`], [`DEBUG_ONLY`]).
+fn added_directives(filter: &str) -> impl Iterator<Item = &'static str> {
+    let verbose = filter.contains("debug") || filter.contains("trace");
+    QUIET
+        .iter()
+        .chain(DEBUG_ONLY.iter().filter(move |_| !verbose))
+        .copied()
+}
+
 /// Installs the node's logger on stderr with `filter` (EnvFilter syntax;
 /// an invalid filter falls back to `info`). Call once, in `main`.
 pub fn init(filter: &str, ansi: bool) {
+    let given = filter;
     let mut filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    for directive in QUIET {
+    for directive in added_directives(given) {
         if let Ok(d) = directive.parse() {
             filter = filter.add_directive(d);
         }

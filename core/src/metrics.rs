@@ -44,6 +44,12 @@ pub struct PrivacyLabels {
     pub reason: &'static str,
 }
 
+/// A dependency of the node (see `health::Dependency`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DependencyLabels {
+    pub dependency: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 50 µs .. ~26 s
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
@@ -80,6 +86,8 @@ pub struct Metrics {
     pub group_commit_splits: Counter,
     pub ingest_deadline_missed: Counter,
     pub requests_refused: Family<OutcomeLabels, Counter>,
+    pub dependency_up: Family<DependencyLabels, Gauge>,
+    pub data_dir_free_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -263,8 +271,23 @@ impl Metrics {
              (unauthenticated_limit, header_timeout, connection_cap, address_guard)",
             requests_refused.clone(),
         );
+        let dependency_up = Family::<DependencyLabels, Gauge>::default();
+        registry.register(
+            "dependency_up",
+            "whether each dependency of the node works (1) or is down (0): database, \
+             object_storage, lake, amqp, redis, disk; /readyz says why",
+            dependency_up.clone(),
+        );
+        let data_dir_free_bytes = Gauge::default();
+        registry.register(
+            "data_dir_free_bytes",
+            "free bytes on the disk holding the data directory",
+            data_dir_free_bytes.clone(),
+        );
         Metrics {
             registry,
+            dependency_up,
+            data_dir_free_bytes,
             quarantined_events,
             privacy_dropped_events,
             group_commit_splits,

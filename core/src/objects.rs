@@ -107,6 +107,14 @@ impl Objects {
         }
         if let (Some(id), Some(secret)) = (&config.s3.access_key_id, &config.s3.secret_access_key) {
             b = b.with_access_key_id(id).with_secret_access_key(secret);
+        } else {
+            // The S3 client's fallback: said, since the operator did not
+            // choose it (and off a cloud instance it fails by timing out).
+            tracing::warn!(
+                location = %format!("s3://{bucket}/{prefix}"),
+                "no FASTACK_S3_ACCESS_KEY_ID / FASTACK_S3_SECRET_ACCESS_KEY: object storage asks \
+                 the instance metadata service (169.254.169.254) for credentials"
+            );
         }
         let s3 = b.build().map_err(storage_err)?;
         let store: Arc<dyn ObjectStore> = if prefix.is_empty() {

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use redis::{Script, aio::ConnectionManager};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 const MICROS: i64 = 1_000_000;
 
@@ -393,7 +393,18 @@ pub struct RedisLimiter {
     prefix: String,
     slots: Arc<Mutex<HashMap<(TenantId, Option<ApiKeyId>), Arc<LeaseSlot>>>>,
     round_trips: Counter,
+    /// Until when requests skip Redis after a failed round trip.
+    skip_until: Arc<parking_lot::Mutex<Option<Instant>>>,
 }
+
+/// How long a rate-limit round trip may take before the request is decided
+/// by the node's own cells instead (rate limiting fails open, and a Redis
+/// that went away must not spend the request's answer budget).
+const ROUND_TRIP_WAIT: Duration = Duration::from_millis(100);
+
+/// After a failed round trip, how long requests use the node's own cells
+/// before Redis is tried again.
+const SKIP_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -407,14 +418,25 @@ impl RedisLimiter {
     /// `round_trips` counts the decisions that needed Redis.
     pub async fn connect(url: &str, prefix: &str, round_trips: Counter) -> Result<Self> {
         let client = redis::Client::open(url)?;
-        let conn = ConnectionManager::new(client).await?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)));
+        let conn = ConnectionManager::new_with_config(client, config).await?;
         Ok(RedisLimiter {
             conn,
             script: Arc::new(Script::new(SCRIPT)),
             prefix: prefix.to_owned(),
             slots: Arc::default(),
             round_trips,
+            skip_until: Arc::default(),
         })
+    }
+
+    /// Whether Redis answers (start and dependency checks).
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
     }
 
     fn slot(&self, tenant: TenantId, key: Option<ApiKeyId>) -> Arc<LeaseSlot> {
@@ -470,8 +492,22 @@ impl RedisLimiter {
             inv.key(format!("{}:rl:{{{}}}:k:{}", self.prefix, tenant, id));
             inv.arg(q.interval_us()).arg(q.burst.max(1));
         }
+        if self.skip_until.lock().is_some_and(|t| now < t) {
+            return Err(Error::Deadline("redis"));
+        }
         let mut conn = self.conn.clone();
-        let r: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        let r: Vec<i64> =
+            match tokio::time::timeout(ROUND_TRIP_WAIT, inv.invoke_async(&mut conn)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    *self.skip_until.lock() = Some(now + SKIP_AFTER_FAILURE);
+                    return Err(e.into());
+                }
+                Err(_) => {
+                    *self.skip_until.lock() = Some(now + SKIP_AFTER_FAILURE);
+                    return Err(Error::Deadline("redis"));
+                }
+            };
         self.round_trips.inc();
         let granted = r[0].max(0) as u32;
         let cell = |i: usize| (r[i].max(0) as u64, r[i + 1], r[i + 2]);

@@ -69,7 +69,22 @@ pub async fn up(db: &sea_orm_migration::sea_orm::DatabaseConnection) -> Result<V
         .filter(|v| !known.contains(v))
         .collect();
     if newer.is_empty() {
+        let pending: Vec<String> = Migrator::get_pending_migrations(db)
+            .await?
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect();
         Migrator::up(db, None).await?;
+        // One line for the operator (sea-orm's own, one per migration,
+        // are at debug).
+        if let (Some(first), Some(last)) = (pending.first(), pending.last()) {
+            tracing::info!(
+                applied = pending.len(),
+                %first,
+                %last,
+                "schema migrated"
+            );
+        }
     }
     Ok(newer)
 }

@@ -18,6 +18,7 @@ mod isolation;
 mod mirror;
 mod multinode;
 mod netfault;
+mod operator;
 mod ops;
 mod partitions;
 mod privacy;

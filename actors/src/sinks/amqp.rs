@@ -4,11 +4,13 @@
 //! are done; the rest are offered again, and a broken link is reported so
 //! the relay reconnects after a capped backoff.
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use async_trait::async_trait;
 use fastack_core::{
+    Config,
     amqp::{Emitter, declare_exchange},
+    health::{CHECK_TIMEOUT, Dependency},
     store::{OutboxRow, SinkName},
 };
 use lapin::{
@@ -24,6 +26,46 @@ pub struct AmqpSink {
     emitter: Emitter,
     url: String,
     link: Option<(Connection, Channel)>,
+    /// Exchanges whose latest message the broker could route nowhere.
+    unroutable: BTreeSet<String>,
+}
+
+/// Connects, asks for publisher confirms and declares both exchanges.
+async fn open_link(url: &str, emitter: &Emitter) -> Result<(Connection, Channel), String> {
+    let conn = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let channel = conn.create_channel().await.map_err(|e| e.to_string())?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    for exchange in [&emitter.job_exchange, &emitter.core_exchange] {
+        declare_exchange(&channel, exchange)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok((conn, channel))
+}
+
+/// The start's check of a node streaming to a broker: it connects and
+/// declares the exchanges, within the dependency check's time.
+pub async fn check(config: &Config, url: &str) -> Result<(), String> {
+    let emitter = Emitter {
+        source: String::new(),
+        job_exchange: config.job_events_exchange.clone(),
+        core_exchange: config.core_events_exchange.clone(),
+        single_tenant: config.single_tenant,
+        signing_key: [0; 32],
+    };
+    let (conn, channel) = tokio::time::timeout(CHECK_TIMEOUT, open_link(url, &emitter))
+        .await
+        .map_err(|_| "the broker did not answer in time".to_owned())??;
+    // The channel first: closing a connection with a channel open makes
+    // lapin log an error for what is a normal close.
+    let _ = channel.close(200, "checked".into()).await;
+    let _ = conn.close(200, "checked".into()).await;
+    Ok(())
 }
 
 impl AmqpSink {
@@ -33,6 +75,7 @@ impl AmqpSink {
             emitter: ctx.emitter.clone()?,
             url: ctx.config.amqp_url.clone()?,
             link: None,
+            unroutable: BTreeSet::new(),
         })
     }
 }
@@ -45,26 +88,24 @@ impl Sink for AmqpSink {
         Duration::from_millis(250)
     }
 
-    async fn connect(&mut self, _ctx: &Ctx) -> Result<(), String> {
-        let conn = Connection::connect(&self.url, ConnectionProperties::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let channel = conn.create_channel().await.map_err(|e| e.to_string())?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        for exchange in [&self.emitter.job_exchange, &self.emitter.core_exchange] {
-            declare_exchange(&channel, exchange)
-                .await
-                .map_err(|e| e.to_string())?;
+    async fn connect(&mut self, ctx: &Ctx) -> Result<(), String> {
+        match open_link(&self.url, &self.emitter).await {
+            Ok(link) => {
+                info!(
+                    exchanges = ?[&self.emitter.job_exchange, &self.emitter.core_exchange],
+                    "amqp connected, exchanges declared"
+                );
+                if self.unroutable.is_empty() {
+                    ctx.health.up(Dependency::Amqp, None);
+                }
+                self.link = Some(link);
+                Ok(())
+            }
+            Err(e) => {
+                ctx.health.down(Dependency::Amqp, &e);
+                Err(e)
+            }
         }
-        info!(
-            exchanges = ?[&self.emitter.job_exchange, &self.emitter.core_exchange],
-            "amqp connected, exchanges declared"
-        );
-        self.link = Some((conn, channel));
-        Ok(())
     }
 
     async fn send(&mut self, ctx: &Ctx, rows: &[OutboxRow]) -> Sent {
@@ -102,25 +143,31 @@ impl Sink for AmqpSink {
                 )
                 .await
             {
-                Ok(confirm) => pending.push((row.id, confirm)),
+                Ok(confirm) => pending.push((row.id, exchange, confirm)),
                 Err(error) => {
                     sent.down = Some(error.to_string());
                     sent.retry.push(row.id);
                 }
             }
         }
-        for (id, confirm) in pending {
+        let before = self.unroutable.clone();
+        for (id, exchange, confirm) in pending {
             match confirm.await {
                 Ok(Confirmation::Ack(returned)) => {
                     if returned.is_some() {
                         // No queue is bound for this routing key: the broker
                         // took the message and had nowhere to put it.
                         ctx.metrics.amqp_unroutable.inc();
-                        warn!(
-                            outbox = id,
-                            "the broker had no queue for an event and dropped it \
-                             (fastack_amqp_unroutable_total counts them)"
-                        );
+                        if self.unroutable.insert(exchange.clone()) {
+                            warn!(
+                                outbox = id,
+                                %exchange,
+                                "the broker had no queue for an event and dropped it: bind a \
+                                 queue to the exchange (fastack_amqp_unroutable_total counts them)"
+                            );
+                        }
+                    } else {
+                        self.unroutable.remove(&exchange);
                     }
                     sent.done.push(id);
                 }
@@ -132,8 +179,25 @@ impl Sink for AmqpSink {
             }
         }
         ctx.metrics.amqp_published.inc_by(sent.done.len() as u64);
-        if sent.down.is_some() {
+        if let Some(error) = &sent.down {
+            ctx.health.down(Dependency::Amqp, error);
             self.link = None;
+        } else if self.unroutable != before || !sent.done.is_empty() {
+            match self.unroutable.iter().next() {
+                Some(_) => ctx.health.warning(
+                    Dependency::Amqp,
+                    format!(
+                        "nothing is bound to exchange {}: the broker drops the events \
+                         published there",
+                        self.unroutable
+                            .iter()
+                            .map(|e| format!("`{e}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+                None => ctx.health.up(Dependency::Amqp, None),
+            }
         }
         sent
     }

@@ -497,6 +497,12 @@ pub async fn backfill(
 /// holding a person's events is written again under its own name without
 /// them (the same schema and writer properties), or deleted when nothing
 /// else is left in it.
+/// The lake's storage, when the mirror is on (`FASTACK_MIRROR_URL`).
+pub fn lake_objects(config: &Config) -> Option<fastack_core::Result<Objects>> {
+    let url = config.mirror_url.as_deref()?;
+    Some(Objects::at(config, url))
+}
+
 pub struct MirrorLake {
     objects: Objects,
     schema: Arc<Type>,
@@ -507,8 +513,7 @@ impl MirrorLake {
     /// The lake of a deployment with `FASTACK_MIRROR_URL` set (`None`
     /// without).
     pub fn new(config: &Config) -> Option<fastack_core::Result<Self>> {
-        let url = config.mirror_url.as_deref()?;
-        Some(Objects::at(config, url).and_then(|objects| {
+        Some(lake_objects(config)?.and_then(|objects| {
             let (schema, props) = writer().map_err(fastack_core::Error::Storage)?;
             Ok(MirrorLake {
                 objects,

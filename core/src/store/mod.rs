@@ -404,6 +404,22 @@ pub async fn open(config: &Config) -> Result<Store> {
     Ok(store)
 }
 
+/// Opens the store of an existing node, for the command line's tools: on
+/// the embedded backend, refuses where no database is (a tool run in the
+/// wrong directory would otherwise create an empty one and show nothing).
+pub async fn open_existing(config: &Config) -> Result<Store> {
+    if config.is_embedded() {
+        let path = config.sqlite_path();
+        if !path.exists() {
+            let shown = std::path::absolute(&path).unwrap_or(path);
+            return Err(Error::NoDatabase {
+                path: shown.display().to_string(),
+            });
+        }
+    }
+    open(config).await
+}
+
 /// Says so when a newer release migrated the database past this build
 /// (see `fastack_migration::up`): the node runs on the expanded schema.
 pub(crate) fn newer_schema(unknown: Vec<String>) {

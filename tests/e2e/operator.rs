@@ -1,0 +1,566 @@
+//! An operator's first day: a way in on PostgreSQL (one node of several
+//! bootstraps), admin commands that never create a database by accident,
+//! dependencies checked at start and shown in `/readyz`, a quiet start.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use fastack_entities::Plan;
+use serde_json::Value;
+
+use crate::helpers::{Backend, Node, TestDb, bin_path, eventually, make_tenant, track};
+
+async fn post_track(addr: std::net::SocketAddr, key: &str, idem: &str) -> u16 {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/v1/core/track"))
+        .bearer_auth(key)
+        .json(&track(idem, "u-1", Utc::now()))
+        .send()
+        .await
+        .expect("the node answers")
+        .status()
+        .as_u16()
+}
+
+/// Three nodes starting at once on one empty PostgreSQL database, each with
+/// a data directory of its own: exactly one creates tenant `default` and a
+/// key and writes it to its `bootstrap-key`; every node accepts that key.
+/// A restart on that directory says nothing more; a node whose directory
+/// holds a key from another database says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_bootstraps_once_among_nodes() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let data: Vec<String> = dirs
+        .iter()
+        .map(|d| d.path().join("data").display().to_string())
+        .collect();
+    let nodes = futures::future::join_all(data.iter().map(|dir| {
+        Node::start_with(Node::env(
+            &db,
+            &[("FASTACK_BOOTSTRAP", "true"), ("FASTACK_DATA_DIR", dir)],
+        ))
+    }))
+    .await;
+    let written: Vec<(usize, String)> = data
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let path = std::path::Path::new(d).join("bootstrap-key");
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|k| (i, k.trim().to_owned()))
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "bootstrap keys written: {written:?}");
+    let (creator, key) = written[0].clone();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(std::path::Path::new(&data[creator]).join("bootstrap-key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let store = db.store().await;
+    let tenants = store.list_tenants().await.unwrap();
+    assert_eq!(tenants.len(), 1, "{tenants:?}");
+    assert_eq!(tenants[0].name, "default");
+    assert_eq!(store.list_api_keys(tenants[0].id).await.unwrap().len(), 1);
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(post_track(n.addr, &key, &format!("first-{i}")).await, 202);
+    }
+    let said: usize = nodes
+        .iter()
+        .map(|n| {
+            n.log
+                .lock()
+                .iter()
+                .filter(|l| l.contains("created tenant `default`"))
+                .count()
+        })
+        .sum();
+    assert_eq!(said, 1);
+    for n in nodes {
+        n.terminate().await;
+    }
+
+    // Again on the creator's directory: nothing created, nothing to say.
+    let again = Node::start(
+        &db,
+        &[
+            ("FASTACK_BOOTSTRAP", "true"),
+            ("FASTACK_DATA_DIR", &data[creator]),
+        ],
+    )
+    .await;
+    assert_eq!(store.list_tenants().await.unwrap().len(), 1);
+    assert!(
+        !again
+            .log
+            .lock()
+            .iter()
+            .any(|l| l.contains("bootstrap-key") || l.contains("created tenant")),
+        "{}",
+        again.log.lock().join("\n")
+    );
+    again.terminate().await;
+
+    // A directory left by a run on another database.
+    let other = tempfile::tempdir().unwrap();
+    fastack_core::private::write_secret(
+        &other.path().join("bootstrap-key"),
+        "fsk_notfromthisdatabase000000000000000",
+    )
+    .unwrap();
+    let dir = other.path().display().to_string();
+    let stale = Node::start(
+        &db,
+        &[("FASTACK_BOOTSTRAP", "true"), ("FASTACK_DATA_DIR", &dir)],
+    )
+    .await;
+    let log = stale.log.lock().join("\n");
+    assert!(
+        log.contains("the bootstrap-key file holds a key this database does not know"),
+        "{log}"
+    );
+    drop(stale);
+    drop(store);
+    db.drop_db().await;
+}
+
+/// An admin command run where no data directory is: it fails, says where
+/// it looked and how to point it at the server's data, and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_never_create_a_database() {
+    let cwd = tempfile::tempdir().unwrap();
+    for args in [
+        &["admin", "tenant", "list"][..],
+        &["admin", "key", "list", "--tenant", "default"],
+        &["admin", "retention", "run", "--dry-run"],
+        &["keys", "external-hmac"],
+    ] {
+        let out = std::process::Command::new(bin_path())
+            .args(args)
+            .current_dir(cwd.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+        let looked = cwd.path().join("fastack-data").join("fastack.db");
+        assert!(
+            stderr.contains(&format!("no fastack database at {}", looked.display()))
+                && stderr.contains("FASTACK_DATA_DIR"),
+            "{args:?}: {stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{args:?} left {left:?}");
+    }
+
+    // Pointed at a node's data, the same command works.
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let store = db.store().await;
+    make_tenant(&store, "acme", Plan::Pro, None).await;
+    drop(store);
+    let out = std::process::Command::new(bin_path())
+        .args(["admin", "tenant", "list"])
+        .current_dir(cwd.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("FASTACK_DATA_DIR", db.dir.path())
+        .env("FASTACK_ENC_KEY", crate::helpers::TEST_ENC_KEY)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("acme"));
+    db.drop_db().await;
+}
+
+/// The `/readyz` document of the node at `base` (`http://host:port`).
+pub async fn readyz(base: &str) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .expect("the node answers");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls `/readyz` until `dependency` shows `state`; the document then.
+pub async fn until_dependency(base: &str, dependency: &str, state: &str) -> (u16, Value) {
+    eventually(
+        &format!("{dependency} {state} in /readyz"),
+        Duration::from_secs(30),
+        || async {
+            let (status, doc) = readyz(base).await;
+            (doc["dependencies"][dependency]["state"] == state).then_some((status, doc))
+        },
+    )
+    .await
+}
+
+/// `fastack serve` with `env` that is expected to refuse to start: its
+/// standard error, once it has exited (non-zero).
+fn refused_start(env: &[(String, String)]) -> String {
+    let out = std::process::Command::new(bin_path())
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("FASTACK_LISTEN", "127.0.0.1:0")
+        .envs(env.iter().cloned())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the node started: {stderr}");
+    stderr
+}
+
+fn with(env: &[(String, String)], extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env = env.to_vec();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+/// A moto server of this test's own that checks credentials (the shared
+/// one takes any), on a free port; killed when dropped.
+struct StrictS3 {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl StrictS3 {
+    fn start() -> Option<StrictS3> {
+        let moto = std::env::var("FASTACK_TEST_MOTO_SERVER").unwrap_or("moto_server".to_owned());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = match std::process::Command::new(&moto)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .env("INITIAL_NO_AUTH_ACTION_COUNT", "0")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                assert!(
+                    !crate::helpers::services_required(),
+                    "cannot start {moto} (FASTACK_TEST_MOTO_SERVER): {e}"
+                );
+                eprintln!("skipped: cannot start {moto}: {e}");
+                return None;
+            }
+        };
+        let up = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "{moto} did not listen on {port}");
+        Some(StrictS3 {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        })
+    }
+}
+
+impl Drop for StrictS3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Object storage that cannot be used fails the start, with the setting
+/// named and nothing served: a bucket that does not exist (for exports and
+/// for the lake), credentials the storage refuses, no credentials at all
+/// (said in the log before the instance's metadata service is asked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_object_storage_fails_the_start() {
+    let Some(bucket) = crate::helpers::S3Bucket::create().await else {
+        return;
+    };
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let s3 = |endpoint: &str| -> Vec<(String, String)> {
+        with(
+            &db.env(),
+            &[
+                ("FASTACK_S3_ENDPOINT", endpoint),
+                ("FASTACK_S3_REGION", "us-east-1"),
+                ("FASTACK_S3_ACCESS_KEY_ID", "test"),
+                ("FASTACK_S3_SECRET_ACCESS_KEY", "test"),
+            ],
+        )
+    };
+    let missing = format!("no-such-{}", uuid::Uuid::new_v4().simple());
+
+    let err = refused_start(&with(
+        &s3(&bucket.endpoint),
+        &[("FASTACK_STORAGE_URL", &format!("s3://{missing}/exports"))],
+    ));
+    assert!(
+        err.contains(&format!(
+            "cannot use the object_storage at s3://{missing}/exports"
+        )) && err.contains("FASTACK_STORAGE_URL")
+            && err.contains("NoSuchBucket"),
+        "{err}"
+    );
+
+    let err = refused_start(&with(
+        &s3(&bucket.endpoint),
+        &[
+            (
+                "FASTACK_STORAGE_URL",
+                &format!("s3://{}/exports", bucket.bucket),
+            ),
+            ("FASTACK_MIRROR_URL", &format!("s3://{missing}/lake")),
+        ],
+    ));
+    assert!(
+        err.contains(&format!("cannot use the lake at s3://{missing}/lake"))
+            && err.contains("FASTACK_MIRROR_URL"),
+        "{err}"
+    );
+
+    if let Some(strict) = StrictS3::start() {
+        let create = reqwest::Client::new()
+            .put(format!("{}/{}", strict.endpoint, bucket.bucket))
+            .send()
+            .await;
+        drop(create);
+        let err = refused_start(&with(
+            &s3(&strict.endpoint),
+            &[(
+                "FASTACK_STORAGE_URL",
+                &format!("s3://{}/exports", bucket.bucket),
+            )],
+        ));
+        assert!(
+            err.contains("cannot use the object_storage")
+                && err.contains("FASTACK_S3_ACCESS_KEY_ID")
+                && err.contains("InvalidAccessKeyId"),
+            "{err}"
+        );
+    }
+
+    // No credentials: the log says where they are looked for.
+    let no_credentials = with(
+        &db.env(),
+        &[
+            ("FASTACK_S3_ENDPOINT", bucket.endpoint.as_str()),
+            ("FASTACK_S3_REGION", "us-east-1"),
+            (
+                "FASTACK_STORAGE_URL",
+                &format!("s3://{}/exports", bucket.bucket),
+            ),
+        ],
+    );
+    let err = refused_start(&no_credentials);
+    assert!(
+        err.contains("no FASTACK_S3_ACCESS_KEY_ID")
+            && err.contains("instance metadata")
+            && err.contains("cannot use the object_storage"),
+        "{err}"
+    );
+    let left = std::fs::read_dir(db.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect::<Vec<_>>();
+    assert!(!left.contains(&"bootstrap-key".to_owned()), "{left:?}");
+    db.drop_db().await;
+}
+
+/// A broker that refuses the node's credentials fails the start with
+/// `FASTACK_AMQP_URL` named (and the password not shown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_broker_fails_the_start() {
+    if !crate::amqp::rabbit_reachable().await {
+        return;
+    }
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let url = crate::helpers::amqp_url().replacen("guest:guest", "fastack:wrong-secret", 1);
+    let err = refused_start(&with(
+        &db.env(),
+        &[
+            ("FASTACK_AMQP_URL", url.as_str()),
+            ("FASTACK_CLOUDEVENTS_SOURCE", "//fastack/e2e"),
+        ],
+    ));
+    assert!(
+        err.contains("cannot use the amqp at") && err.contains("FASTACK_AMQP_URL"),
+        "{err}"
+    );
+    assert!(!err.contains("wrong-secret"), "{err}");
+    db.drop_db().await;
+}
+
+/// An exchange with nothing bound shows as a warning that names it, from
+/// the first event the broker had to drop, until a queue is bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exchange_with_nothing_bound_is_shown() {
+    let Some((app, names)) = crate::amqp::streaming_app(Backend::Sqlite, None, |c| {
+        c.dependency_check = Duration::from_millis(200);
+    })
+    .await
+    else {
+        return;
+    };
+    let (status, doc) = until_dependency(&app.base, "amqp", "up").await;
+    assert_eq!(status, 200);
+    assert_eq!(doc["status"], "ready", "{doc}");
+    let now = Utc::now();
+    let a = app
+        .post("/v1/core/track", &app.t.key, &track("unbound-1", "u", now))
+        .await;
+    assert_eq!(a.status, 202);
+    let (status, doc) = until_dependency(&app.base, "amqp", "warning").await;
+    assert_eq!(status, 200);
+    assert_eq!(doc["status"], "ready", "a warning is not an outage: {doc}");
+    let said = doc["dependencies"]["amqp"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.contains(&format!("`{}`", names.core)), "{doc}");
+
+    let mut consumer = crate::amqp::consumer(&names.core, &["#"]).await;
+    let a = app
+        .post("/v1/core/track", &app.t.key, &track("bound-1", "u", now))
+        .await;
+    assert_eq!(a.status, 202);
+    assert!(consumer.next(Duration::from_secs(20)).await.is_some());
+    until_dependency(&app.base, "amqp", "up").await;
+    crate::amqp::delete_exchanges(&names).await;
+    app.db.drop_db().await;
+}
+
+/// Redis going away after the start: `/readyz` shows it down with its
+/// error (200, `degraded`), the metric says 0, events are still accepted;
+/// once it is back, it shows up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_that_goes_away_shows_in_readyz() {
+    if !crate::helpers::redis_or_skip() {
+        return;
+    }
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let upstream: std::net::SocketAddr = crate::helpers::redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("the test Redis URL is host:port");
+    let proxy = crate::netfault::Proxy::start(upstream).await;
+    let redis = format!("redis://{}", proxy.addr);
+    let app = crate::helpers::spawn_on(std::sync::Arc::new(db), |c| {
+        c.redis_url = Some(redis);
+        c.dependency_check = Duration::from_millis(200);
+    })
+    .await;
+    let (status, doc) = until_dependency(&app.base, "redis", "up").await;
+    assert_eq!(
+        (status, doc["status"].as_str()),
+        (200, Some("ready")),
+        "{doc}"
+    );
+    for dep in ["database", "object_storage", "disk"] {
+        assert_eq!(doc["dependencies"][dep]["state"], "up", "{doc}");
+    }
+
+    proxy.cut();
+    let (status, doc) = until_dependency(&app.base, "redis", "down").await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["status"], "degraded", "{doc}");
+    assert!(
+        doc["dependencies"]["redis"]["last_error"].is_string(),
+        "{doc}"
+    );
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains("fastack_dependency_up{dependency=\"redis\"} 0"),
+        "{metrics}"
+    );
+    let a = app
+        .post(
+            "/v1/core/track",
+            &app.t.key,
+            &track("while-redis-is-away", "u", Utc::now()),
+        )
+        .await;
+    assert_eq!(a.status, 202, "{:?}", a.body);
+
+    proxy.restore();
+    let (status, doc) = until_dependency(&app.base, "redis", "up").await;
+    assert_eq!(
+        (status, doc["status"].as_str()),
+        (200, Some("ready")),
+        "{doc}"
+    );
+    assert!(
+        doc["dependencies"]["redis"]["last_error"].is_string(),
+        "kept: {doc}"
+    );
+    app.db.drop_db().await;
+}
+
+/// A bucket deleted under a running node: object storage shows down with
+/// the storage's answer, ingestion goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_that_goes_away_shows_in_readyz() {
+    let Some(bucket) = crate::helpers::S3Bucket::create().await else {
+        return;
+    };
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let app = crate::helpers::spawn_on(std::sync::Arc::new(db), |c| {
+        bucket.apply(c);
+        c.dependency_check = Duration::from_millis(200);
+    })
+    .await;
+    let (_, doc) = until_dependency(&app.base, "object_storage", "up").await;
+    assert_eq!(
+        doc["dependencies"]["object_storage"]["detail"],
+        format!("s3://{}/fastack", bucket.bucket)
+    );
+    let gone = reqwest::Client::new()
+        .delete(format!("{}/{}", bucket.endpoint, bucket.bucket))
+        .send()
+        .await
+        .unwrap();
+    assert!(gone.status().is_success(), "{}", gone.status());
+    let (status, doc) = until_dependency(&app.base, "object_storage", "down").await;
+    assert_eq!(
+        (status, doc["status"].as_str()),
+        (200, Some("degraded")),
+        "{doc}"
+    );
+    let said = doc["dependencies"]["object_storage"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.contains("NoSuchBucket"), "{doc}");
+    let a = app
+        .post(
+            "/v1/core/track",
+            &app.t.key,
+            &track("bucketless", "u", Utc::now()),
+        )
+        .await;
+    assert_eq!(a.status, 202);
+    app.db.drop_db().await;
+}
