@@ -132,6 +132,22 @@ enum AdminCommand {
     /// --suppress): listed by hash, lifted.
     #[command(subcommand)]
     Suppression(privacy::SuppressionCommand),
+    /// A consistent copy of this embedded node while it serves: both
+    /// database files, the keys and local object storage, with a manifest
+    /// of checksums (PostgreSQL: see docs/operations.md).
+    Backup {
+        /// A new directory, or object storage (`s3://bucket/prefix`, with
+        /// the FASTACK_S3_* settings; `file:///dir`).
+        #[arg(long)]
+        to: String,
+    },
+    /// Brings a backup back as the node of FASTACK_DATA_DIR, which must
+    /// hold no database; every file is checked before any is put in place.
+    Restore {
+        /// Where `backup --to` wrote it.
+        #[arg(long)]
+        from: String,
+    },
     /// Webhook deliveries and their attempts.
     Deliveries {
         /// Tenant id or name.
@@ -369,6 +385,44 @@ fn print<T: Serialize>(
 
 async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
     let config_ref = config;
+    // A backup reads the files of a serving node (no migration, no pool);
+    // a restore writes where no database is yet.
+    match &args.command {
+        AdminCommand::Backup { to } => {
+            let started = std::time::Instant::now();
+            let m = fastack_core::backup::backup(config, to).await?;
+            return print(args.json, &m, |m| {
+                let mut out = format!(
+                    "backed up to {to}: {} files, {} bytes, in {:.1} s",
+                    m.files.len(),
+                    m.total_bytes(),
+                    started.elapsed().as_secs_f64()
+                );
+                if m.master_key == "FASTACK_ENC_KEY" {
+                    out.push_str("\nthe master key is FASTACK_ENC_KEY, not in the backup: keep it with the backup");
+                }
+                if let Some(elsewhere) = &m.objects_elsewhere {
+                    out.push_str(&format!(
+                        "\nobject storage at {elsewhere} is not in the backup: back it up by its own means"
+                    ));
+                }
+                out
+            });
+        }
+        AdminCommand::Restore { from } => {
+            let m = fastack_core::backup::restore(config, from).await?;
+            return print(args.json, &m, |m| {
+                format!(
+                    "restored the backup of {} ({} files, {} bytes) into {}; start the node with `fastack serve`",
+                    m.created_at.to_rfc3339(),
+                    m.files.len(),
+                    m.total_bytes(),
+                    config.data_dir.display()
+                )
+            });
+        }
+        _ => {}
+    }
     let shared = store::open_existing(config).await?;
     let store = shared.as_ref();
     let json = args.json;
@@ -485,6 +539,8 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             privacy::erasure_command(config_ref, &shared, json, cmd).await
         }
         AdminCommand::Suppression(cmd) => privacy::suppression_command(&shared, json, cmd).await,
+        // Answered before storage is opened.
+        AdminCommand::Backup { .. } | AdminCommand::Restore { .. } => Ok(()),
         AdminCommand::Deliveries {
             tenant,
             endpoint,

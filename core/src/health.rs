@@ -206,7 +206,9 @@ pub async fn probe_objects(objects: &Objects, node: &str) -> Result<()> {
                 "the probe object read back differs from what was written".to_owned(),
             ));
         }
-        objects.delete(&path).await
+        objects.delete(&path).await?;
+        objects.remove_empty_dir(".fastack");
+        Ok(())
     };
     match tokio::time::timeout(CHECK_TIMEOUT, check).await {
         Ok(r) => r,

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod amqp;
 pub mod auth;
 pub mod backoff;
+pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod console;

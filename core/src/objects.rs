@@ -226,6 +226,15 @@ impl Objects {
             .map_err(storage_err)
     }
 
+    /// Removes the directory `dir` of local storage if it is empty (object
+    /// storage has no directories; a local one keeps them after their last
+    /// file goes, where readers listing the tree meet them).
+    pub fn remove_empty_dir(&self, dir: &str) {
+        if let Some(root) = &self.local_root {
+            let _ = std::fs::remove_dir(root.join(dir));
+        }
+    }
+
     /// A streaming upload (multipart beyond a few MiB).
     pub fn writer(&self, path: &str) -> ObjectWriter {
         ObjectWriter {

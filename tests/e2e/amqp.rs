@@ -478,19 +478,29 @@ async fn export_to_s3_round_trips() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_export_emits_job_failed_redacted() {
-    // Storage is an S3 endpoint on a closed local port: every write fails
-    // with an error naming the address.
+    // Storage is an S3 endpoint behind a proxy, there at start (the node
+    // checks it) and gone before the export: every write fails with an
+    // error naming the address.
+    let Some(bucket) = S3Bucket::create().await else {
+        return;
+    };
+    let upstream: std::net::SocketAddr = bucket
+        .endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("the test S3 endpoint is http://host:port");
+    let proxy = crate::netfault::Proxy::start(upstream).await;
+    let via = format!("http://{}", proxy.addr);
     let Some((app, names)) = streaming_app(Backend::Postgres, None, |c| {
-        c.storage_url = Some("s3://exports-bucket/fastack".to_owned());
-        c.s3.endpoint = Some("http://127.0.0.1:9".to_owned());
-        c.s3.region = Some("us-east-1".to_owned());
-        c.s3.access_key_id = Some("test".to_owned());
-        c.s3.secret_access_key = Some("test".to_owned());
+        bucket.apply(c);
+        c.s3.endpoint = Some(via);
     })
     .await
     else {
         return;
     };
+    proxy.cut();
     let mut sub = consumer(&names.job, &["job.*"]).await;
     send_events(&app, 3, "f").await;
     wait_processed(&app, 3).await;

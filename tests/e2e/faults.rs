@@ -179,7 +179,7 @@ async fn inbox_rows(pool: &sqlx::PgPool) -> i64 {
 
 /// Every event of the tenant with `api_key` that occurred within a day of
 /// now, read through the node's API page by page; `None` if a page failed.
-async fn read_events(
+pub(crate) async fn read_events(
     http: &reqwest::Client,
     addr: SocketAddr,
     api_key: &str,

@@ -465,11 +465,13 @@ async fn exactly_once_across_kill_9(backend: Backend) {
     drop(store);
     let root = lake(&db);
     // The first half is stored while the mirror cannot write (its directory
-    // would lie under a file): 50,000 events owed, so the kills below land
-    // while batches are being written, not after the mirror caught up.
+    // lies under a file once the node has started: the start checks the
+    // lake): 50,000 events owed, so the kills below land while batches are
+    // being written, not after the mirror caught up.
     let blocker = db.dir.path().join("not-a-directory");
-    std::fs::write(&blocker, b"").unwrap();
     let blocked = mirror_node(&db, &blocker.join("lake")).await;
+    std::fs::remove_dir_all(&blocker).unwrap();
+    std::fs::write(&blocker, b"").unwrap();
     let mut accepted = send(&[blocked.addr], &t.key, "before", 250, 200).await;
     blocked.terminate().await;
     let mut node = mirror_node(&db, &root).await;
@@ -564,19 +566,33 @@ async fn postgres_two_nodes_mirror_each_event_once() {
 /// far behind it is, and the node goes on accepting and storing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
+    // The lake's storage is there at start (the node checks it) and gone
+    // right after, behind a proxy that cuts it.
+    let Some(bucket) = crate::helpers::S3Bucket::create().await else {
+        return;
+    };
     let Some(db) = TestDb::new(Backend::Sqlite).await else {
         return;
     };
+    let upstream: SocketAddr = bucket
+        .endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("the test S3 endpoint is http://host:port");
+    let proxy = crate::netfault::Proxy::start(upstream).await;
+    let via = format!("http://{}", proxy.addr);
     let app = spawn_on(Arc::new(db), |c| {
-        c.mirror_url = Some("s3://nowhere/lake".to_owned());
-        c.s3.endpoint = Some("http://127.0.0.1:9".to_owned());
-        c.s3.region = Some("us-east-1".to_owned());
-        c.s3.access_key_id = Some("test".to_owned());
-        c.s3.secret_access_key = Some("test".to_owned());
+        bucket.apply(c);
+        c.storage_url = None;
+        c.mirror_url = Some(format!("s3://{}/lake", bucket.bucket));
+        c.s3.endpoint = Some(via);
         c.mirror_flush_rows = 10;
         c.mirror_flush = Duration::from_secs(1);
+        c.dependency_check = Duration::from_millis(200);
     })
     .await;
+    proxy.cut();
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let accepted = send(&[addr], &app.t.key, "held", 2, 50).await;
     let from = (Utc::now() - chrono::Duration::hours(4)).to_rfc3339();
@@ -616,6 +632,10 @@ async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    // And `/readyz` says why, while the node stays ready.
+    let (status, doc) = crate::operator::until_dependency(&app.base, "lake", "down").await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["dependencies"]["database"]["state"], "up", "{doc}");
     app.cleanup().await;
 }
 

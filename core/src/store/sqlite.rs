@@ -171,7 +171,7 @@ const BUSY_TIMEOUT: StdDuration = StdDuration::from_secs(10);
 const INBOX_SCHEMA: &str = "inbox_db";
 
 /// The inbox file beside the main one: `fastack.db` → `fastack-inbox.db`.
-fn inbox_path(main: &Path) -> PathBuf {
+pub fn inbox_path(main: &Path) -> PathBuf {
     let stem = main
         .file_stem()
         .map_or_else(|| "fastack".into(), |s| s.to_string_lossy().into_owned());
