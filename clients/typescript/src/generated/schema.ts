@@ -182,7 +182,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Readiness: ready only when the database answers */
+        /**
+         * Readiness: ready when the database answers; every dependency with
+         *     its state and last error
+         */
         get: operations["readyz"];
         put?: never;
         post?: never;
@@ -487,6 +490,30 @@ export interface components {
              */
             traits_removed: number;
         };
+        /**
+         * DependencyOut
+         * @description One dependency of the node, as last checked.
+         */
+        DependencyOut: {
+            state: components["schemas"]["DependencyState"];
+            /**
+             * Format: date-time
+             * @description When it entered this state.
+             */
+            since: string;
+            /** Format: date-time */
+            checked_at: string;
+            /** @description What it is: where (no credentials), free bytes. */
+            detail?: string;
+            /** @description The last failure or warning, kept after it recovers. */
+            last_error?: string;
+        };
+        /**
+         * @description A dependency's state: `warning` works with something to know (nothing
+         *     bound to an exchange, a disk running low).
+         * @enum {string}
+         */
+        DependencyState: "up" | "warning" | "down";
         /** ErasureAccepted */
         ErasureAccepted: {
             /**
@@ -926,6 +953,22 @@ export interface components {
         QuarantineErased: {
             /** Format: uint64 */
             events_dropped: number;
+        };
+        /**
+         * Readiness
+         * @description Readiness: `ready`, `degraded` (a dependency other than the database is
+         *     down: events are still accepted and kept until it is back) or
+         *     `database unavailable`.
+         */
+        Readiness: {
+            status: string;
+            /**
+             * @description By name: `database`, `object_storage`, `lake` (with the mirror),
+             *     `amqp` (with streaming), `redis` (with Redis), `disk`.
+             */
+            dependencies: {
+                [key: string]: components["schemas"]["DependencyOut"];
+            };
         };
         /**
          * SchemaViolationOut
@@ -1803,13 +1846,16 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The database answers. */
+            /**
+             * @description The database answers (`ready`, or `degraded` while another
+             *     dependency is down).
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json; charset=utf-8": components["schemas"]["Health"];
+                    "application/json; charset=utf-8": components["schemas"]["Readiness"];
                 };
             };
             /** @description The database does not answer. */
@@ -1818,7 +1864,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json; charset=utf-8": components["schemas"]["Health"];
+                    "application/json; charset=utf-8": components["schemas"]["Readiness"];
                 };
             };
         };

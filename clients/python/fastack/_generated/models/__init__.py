@@ -11,6 +11,8 @@ from .batch_track_properties import BatchTrackProperties
 from .contact_out import ContactOut
 from .contact_out_traits import ContactOutTraits
 from .contacts_erased import ContactsErased
+from .dependency_out import DependencyOut
+from .dependency_state import DependencyState
 from .erasure_accepted import ErasureAccepted
 from .erasure_certificate import ErasureCertificate
 from .erasure_request_body import ErasureRequestBody
@@ -48,6 +50,8 @@ from .problem import Problem
 from .problem_code import ProblemCode
 from .problem_field import ProblemField
 from .quarantine_erased import QuarantineErased
+from .readiness import Readiness
+from .readiness_dependencies import ReadinessDependencies
 from .schema_violation_out import SchemaViolationOut
 from .subject_kind_out import SubjectKindOut
 from .subject_out import SubjectOut
@@ -73,6 +77,8 @@ __all__ = (
     "ContactOut",
     "ContactOutTraits",
     "ContactsErased",
+    "DependencyOut",
+    "DependencyState",
     "ErasureAccepted",
     "ErasureCertificate",
     "ErasureRequestBody",
@@ -110,6 +116,8 @@ __all__ = (
     "ProblemCode",
     "ProblemField",
     "QuarantineErased",
+    "Readiness",
+    "ReadinessDependencies",
     "SchemaViolationOut",
     "SubjectKindOut",
     "SubjectOut",

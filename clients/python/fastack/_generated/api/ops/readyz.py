@@ -7,7 +7,7 @@ import httpx
 
 from ... import errors
 from ...client import AuthenticatedClient, Client
-from ...models.health import Health
+from ...models.readiness import Readiness
 from ...types import Response
 
 
@@ -21,14 +21,14 @@ def _get_kwargs() -> dict[str, Any]:
     return _kwargs
 
 
-def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Health | None:
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Readiness | None:
     if response.status_code == 200:
-        response_200 = Health.from_dict(response.json())
+        response_200 = Readiness.from_dict(response.json())
 
         return response_200
 
     if response.status_code == 503:
-        response_503 = Health.from_dict(response.json())
+        response_503 = Readiness.from_dict(response.json())
 
         return response_503
 
@@ -38,7 +38,7 @@ def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Res
         return None
 
 
-def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[Health]:
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[Readiness]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -50,15 +50,16 @@ def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Res
 def sync_detailed(
     *,
     client: AuthenticatedClient | Client,
-) -> Response[Health]:
-    """Readiness: ready only when the database answers
+) -> Response[Readiness]:
+    """Readiness: ready when the database answers; every dependency with
+    its state and last error
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Health]
+        Response[Readiness]
     """
 
     kwargs = _get_kwargs()
@@ -73,15 +74,16 @@ def sync_detailed(
 def sync(
     *,
     client: AuthenticatedClient | Client,
-) -> Health | None:
-    """Readiness: ready only when the database answers
+) -> Readiness | None:
+    """Readiness: ready when the database answers; every dependency with
+    its state and last error
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Health
+        Readiness
     """
 
     return sync_detailed(
@@ -92,15 +94,16 @@ def sync(
 async def asyncio_detailed(
     *,
     client: AuthenticatedClient | Client,
-) -> Response[Health]:
-    """Readiness: ready only when the database answers
+) -> Response[Readiness]:
+    """Readiness: ready when the database answers; every dependency with
+    its state and last error
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[Health]
+        Response[Readiness]
     """
 
     kwargs = _get_kwargs()
@@ -113,15 +116,16 @@ async def asyncio_detailed(
 async def asyncio(
     *,
     client: AuthenticatedClient | Client,
-) -> Health | None:
-    """Readiness: ready only when the database answers
+) -> Readiness | None:
+    """Readiness: ready when the database answers; every dependency with
+    its state and last error
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Health
+        Readiness
     """
 
     return (
