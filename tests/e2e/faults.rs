@@ -1158,10 +1158,13 @@ struct Routed {
 /// `tests/rolling/build-previous.sh`, given as `FASTACK_PREVIOUS_BIN`) on one
 /// PostgreSQL under a load spread over them; each is taken out of the
 /// balancer, stopped with SIGTERM and replaced by this build, in turn, with
-/// an export created while old and new nodes run side by side. Nothing is
-/// unanswered but requests already on their way to a node being stopped,
-/// nothing is lost or doubled, the export completes, and old and new nodes
-/// both accept while both run.
+/// an export created while old and new nodes run side by side, the Parquet
+/// mirror on and a webhook endpoint subscribed. Nothing is unanswered but
+/// requests already on their way to a node being stopped, nothing is lost
+/// or doubled, the export completes, old and new nodes both accept while
+/// both run, and no sink stalls on what the other release wrote: at the
+/// end nothing is owed, the lake holds every accepted event once and the
+/// endpoint got every event of its tenant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
 async fn rolling_upgrade() {
@@ -1177,7 +1180,16 @@ async fn rolling_upgrade() {
     let Some(db) = TestDb::new(Backend::Postgres).await else {
         return;
     };
-    let extra = [("FASTACK_LEASE_TTL_MS", "3000")];
+    // Every sink on: the Parquet mirror (one lake for all nodes) and a
+    // webhook endpoint subscribed to tenant roll-a's events.
+    let lake = db.dir.path().join("lake");
+    let lake_url = format!("file://{}", lake.display());
+    let extra = [
+        ("FASTACK_LEASE_TTL_MS", "3000"),
+        ("FASTACK_MIRROR_URL", lake_url.as_str()),
+        ("FASTACK_MIRROR_FLUSH_SECS", "1"),
+        ("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true"),
+    ];
     let env = Node::env(&db, &extra);
     // The old release creates the schema and the tenants (with its own
     // command line: this build's storage would migrate the schema before
@@ -1187,6 +1199,23 @@ async fn rolling_upgrade() {
         old_release_key(&previous, &env, "roll-a"),
         old_release_key(&previous, &env, "roll-b"),
     ];
+    let rx = Receiver::start(&[]).await;
+    let (ok, _, err) = crate::helpers::run_cli(
+        &previous,
+        env.iter().cloned(),
+        &[
+            "admin",
+            "webhook",
+            "add",
+            "--tenant",
+            "roll-a",
+            "--url",
+            &rx.url(),
+            "--events",
+            "core.event.tracked",
+        ],
+    );
+    assert!(ok, "{err}");
     for _ in 0..2 {
         nodes.push(Node::start_bin(&previous, env.clone()).await);
     }
@@ -1345,6 +1374,58 @@ async fn rolling_upgrade() {
     }
     println!(
         "rolling upgrade: {stored_total} events stored, none lost or doubled; export completed"
+    );
+
+    // Every sink caught up across the releases: nothing owed, each accepted
+    // event in the lake once, each of roll-a's delivered.
+    let owed = eventually(
+        "every sink owes nothing",
+        Duration::from_secs(90),
+        || async {
+            let owed: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT sink, count(*) FROM outbox_sinks GROUP BY sink ORDER BY sink",
+            )
+            .fetch_all(&pool)
+            .await
+            .ok()?;
+            owed.is_empty().then_some(owed)
+        },
+    )
+    .await;
+    assert!(owed.is_empty());
+    let accepted: HashSet<String> = sent
+        .iter()
+        .filter(|r| r.status == 202)
+        .filter_map(|r| r.id.clone())
+        .collect();
+    let rows = crate::mirror::read_dir(&lake);
+    crate::mirror::assert_exactly_once(&rows, &accepted);
+    let of_a: HashSet<&str> = sent
+        .iter()
+        .filter(|r| {
+            r.status == 202
+                && r.key
+                    .split('-')
+                    .nth(1)
+                    .and_then(|c| c.parse::<usize>().ok())
+                    .is_some_and(|c| c % 2 == 0)
+        })
+        .filter_map(|r| r.id.as_deref())
+        .collect();
+    let delivered: HashSet<String> = rx
+        .hits()
+        .iter()
+        .filter_map(|h| serde_json::from_slice::<Value>(&h.body).ok())
+        .filter_map(|v| v["id"].as_str().map(str::to_owned))
+        .collect();
+    let undelivered = of_a.iter().filter(|id| !delivered.contains(**id)).count();
+    assert_eq!(undelivered, 0, "of {} events of roll-a", of_a.len());
+    println!(
+        "rolling upgrade: the mirror holds all {} accepted events once; the webhook endpoint got \
+         all {} of roll-a's ({} deliveries); no sink owes anything",
+        accepted.len(),
+        of_a.len(),
+        rx.hits().len()
     );
     for n in &nodes {
         println!(

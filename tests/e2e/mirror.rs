@@ -30,7 +30,7 @@ use crate::helpers::{
 
 /// A row of the mirror as read back, with the file it lies in.
 #[derive(Clone, Debug)]
-struct LakeRow {
+pub(crate) struct LakeRow {
     id: String,
     tenant_id: String,
     kind: String,
@@ -104,7 +104,7 @@ fn files_under(root: &Path) -> Vec<String> {
     out
 }
 
-fn read_dir(root: &Path) -> Vec<LakeRow> {
+pub(crate) fn read_dir(root: &Path) -> Vec<LakeRow> {
     files_under(root)
         .iter()
         .flat_map(|f| read_file(f, std::fs::read(root.join(f)).unwrap().into()))
@@ -132,7 +132,7 @@ fn assert_partitioned(rows: &[LakeRow]) {
 
 /// Asserts every accepted id is in the mirror exactly once (and nothing
 /// else is).
-fn assert_exactly_once(rows: &[LakeRow], accepted: &HashSet<String>) {
+pub(crate) fn assert_exactly_once(rows: &[LakeRow], accepted: &HashSet<String>) {
     let mut seen: HashMap<&str, &str> = HashMap::new();
     for r in rows {
         if let Some(first) = seen.insert(&r.id, &r.file) {

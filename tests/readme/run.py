@@ -302,7 +302,9 @@ class Session:
         f = self.scratch / f"step{self.n}.sh"
         # errexit for the step: a failing command ends the session, which
         # is reported as the step's failure.
-        f.write_text("set -e\n" + script + "\nset +e\n")
+        # The step's status is its last command's, even when that is an
+        # `a && b` list (which errexit does not stop on).
+        f.write_text("set -e\n" + script + "\n__readme_rc=$?\nset +e\nreturn $__readme_rc\n")
         out = self.scratch / f"step{self.n}.out"
         self.last_out = out
         rc = self.scratch / f"step{self.n}.rc"

@@ -461,15 +461,21 @@ pub(crate) async fn relax(conn: &mut SqliteConnection, relaxed: &AtomicBool) -> 
 }
 
 /// A writer pool that sets `synchronous = FULL` back before handing out a
-/// connection [`relax`] was called on.
+/// connection [`relax`] was called on. A connection that cannot take it
+/// (one a failed commit left inside its transaction: SQLite keeps a
+/// transaction open when `COMMIT` fails with `SQLITE_FULL`) is closed
+/// rather than handed out, and the pool opens a fresh one.
 fn resets_sync(options: SqlitePoolOptions, relaxed: Arc<AtomicBool>) -> SqlitePoolOptions {
     options.before_acquire(move |conn, _| {
         let relaxed = relaxed.clone();
         Box::pin(async move {
-            if relaxed.swap(false, Ordering::AcqRel) {
-                sqlx::query("PRAGMA main.synchronous = FULL")
+            if relaxed.swap(false, Ordering::AcqRel)
+                && let Err(error) = sqlx::query("PRAGMA main.synchronous = FULL")
                     .execute(&mut *conn)
-                    .await?;
+                    .await
+            {
+                tracing::debug!(%error, "writer connection left unusable; replacing it");
+                return Ok(false);
             }
             Ok(true)
         })
