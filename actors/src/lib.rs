@@ -7,6 +7,7 @@
 //! ├── JobRunner             exports and retention archives
 //! ├── Periodic<Repairer>    re-emits terminal events still marked pending
 //! ├── Periodic<PartitionManager>  partitions ahead, retention jobs scheduled
+//! ├── Periodic<DependencyWatch>   dependencies checked for /readyz
 //! ├── WebhookDispatcher ── EndpointWorker(endpoint)   retries at ~2 s and ~8 s
 //! └── Relay<Sink>           one per sink: webhooks (fan-out to deliveries),
 //!                           amqp (RabbitMQ, publisher confirms; with a broker)

@@ -42,6 +42,8 @@ pub struct ProcessorState {
     tenant_id: TenantId,
     /// Whether this node believes it holds the tenant's lease.
     holding: bool,
+    /// Whether this processor ever held the lease (its first is routine).
+    ever_held: bool,
     ticker: Option<JoinHandle<()>>,
     /// When the last round ended, and whether a gathered round is scheduled.
     last_round: Option<std::time::Instant>,
@@ -279,6 +281,7 @@ impl Actor for ProcessorActor {
             shared: args.shared,
             tenant_id,
             holding: false,
+            ever_held: false,
             ticker: None,
             last_round: None,
             last_round_took: std::time::Duration::ZERO,
@@ -352,7 +355,14 @@ impl Actor for ProcessorActor {
                 .try_lease(state.tenant_id, ctx.node_id, ctx.now(), ttl)
                 .await?;
             if held != state.holding {
-                info!(tenant = %state.tenant_id, node = %ctx.node_id, held, "processing lease changed");
+                // A node's first lease on a tenant is routine (every start);
+                // a lease taken over or lost later is worth a line.
+                if held && !state.ever_held {
+                    tracing::debug!(tenant = %state.tenant_id, node = %ctx.node_id, "processing lease taken");
+                } else {
+                    info!(tenant = %state.tenant_id, node = %ctx.node_id, held, "processing lease changed");
+                }
+                state.ever_held |= held;
                 state.cursor = None;
             }
             state.holding = held;

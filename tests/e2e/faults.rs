@@ -1264,10 +1264,14 @@ async fn rolling_upgrade() {
 
     let mut job = None;
     let mut replaced = Vec::new();
+    // What each node's sinks did: (mirror events written, webhook
+    // attempts delivered), read from its metrics before it stops.
+    let mut moved: Vec<(&str, (u64, u64))> = Vec::new();
     for i in 0..3 {
         let old = nodes.remove(0);
         let addr = old.addr;
         balancer.remove(addr);
+        moved.push(("old", sink_figures(&http, addr).await));
         let status = old.terminate().await;
         assert!(status.success(), "the old node stopped with {status}");
         replaced.push(addr);
@@ -1412,14 +1416,20 @@ async fn rolling_upgrade() {
         })
         .filter_map(|r| r.id.as_deref())
         .collect();
-    let delivered: HashSet<String> = rx
-        .hits()
-        .iter()
-        .filter_map(|h| serde_json::from_slice::<Value>(&h.body).ok())
-        .filter_map(|v| v["id"].as_str().map(str::to_owned))
-        .collect();
-    let undelivered = of_a.iter().filter(|id| !delivered.contains(**id)).count();
-    assert_eq!(undelivered, 0, "of {} events of roll-a", of_a.len());
+    let undelivered = || {
+        let delivered: HashSet<String> = rx
+            .hits()
+            .iter()
+            .filter_map(|h| serde_json::from_slice::<Value>(&h.body).ok())
+            .filter_map(|v| v["id"].as_str().map(str::to_owned))
+            .collect();
+        of_a.iter().filter(|id| !delivered.contains(**id)).count()
+    };
+    let until = Instant::now() + Duration::from_secs(90);
+    while undelivered() > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(undelivered(), 0, "of {} events of roll-a", of_a.len());
     println!(
         "rolling upgrade: the mirror holds all {} accepted events once; the webhook endpoint got \
          all {} of roll-a's ({} deliveries); no sink owes anything",
@@ -1428,6 +1438,16 @@ async fn rolling_upgrade() {
         rx.hits().len()
     );
     for n in &nodes {
+        moved.push(("new", sink_figures(&http, n.addr).await));
+    }
+    println!("rolling upgrade, each node's sinks (mirror events, webhook deliveries): {moved:?}");
+    for (release, (mirror, webhooks)) in &moved {
+        assert!(
+            *mirror > 0 && *webhooks > 0,
+            "a node of the {release} release moved no mirror or webhook rows: {moved:?}"
+        );
+    }
+    for n in &nodes {
         println!(
             "rolling upgrade, a new node: {}",
             checked_log(&n.log.lock(), 0)
@@ -1435,6 +1455,29 @@ async fn rolling_upgrade() {
     }
     drop(nodes);
     db.drop_db().await;
+}
+
+/// A node's sink counters: (events written to the mirror, webhook
+/// attempts delivered).
+async fn sink_figures(http: &reqwest::Client, addr: SocketAddr) -> (u64, u64) {
+    let text = http
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let value = |prefix: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    (
+        value("fastack_mirror_events_written_total "),
+        value("fastack_webhook_attempts_total{outcome=\"delivered\"}"),
+    )
 }
 
 /// A tmpfs of `megabytes` mounted on a fresh directory, unmounted when
@@ -1512,7 +1555,7 @@ impl Drop for SmallDisk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
 async fn full_disk_embedded() {
-    let Some(disk) = SmallDisk::mount(256) else {
+    let Some(disk) = SmallDisk::mount(64) else {
         return;
     };
     let Some(db) = TestDb::new(Backend::Sqlite).await else {

@@ -538,12 +538,16 @@ async fn a_bucket_that_goes_away_shows_in_readyz() {
         doc["dependencies"]["object_storage"]["detail"],
         format!("s3://{}/fastack", bucket.bucket)
     );
-    let gone = reqwest::Client::new()
-        .delete(format!("{}/{}", bucket.endpoint, bucket.bucket))
-        .send()
-        .await
-        .unwrap();
-    assert!(gone.status().is_success(), "{}", gone.status());
+    // Between two probes: while one is written the bucket is not empty.
+    eventually("the bucket deleted", Duration::from_secs(10), || async {
+        let gone = reqwest::Client::new()
+            .delete(format!("{}/{}", bucket.endpoint, bucket.bucket))
+            .send()
+            .await
+            .ok()?;
+        gone.status().is_success().then_some(())
+    })
+    .await;
     let (status, doc) = until_dependency(&app.base, "object_storage", "down").await;
     assert_eq!(
         (status, doc["status"].as_str()),
@@ -838,5 +842,169 @@ async fn a_backup_under_load_restores_into_a_new_node() {
         before.len()
     );
     new.terminate().await;
+    db.drop_db().await;
+}
+
+/// A PostgreSQL node's start writes only what an operator can act on:
+/// the schema migrated (first start only), where it listens, where events
+/// stream; no database notices, no line per migration, no line per
+/// tenant's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_start_is_quiet() {
+    if !crate::amqp::rabbit_reachable().await {
+        return;
+    }
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let names = format!("{}.quiet", db.redis_prefix);
+    let (job, core) = (format!("{names}.job"), format!("{names}.core"));
+    let extra = [
+        ("FASTACK_AMQP_URL", crate::helpers::amqp_url()),
+        ("FASTACK_CLOUDEVENTS_SOURCE", "//fastack/e2e".to_owned()),
+        ("FASTACK_JOB_EVENTS_EXCHANGE", job.clone()),
+        ("FASTACK_CORE_EVENTS_EXCHANGE", core.clone()),
+    ];
+    let extra: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // Queues bound to both exchanges: what is published is routed (an
+    // exchange with nothing bound is worth its warning, not this test's).
+    let _job_queue = crate::amqp::consumer(&job, &["#"]).await;
+    let _core_queue = crate::amqp::consumer(&core, &["#"]).await;
+    let mut lines = Vec::new();
+    for start in 0..2 {
+        let node = Node::start(&db, &extra).await;
+        if start == 0 {
+            let store = db.store().await;
+            for name in ["a", "b", "c"] {
+                let t = make_tenant(&store, name, Plan::Pro, None).await;
+                assert_eq!(post_track(node.addr, &t.key, "wake").await, 202);
+            }
+        }
+        // Settled: the relays connected, the tenants' processors leased.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let log = node.log.lock().clone();
+        node.terminate().await;
+        lines.push(log);
+    }
+    for (start, log) in lines.iter().enumerate() {
+        let noisy: Vec<&String> = log
+            .iter()
+            .filter(|l| {
+                l.contains("notice")
+                    || l.contains("Applying migration")
+                    || l.contains("processing lease")
+                    || l.contains(" ERROR ")
+            })
+            .collect();
+        assert!(noisy.is_empty(), "start {start}: {noisy:?}");
+    }
+    // Every line but `fastack listening` (which the helper does not keep):
+    // the first start migrates, both say where events stream.
+    assert!(
+        lines[0].iter().any(|l| l.contains("schema migrated")),
+        "{:?}",
+        lines[0]
+    );
+    assert!(lines[0].len() <= 3, "first start: {:#?}", lines[0]);
+    assert!(lines[1].len() <= 2, "second start: {:#?}", lines[1]);
+    println!(
+        "a PostgreSQL node's start: {} lines the first time, {} the next",
+        lines[0].len() + 1,
+        lines[1].len() + 1
+    );
+    crate::amqp::delete_exchanges(&crate::amqp::Names { job, core }).await;
+    db.drop_db().await;
+}
+
+/// A backup to object storage and back; a backup altered after it was
+/// taken is refused by `restore`, which then leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_in_object_storage_restores_and_a_damaged_one_is_refused() {
+    let Some(bucket) = crate::helpers::S3Bucket::create().await else {
+        return;
+    };
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "acme", Plan::Pro, None).await;
+    drop(store);
+    let node = Node::start(&db, &[]).await;
+    for i in 0..5 {
+        assert_eq!(post_track(node.addr, &t.key, &format!("s3-{i}")).await, 202);
+    }
+    let http = reqwest::Client::new();
+    eventually("5 events processed", Duration::from_secs(30), || async {
+        let n = crate::faults::read_events(&http, node.addr, &t.key)
+            .await?
+            .len();
+        (n == 5).then_some(())
+    })
+    .await;
+    let s3 = [
+        ("FASTACK_S3_ENDPOINT", bucket.endpoint.as_str()),
+        ("FASTACK_S3_REGION", "us-east-1"),
+        ("FASTACK_S3_ACCESS_KEY_ID", "test"),
+        ("FASTACK_S3_SECRET_ACCESS_KEY", "test"),
+    ];
+    let to = format!("s3://{}/backups/one", bucket.bucket);
+    let (ok, out, err) = cli(&with(&db.env(), &s3), &["admin", "backup", "--to", &to]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("the master key is FASTACK_ENC_KEY"), "{out}");
+    let keys = bucket.keys().await;
+    assert!(
+        keys.iter().any(|k| k == "backups/one/fastack-backup.json")
+            && keys.iter().any(|k| k == "backups/one/fastack.db"),
+        "{keys:?}"
+    );
+    node.terminate().await;
+
+    let fresh = tempfile::tempdir().unwrap();
+    let data = fresh.path().join("data").display().to_string();
+    let env = with(&with(&db.env(), &s3), &[("FASTACK_DATA_DIR", &data)]);
+    let (ok, _, err) = cli(&env, &["admin", "restore", "--from", &to]).await;
+    assert!(ok, "{err}");
+    let restored = Node::start_with(with(&env, &[("FASTACK_LISTEN", "127.0.0.1:0")])).await;
+    let read = crate::faults::read_events(&http, restored.addr, &t.key)
+        .await
+        .unwrap();
+    assert_eq!(read.len(), 5);
+    restored.terminate().await;
+
+    // One byte of the main database changed in the backup.
+    let local = db.dir.path().join("local-backup");
+    let (ok, _, err) = cli(
+        &db.env(),
+        &["admin", "backup", "--to", &local.display().to_string()],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let file = local.join("fastack.db");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&file, bytes).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let env = with(
+        &db.env(),
+        &[(
+            "FASTACK_DATA_DIR",
+            &other.path().join("data").display().to_string(),
+        )],
+    );
+    let (ok, _, err) = cli(
+        &env,
+        &["admin", "restore", "--from", &local.display().to_string()],
+    )
+    .await;
+    assert!(!ok, "a damaged backup was restored");
+    assert!(
+        err.contains("fastack.db in the backup is not what its manifest says"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(other.path().join("data"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
     db.drop_db().await;
 }

@@ -85,6 +85,9 @@ pub struct SqliteStore {
     /// Checkpoints both files off the commits' path (see
     /// [`spawn_checkpointer`]); stopped with the store.
     checkpointer: tokio::task::JoinHandle<()>,
+    /// Set by the checkpointer while the disk has less free space than a
+    /// WAL may take (see [`LOW_DISK`]).
+    low_disk: Arc<AtomicBool>,
 }
 
 /// A round's rows read ahead: which round, since when, and the read.
@@ -299,8 +302,16 @@ impl SqliteStore {
         )
         .await?;
         let reader = pool(4).connect_with(options.clone()).await?;
-        let checkpointer = spawn_checkpointer(options, inbox_file, inbox.clone());
+        let low_disk = Arc::new(AtomicBool::new(false));
+        let checkpointer = spawn_checkpointer(
+            options,
+            inbox_file,
+            inbox.clone(),
+            path.to_owned(),
+            low_disk.clone(),
+        );
         Ok(SqliteStore {
+            low_disk,
             writer,
             relaxed,
             inbox,
@@ -368,6 +379,19 @@ async fn attach_inbox(conn: &mut SqliteConnection, file: &str) -> sqlx::Result<(
 
 /// How often the checkpointer copies committed WAL pages into the files.
 const CHECKPOINT_EVERY: StdDuration = StdDuration::from_millis(200);
+
+/// Free space on the database's disk under which the store keeps its WALs
+/// small: the checkpointer truncates both WALs at every round and a
+/// processing round takes at most [`LOW_DISK_ROUND`] rows. Above it a WAL
+/// may grow to [`WAL_SIZE_LIMIT`] while a backlog drains; below it that
+/// growth could fill the disk again right after space came back (a full
+/// disk's backlog drained in large rounds grew the inbox WAL by 50 MB in
+/// two seconds and the disk was full again), and recovery would need more
+/// free space than the disk had.
+const LOW_DISK: u64 = 2 * WAL_SIZE_LIMIT as u64;
+
+/// Rows per processing round while the disk is low.
+const LOW_DISK_ROUND: u32 = 100;
 /// A commit runs a checkpoint itself only past this many WAL pages (about
 /// 400 MiB): the backstop should the checkpointer stop or fall behind.
 const AUTOCHECKPOINT_BACKSTOP: u32 = 100_000;
@@ -403,15 +427,37 @@ fn spawn_checkpointer(
     options: SqliteConnectOptions,
     inbox_file: String,
     inbox: InboxWriter,
+    main_file: PathBuf,
+    low_disk: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
     use sqlx::Connection;
     tokio::spawn(async move {
-        let mut backoff = Backoff::new(StdDuration::from_millis(100), StdDuration::from_secs(10));
+        // Capped low: after a full disk the next checkpoint is what gives
+        // the WALs' space back.
+        let mut backoff = Backoff::new(StdDuration::from_millis(100), StdDuration::from_secs(1));
         let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut own: Option<SqliteConnection> = None;
+        let dir = main_file
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_owned();
         loop {
             tick.tick().await;
+            let low = crate::health::free_bytes(&dir).is_ok_and(|free| free < LOW_DISK);
+            if low_disk.swap(low, Ordering::AcqRel) != low {
+                if low {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        "little free space on the database's disk: WALs truncated at every \
+                         checkpoint, processing in small rounds"
+                    );
+                } else {
+                    tracing::info!(dir = %dir.display(), "free space back on the database's disk");
+                }
+            }
+            let mode = if low { "TRUNCATE" } else { "PASSIVE" };
             let round = async {
                 let conn = match &mut own {
                     Some(conn) => conn,
@@ -421,14 +467,21 @@ fn spawn_checkpointer(
                         own.insert(conn)
                     }
                 };
-                for schema in ["main", INBOX_SCHEMA] {
+                // The inbox's truncation runs on its writer (between two of
+                // its commits), the main file's here.
+                let schemas: &[&str] = if low {
+                    &["main"]
+                } else {
+                    &["main", INBOX_SCHEMA]
+                };
+                for schema in schemas {
                     sqlx::query(AssertSqlSafe(format!(
-                        "PRAGMA {schema}.wal_checkpoint(PASSIVE)"
+                        "PRAGMA {schema}.wal_checkpoint({mode})"
                     )))
                     .execute(&mut *conn)
                     .await?;
                 }
-                inbox.checkpoint().await?;
+                inbox.checkpoint(low).await?;
                 Ok::<(), Error>(())
             };
             match round.await {
@@ -566,6 +619,16 @@ impl Engine for SqliteStore {
     }
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
+        let small;
+        let req = if self.low_disk.load(Ordering::Acquire) && req.limit > LOW_DISK_ROUND {
+            small = ProcessRequest {
+                limit: LOW_DISK_ROUND,
+                ..req.clone()
+            };
+            &small
+        } else {
+            req
+        };
         let items = match self.handoff.read(req.tenant_id, req.after_seq, req.limit) {
             Some(items) => items,
             None => self.read_round(req).await?,

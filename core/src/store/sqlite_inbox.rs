@@ -210,10 +210,18 @@ impl InboxWriter {
     /// copy was done beside the writer, this copies the few frames
     /// committed meanwhile, and the next commit starts over at the head of
     /// the WAL.
-    pub(crate) async fn checkpoint(&self) -> Result<()> {
-        self.run(|conn| {
-            conn.conn
-                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+    ///
+    /// `truncate` (the disk is low): the WAL is copied whole, waited for
+    /// readers, and cut to zero bytes, so it never holds more than the
+    /// commits since the last round.
+    pub(crate) async fn checkpoint(&self, truncate: bool) -> Result<()> {
+        self.run(move |conn| {
+            let sql = if truncate {
+                "PRAGMA wal_checkpoint(TRUNCATE)"
+            } else {
+                "PRAGMA wal_checkpoint(PASSIVE)"
+            };
+            conn.conn.query_row(sql, [], |_| Ok(()))?;
             Ok(())
         })
         .await
