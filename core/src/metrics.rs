@@ -397,6 +397,11 @@ mod tests {
             })
             .inc();
         m.refused("connection_cap");
+        m.dependency_up
+            .get_or_create(&DependencyLabels {
+                dependency: "database",
+            })
+            .set(1);
         let text = m.render();
         let mut exposed: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
         for line in text.lines() {

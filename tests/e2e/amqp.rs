@@ -484,13 +484,7 @@ async fn failed_export_emits_job_failed_redacted() {
     let Some(bucket) = S3Bucket::create().await else {
         return;
     };
-    let upstream: std::net::SocketAddr = bucket
-        .endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .parse()
-        .expect("the test S3 endpoint is http://host:port");
-    let proxy = crate::netfault::Proxy::start(upstream).await;
+    let proxy = crate::netfault::Proxy::start(bucket.addr()).await;
     let via = format!("http://{}", proxy.addr);
     let Some((app, names)) = streaming_app(Backend::Postgres, None, |c| {
         bucket.apply(c);

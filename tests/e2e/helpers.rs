@@ -94,6 +94,16 @@ impl S3Bucket {
         Some(S3Bucket { endpoint, bucket })
     }
 
+    /// The endpoint's address (a proxy in front of it, for tests that take
+    /// it away).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()
+            .expect("the test S3 endpoint is http://host:port")
+    }
+
     /// Points a configuration's object storage at this bucket.
     pub fn apply(&self, c: &mut Config) {
         c.storage_url = Some(format!("s3://{}/fastack", self.bucket));

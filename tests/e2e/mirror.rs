@@ -574,13 +574,7 @@ async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
     let Some(db) = TestDb::new(Backend::Sqlite).await else {
         return;
     };
-    let upstream: SocketAddr = bucket
-        .endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .parse()
-        .expect("the test S3 endpoint is http://host:port");
-    let proxy = crate::netfault::Proxy::start(upstream).await;
+    let proxy = crate::netfault::Proxy::start(bucket.addr()).await;
     let via = format!("http://{}", proxy.addr);
     let app = spawn_on(Arc::new(db), |c| {
         bucket.apply(c);

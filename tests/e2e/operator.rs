@@ -569,22 +569,18 @@ async fn a_bucket_that_goes_away_shows_in_readyz() {
     app.db.drop_db().await;
 }
 
-/// `fastack` with `args` and exactly `env` (and `PATH`): (succeeded,
-/// stdout, stderr).
+/// `fastack` with `args` and exactly `env` (and `PATH`), off the test's
+/// threads: (succeeded, stdout, stderr).
 async fn cli(env: &[(String, String)], args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(bin_path())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env.iter().cloned())
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut env = env.to_vec();
+    env.push(("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()));
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::helpers::run_cli(&bin_path(), env, &args)
+    })
+    .await
+    .unwrap()
 }
 
 /// An export on the node at `addr`, waited for: its job document and its
