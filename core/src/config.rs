@@ -337,6 +337,10 @@ pub struct S3Settings {
     pub region: Option<String>,
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
+    /// The environment's `AWS_*` variables (the S3 client's usual chain:
+    /// keys, a web identity token, container credentials, a region), read
+    /// with the rest of the configuration; the `FASTACK_S3_*` settings win.
+    pub aws_environment: Vec<(String, String)>,
 }
 
 /// Plan limits in force (defaults overridable per deployment).
@@ -463,8 +467,15 @@ impl Config {
     /// that `FASTACK_CONFIG` names, if any). Unknown `FASTACK_` variables are
     /// an error: a typo must not silently fall back to a default.
     pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+        let vars: Vec<(String, String)> = vars.into_iter().collect();
+        let aws_environment = vars
+            .iter()
+            .filter(|(k, _)| k.starts_with("AWS_"))
+            .cloned()
+            .collect();
         let merged = merged(vars)?;
         let mut cfg = Config::default();
+        cfg.s3.aws_environment = aws_environment;
         for (key, (value, origin)) in merged {
             if !cfg.apply(&key, value).map_err(|e| origin.qualify(e))? {
                 return Err(unknown_setting(&key, &origin));
@@ -970,6 +981,14 @@ impl std::fmt::Debug for S3Settings {
             .field(
                 "secret_access_key",
                 &self.secret_access_key.as_ref().map(|_| REDACTED),
+            )
+            .field(
+                "aws_environment",
+                &self
+                    .aws_environment
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
             )
             .finish()
     }

@@ -55,6 +55,44 @@ fn local(path: &std::path::Path) -> Result<Objects> {
     })
 }
 
+/// Says where object storage credentials come from when the settings give
+/// none (once per location): the operator did not choose that source.
+fn say_credential_source(config: &Config, location: &str) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if let Ok(mut said) = SAID.lock() {
+        if said.iter().any(|l| l == location) {
+            return;
+        }
+        said.push(location.to_owned());
+    }
+    let has = |name: &str| config.s3.aws_environment.iter().any(|(k, _)| k == name);
+    let source = [
+        ("AWS_ACCESS_KEY_ID", "an access key"),
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", "a web identity token"),
+        (
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "the container's credentials",
+        ),
+    ]
+    .into_iter()
+    .find(|(name, _)| has(name));
+    match source {
+        Some((variable, what)) => tracing::info!(
+            location,
+            variable,
+            "no FASTACK_S3_ACCESS_KEY_ID / FASTACK_S3_SECRET_ACCESS_KEY: object storage \
+             credentials from the environment ({what})"
+        ),
+        // The S3 client's last resort; off a cloud instance it fails.
+        None => tracing::warn!(
+            location,
+            "no FASTACK_S3_ACCESS_KEY_ID / FASTACK_S3_SECRET_ACCESS_KEY and no AWS_* \
+             credentials in the environment: object storage asks the instance metadata \
+             service (169.254.169.254) for credentials"
+        ),
+    }
+}
+
 /// Makes a local object owner-only once written.
 fn restrict(local_root: Option<&std::path::Path>, path: &str) -> Result<()> {
     match local_root {
@@ -94,9 +132,14 @@ impl Objects {
             max_retries: 4,
             retry_timeout: std::time::Duration::from_secs(60),
         };
-        let mut b = AmazonS3Builder::new()
-            .with_bucket_name(bucket)
-            .with_retry(retry);
+        let mut b = AmazonS3Builder::new();
+        // The environment's chain first; the settings below win over it.
+        for (key, value) in &config.s3.aws_environment {
+            if let Ok(k) = key.to_ascii_lowercase().parse() {
+                b = b.with_config(k, value);
+            }
+        }
+        let mut b = b.with_bucket_name(bucket).with_retry(retry);
         if let Some(endpoint) = &config.s3.endpoint {
             b = b
                 .with_endpoint(endpoint)
@@ -108,13 +151,7 @@ impl Objects {
         if let (Some(id), Some(secret)) = (&config.s3.access_key_id, &config.s3.secret_access_key) {
             b = b.with_access_key_id(id).with_secret_access_key(secret);
         } else {
-            // The S3 client's fallback: said, since the operator did not
-            // choose it (and off a cloud instance it fails by timing out).
-            tracing::warn!(
-                location = %format!("s3://{bucket}/{prefix}"),
-                "no FASTACK_S3_ACCESS_KEY_ID / FASTACK_S3_SECRET_ACCESS_KEY: object storage asks \
-                 the instance metadata service (169.254.169.254) for credentials"
-            );
+            say_credential_source(config, &format!("s3://{bucket}/{prefix}"));
         }
         let s3 = b.build().map_err(storage_err)?;
         let store: Arc<dyn ObjectStore> = if prefix.is_empty() {

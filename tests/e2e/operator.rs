@@ -382,6 +382,26 @@ async fn unusable_object_storage_fails_the_start() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect::<Vec<_>>();
     assert!(!left.contains(&"bootstrap-key".to_owned()), "{left:?}");
+
+    // The environment's usual chain: AWS_ACCESS_KEY_ID and its secret,
+    // taken (and named in the log) when the settings give none.
+    let node = Node::start_with(with(
+        &no_credentials,
+        &[
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("FASTACK_LISTEN", "127.0.0.1:0"),
+        ],
+    ))
+    .await;
+    let log = node.log.lock().join("\n");
+    assert!(
+        log.contains("object storage credentials from the environment")
+            && log.contains("AWS_ACCESS_KEY_ID"),
+        "{log}"
+    );
+    assert!(!log.contains("instance metadata"), "{log}");
+    node.terminate().await;
     db.drop_db().await;
 }
 
