@@ -7,7 +7,7 @@ use std::{collections::HashMap, time::Instant};
 
 use fastack_actors::{IngestError, ItemOutcome};
 use fastack_core::{
-    store::{IngestRow, TakenKey},
+    domain::{IngestRow, TakenKey},
     taxonomy::{CompiledPlan, Mode, Verdict, keyword_code},
     validate::{
         EnvelopeError, FieldError, MAX_BATCH_ITEMS, MAX_EVENT_BYTES, ValidationContext,

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use fastack_core::{
+    domain::{Person, Subject, SubjectKind, Suppression, Window},
     erasure::ErasureRequest,
-    store::{Person, Subject, SubjectKind, Suppression, Window},
     validate::{FieldError, parse_timestamp},
 };
 use fastack_entities::ContactId;

@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, FixedOffset, Utc};
 use fastack_core::{
+    domain::{EventQuery, TimeRange},
     health::Dependency,
-    store::{EventQuery, TimeRange},
     validate::{FieldError, normalize},
 };
 use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, PlanVersion};

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod crypto;
+pub mod domain;
 pub mod erasure;
 pub mod error;
 pub mod export;

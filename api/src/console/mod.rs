@@ -12,10 +12,10 @@ mod views;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use fastack_core::{
     console::{self, SESSION_ABSOLUTE, SignIn, Token},
+    domain::{Replayed, Subject, SubjectKind},
     erasure::ErasureRequest,
     export,
     ratelimit::{ClientLimiter, Quota},
-    store::{Replayed, Subject, SubjectKind},
 };
 use fastack_entities::{ApiKeyId, DeliveryId, DeliveryStatus, EndpointId, EventId, JobId};
 use guard::{Fail, Fields, Me, PRE_COOKIE, SESSION_COOKIE, field, fields, me, same_origin};
@@ -723,12 +723,12 @@ async fn request_erasure(req: &Request, state: Data<&SharedState>, Form(f): Form
         }
         parsed.map(|t| t.with_timezone(&Utc))
     };
-    let window = fastack_core::store::Window {
+    let window = fastack_core::domain::Window {
         from: instant("from"),
         to: instant("to"),
     };
     let request = ErasureRequest {
-        people: fastack_core::store::Person {
+        people: fastack_core::domain::Person {
             user_ids: lines("user_ids"),
             anonymous_ids: lines("anonymous_ids"),
             contact_ids,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use fastack_core::console::User;
-use fastack_core::store::Suppression;
+use fastack_core::domain::Suppression;
 use fastack_entities::{
     ApiKey, Delivery, DeliveryStatus, Endpoint, EndpointId, Job, JobKind, JobStatus, PlanVersion,
     QuarantinedEvent, webhook::EVENT_TYPES,

@@ -20,7 +20,7 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, se
 use serde_json::{Value, json};
 
 use super::{
-    AttemptRecord, NewDelivery, OutboxRow, Storage,
+    AttemptRecord, NewDelivery, OutboxRow, Replayed, Storage,
     sql::{Db, Tx},
     sql_store::insert_delivery_rows,
 };
@@ -30,16 +30,6 @@ use crate::error::{Error, Result};
 pub struct Deliveries<'a> {
     pub(super) store: &'a dyn Storage,
     pub(super) db: &'a Db,
-}
-
-/// What a replay did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replayed {
-    /// Pending again, due now.
-    Queued,
-    /// Already pending (a first attempt, a retry or an earlier replay in
-    /// flight): left alone, so a delivery is never replayed twice at once.
-    AlreadyPending,
 }
 
 impl Deliveries<'_> {

@@ -22,9 +22,8 @@ use fastack_entities::{
     ContactId, IdentityKind, Job, JobId, JobKind, JobStatus, NodeId, TenantId, db::job,
 };
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::{
@@ -34,174 +33,18 @@ use super::{
     sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
     sql_store::{Engine, end_job, job_model},
 };
-use crate::error::{Error, Result};
-
-/// What an identifier names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SubjectKind {
-    UserId,
-    AnonymousId,
-    ContactId,
-}
-
-impl SubjectKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SubjectKind::UserId => "user_id",
-            SubjectKind::AnonymousId => "anonymous_id",
-            SubjectKind::ContactId => "contact_id",
-        }
-    }
-
-    /// The kind of an identity (holds and suppressions keep identities).
-    fn of(kind: IdentityKind) -> SubjectKind {
-        match kind {
-            IdentityKind::User => SubjectKind::UserId,
-            IdentityKind::Anonymous => SubjectKind::AnonymousId,
-        }
-    }
-
-    fn identity(self) -> Option<IdentityKind> {
-        match self {
-            SubjectKind::UserId => Some(IdentityKind::User),
-            SubjectKind::AnonymousId => Some(IdentityKind::Anonymous),
-            SubjectKind::ContactId => None,
-        }
-    }
-}
-
-/// An identifier as erasure records keep it: its kind and the hex SHA-256
-/// of its value (UTF-8; a contact id in its hyphenated lowercase form).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Subject {
-    pub kind: SubjectKind,
-    pub sha256: String,
-}
-
-impl Subject {
-    pub fn of(kind: SubjectKind, value: &str) -> Subject {
-        Subject {
-            kind,
-            sha256: sha256_hex(value),
-        }
-    }
-}
-
-/// The hex SHA-256 of a text.
-pub fn sha256_hex(value: &str) -> String {
-    hex::encode(Sha256::digest(value.as_bytes()))
-}
-
-/// Whom an erasure covers, by value: every identifier and contact linked to
-/// the people it names. Kept only while its job runs.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Person {
-    #[serde(default)]
-    pub user_ids: Vec<String>,
-    #[serde(default)]
-    pub anonymous_ids: Vec<String>,
-    #[serde(default)]
-    pub contact_ids: Vec<ContactId>,
-}
+use crate::{
+    domain::{Person, Subject, SubjectKind, Suppression, Window, sha256_hex},
+    error::{Error, Result},
+};
 
 impl Person {
-    /// Sorted, without repeats.
-    pub fn normalized(mut self) -> Person {
-        for list in [&mut self.user_ids, &mut self.anonymous_ids] {
-            list.sort_unstable();
-            list.dedup();
-        }
-        self.contact_ids.sort_unstable();
-        self.contact_ids.dedup();
-        self
-    }
-
-    /// Identifiers and contacts in all.
-    pub fn len(&self) -> usize {
-        self.user_ids.len() + self.anonymous_ids.len() + self.contact_ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// This person and `other`.
-    pub fn union(&self, other: &Person) -> Person {
-        let mut out = self.clone();
-        out.user_ids.extend(other.user_ids.iter().cloned());
-        out.anonymous_ids
-            .extend(other.anonymous_ids.iter().cloned());
-        out.contact_ids.extend(other.contact_ids.iter().copied());
-        out.normalized()
-    }
-
-    /// The identities (user and anonymous ids), with their kind.
-    pub fn identities(&self) -> impl Iterator<Item = (IdentityKind, &str)> {
-        self.user_ids
-            .iter()
-            .map(|v| (IdentityKind::User, v.as_str()))
-            .chain(
-                self.anonymous_ids
-                    .iter()
-                    .map(|v| (IdentityKind::Anonymous, v.as_str())),
-            )
-    }
-
-    /// Every identifier as a hash, sorted.
-    pub fn subjects(&self) -> Vec<Subject> {
-        let mut out: Vec<Subject> = self
-            .identities()
-            .map(|(kind, v)| Subject::of(SubjectKind::of(kind), v))
-            .chain(
-                self.contact_ids
-                    .iter()
-                    .map(|c| Subject::of(SubjectKind::ContactId, &c.to_string())),
-            )
-            .collect();
-        out.sort();
-        out.dedup();
-        out
-    }
-
     fn contact_texts(&self) -> Vec<String> {
         self.contact_ids.iter().map(ContactId::to_string).collect()
     }
 
     fn contact_uuids(&self) -> Vec<Uuid> {
         self.contact_ids.iter().map(|c| c.0).collect()
-    }
-}
-
-/// Events whose `occurred_at` is in `[from, to)`; an end left out is
-/// open. The whole of time by default.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Window {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<DateTime<Utc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<DateTime<Utc>>,
-}
-
-impl Window {
-    /// Whether it is the whole of time (the contact goes too).
-    pub fn is_whole(&self) -> bool {
-        self.from.is_none() && self.to.is_none()
-    }
-
-    pub fn contains(&self, t: DateTime<Utc>) -> bool {
-        self.from.is_none_or(|f| t >= f) && self.to.is_none_or(|to| t < to)
-    }
-
-    /// `[start, end)` cut to the window; `None` when they do not meet.
-    pub fn clamp(
-        &self,
-        start: DateTime<Utc>,
-        end: DateTime<Utc>,
-    ) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
-        let from = self.from.map_or(start, |f| f.max(start));
-        let to = self.to.map_or(end, |t| t.min(end));
-        (from < to).then_some((from, to))
     }
 }
 
@@ -311,18 +154,6 @@ pub struct Settled {
     /// The tenant's inbox rows accepted before the request: from its first
     /// live row to the watermark (the last row when the erasure settled).
     pub inbox: (i64, i64),
-}
-
-/// A suppressed identifier.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Suppression {
-    pub kind: SubjectKind,
-    pub sha256: String,
-    /// The erasure that set it.
-    pub request_id: JobId,
-    pub created_at: DateTime<Utc>,
-    /// Events of the identifier processing dropped since.
-    pub dropped: i64,
 }
 
 /// What one pass over the owed outbox rows did.

@@ -40,13 +40,15 @@ mod sqlite_inbox;
 pub mod sqlite_pcache;
 
 pub use console::ConsoleRecords;
-pub use deliveries::{Deliveries, Replayed};
+pub use deliveries::Deliveries;
+// The domain's values, where storage's signatures name them.
+pub use crate::domain::{
+    EventQuery, IngestRow, Person, Replayed, Subject, SubjectKind, Suppression, TakenKey,
+    TimeRange, Window, sha256_hex,
+};
 pub(crate) use encoding::{annotations, decode_payload, plan_of};
 pub use encoding::{archive_row, tracked_body, v7_floor};
-pub use erasures::{
-    ErasureRecord, Erasures, Found, Matcher, OutboxScrub, Person, Subject, SubjectKind,
-    Suppression, Window, sha256_hex,
-};
+pub use erasures::{ErasureRecord, Erasures, Found, Matcher, OutboxScrub};
 pub use record::{EventRecord, record_of, records_in};
 pub use records::*;
 pub use sql::Db;

@@ -21,12 +21,13 @@ use uuid::Uuid;
 use super::{
     Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, annotations, decode_payload,
     encoding::{TrackedView, json_text, tracked_body_of},
-    erasures::{SCREEN, sha256_hex},
+    erasures::SCREEN,
     outbox,
     record::write_record,
     sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
 };
 use crate::{
+    domain::sha256_hex,
     error::Result,
     identity::{self, Snapshot},
 };

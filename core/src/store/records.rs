@@ -11,49 +11,6 @@ pub enum Backend {
     Sqlite,
 }
 
-/// One accepted event on its way into the inbox.
-#[derive(Clone, Debug)]
-pub struct IngestRow {
-    pub tenant_id: TenantId,
-    pub idempotency_key: String,
-    pub event_id: EventId,
-    pub fingerprint: [u8; 32],
-    pub occurred_at: DateTime<Utc>,
-    pub received_at: DateTime<Utc>,
-    /// The validated [`NewEvent`] as JSON.
-    pub payload: String,
-    /// The event as processing takes it: what [`decode_payload`] makes of
-    /// `payload`, kept so the embedded store's processing need not decode it.
-    pub event: Arc<NewEvent>,
-}
-
-impl IngestRow {
-    /// The row of a validated event under a new event id.
-    pub fn new(
-        tenant_id: TenantId,
-        mut event: NewEvent,
-        fingerprint: [u8; 32],
-        received_at: DateTime<Utc>,
-    ) -> Self {
-        // The payload keeps the offset the client sent; the shared event is
-        // normalised for processing. Taking the event by value spares a deep
-        // copy of its property maps per accepted event.
-        let payload = serde_json::to_string(&event).expect("a NewEvent's maps have string keys");
-        let occurred_at = event.occurred_at.with_timezone(&Utc);
-        event.occurred_at = crate::validate::normalize(event.occurred_at);
-        IngestRow {
-            tenant_id,
-            idempotency_key: event.idempotency_key.clone(),
-            event_id: EventId::new(),
-            fingerprint,
-            occurred_at,
-            received_at,
-            payload,
-            event: Arc::new(event),
-        }
-    }
-}
-
 /// What the idempotency fence said about one row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fence {
@@ -72,18 +29,7 @@ pub enum Fence {
 /// failing the other requests of the group commit.
 pub type KeepFn<'a> = &'a (dyn Fn(&[Fence]) -> Vec<bool> + Sync);
 
-/// A time range `[from, to)`. Every read of `tracked_events` carries one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TimeRange {
-    pub from: DateTime<Utc>,
-    pub to: DateTime<Utc>,
-}
-
 impl TimeRange {
-    pub fn new(from: DateTime<Utc>, to: DateTime<Utc>) -> Option<Self> {
-        (from < to).then_some(TimeRange { from, to })
-    }
-
     /// The months this range touches.
     pub fn months(&self) -> Vec<Month> {
         let mut out = Vec::new();
@@ -328,19 +274,6 @@ pub enum DropOutcome {
     RowsChanged {
         rows: i64,
     },
-}
-
-/// A read of `tracked_events`: the time range is mandatory.
-#[derive(Clone, Debug)]
-pub struct EventQuery {
-    pub tenant_id: TenantId,
-    pub range: TimeRange,
-    /// Contact and everything merged into it.
-    pub contact_ids: Option<Vec<ContactId>>,
-    pub event: Option<String>,
-    /// Resume strictly after this (occurred_at, id).
-    pub after: Option<(DateTime<Utc>, EventId)>,
-    pub limit: u32,
 }
 
 /// An outbound sink, by the name outbox rows record it under (`amqp`,
@@ -608,14 +541,6 @@ pub struct ProcessOutcome {
 pub struct KeyRecord {
     pub key: ApiKey,
     pub tenant: Tenant,
-}
-
-/// An idempotency key in use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TakenKey {
-    pub key: String,
-    pub event_id: EventId,
-    pub fingerprint: [u8; 32],
 }
 
 impl TakenKey {
