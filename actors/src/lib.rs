@@ -157,7 +157,20 @@ impl Runtime {
             Some(o) => o,
             None => Objects::from_config(config)?,
         };
-        let store = fastack_core::store::open(config).await?;
+        let store = fastack_core::store::open(config)
+            .await
+            .map_err(|e| match e {
+                // A database that answers and refuses a migration is not told
+                // where to find it: its own error says what it refused.
+                e @ fastack_core::Error::Migration(_) => e,
+                e => {
+                    let location = match &config.database_url {
+                        Some(url) if !config.is_embedded() => health::without_credentials(url),
+                        _ => config.sqlite_path().display().to_string(),
+                    };
+                    health::unusable(Dependency::Database, &location, e)
+                }
+            })?;
         if config.bootstrap {
             fastack_core::admin::bootstrap_node(store.as_ref(), config).await?;
         }

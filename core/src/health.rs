@@ -52,7 +52,9 @@ impl Dependency {
     /// The settings that point at it: named by every error about it.
     pub fn settings(self) -> &'static str {
         match self {
-            Dependency::Database => "FASTACK_DATABASE_URL",
+            Dependency::Database => {
+                "FASTACK_DATABASE_URL, or FASTACK_DATA_DIR for the embedded one"
+            }
             Dependency::ObjectStorage => {
                 "FASTACK_STORAGE_URL, FASTACK_S3_ENDPOINT, FASTACK_S3_REGION, \
                  FASTACK_S3_ACCESS_KEY_ID, FASTACK_S3_SECRET_ACCESS_KEY"

@@ -431,6 +431,33 @@ async fn a_refused_broker_fails_the_start() {
     db.drop_db().await;
 }
 
+/// A database the node cannot reach fails the start with
+/// `FASTACK_DATABASE_URL` named and its password not shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_fails_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused_start(&[
+        (
+            "FASTACK_DATABASE_URL".to_owned(),
+            "postgres://fastack:db-secret@127.0.0.1:1/fastack".to_owned(),
+        ),
+        (
+            "FASTACK_ENC_KEY".to_owned(),
+            crate::helpers::TEST_ENC_KEY.to_owned(),
+        ),
+        (
+            "FASTACK_DATA_DIR".to_owned(),
+            dir.path().display().to_string(),
+        ),
+    ]);
+    assert!(
+        err.contains("cannot use the database at postgres://127.0.0.1:1/fastack")
+            && err.contains("FASTACK_DATABASE_URL"),
+        "{err}"
+    );
+    assert!(!err.contains("db-secret"), "{err}");
+}
+
 /// An exchange with nothing bound shows as a warning that names it, from
 /// the first event the broker had to drop, until a queue is bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
