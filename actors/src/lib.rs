@@ -2,15 +2,18 @@
 //!
 //! ```text
 //! Root (children from one table, root.rs)
-//! ├── IngestWriter          group commit of accepted events
+//! ├── IngestWriter                  group commit of accepted events
 //! ├── TenantRegistry ── TenantSupervisor(tenant) ── Processor(tenant)
-//! ├── JobRunner             exports and retention archives
-//! ├── Periodic<Repairer>    re-emits terminal events still marked pending
-//! ├── Periodic<PartitionManager>  partitions ahead, retention jobs scheduled
-//! ├── Periodic<DependencyWatch>   dependencies checked for /readyz
+//! ├── JobRunner                     exports, retention archives, erasures, mirror backfills
+//! ├── Periodic<Repairer>            re-emits terminal events still marked pending
+//! ├── Periodic<PartitionManager>    partitions ahead, retention jobs scheduled
+//! ├── Periodic<PlanRefresher>       tracking plans installed on any node, in force here
+//! ├── Periodic<ClockWatch>          warns while the machine's clock moved from the node's
+//! ├── Periodic<DependencyWatch>     dependencies checked for /readyz
 //! ├── WebhookDispatcher ── EndpointWorker(endpoint)   retries at ~2 s and ~8 s
-//! └── Relay<Sink>           one per sink: webhooks (fan-out to deliveries),
-//!                           amqp (RabbitMQ, publisher confirms; with a broker)
+//! └── Relay<Sink>, one per sink     webhooks (fan-out to deliveries); amqp (RabbitMQ,
+//!                                   publisher confirms; with a broker); mirror
+//!                                   (Parquet lake; with FASTACK_MIRROR_URL)
 //! ```
 //!
 //! Actors do not hold each other's references: they raise [`Signal`]s

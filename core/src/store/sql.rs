@@ -21,7 +21,10 @@
 
 use std::{
     borrow::Cow,
-    sync::{Arc, atomic::AtomicBool},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use async_trait::async_trait;
@@ -745,10 +748,14 @@ impl Db {
                 writer, relaxed, ..
             } => {
                 // The level cannot change inside a transaction: it is set
-                // before this one, and set back when the writer is next
-                // handed out (`sqlite.rs`).
+                // before this one, and the flag has the writer's pool set
+                // it back before the connection is next handed out
+                // (`sqlite.rs`, `resets_sync`).
                 let mut conn = writer.acquire().await?;
-                super::sqlite::relax(&mut conn, relaxed).await?;
+                relaxed.store(true, Ordering::Release);
+                sqlx::query("PRAGMA main.synchronous = NORMAL")
+                    .execute(&mut *conn)
+                    .await?;
                 Tx::Lite(Transaction::begin(conn, None).await?)
             }
         })

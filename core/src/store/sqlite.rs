@@ -502,19 +502,8 @@ fn spawn_checkpointer(
     })
 }
 
-/// Lets commits on the writer skip the fsync until its pool (made with
-/// [`resets_sync`]) hands the connection out again. The level cannot
-/// change inside a transaction: call it before one.
-pub(crate) async fn relax(conn: &mut SqliteConnection, relaxed: &AtomicBool) -> sqlx::Result<()> {
-    relaxed.store(true, Ordering::Release);
-    sqlx::query("PRAGMA main.synchronous = NORMAL")
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 /// A writer pool that sets `synchronous = FULL` back before handing out a
-/// connection [`relax`] was called on. A connection that cannot take it
+/// connection `Db::begin_relaxed` relaxed. A connection that cannot take it
 /// (one a failed commit left inside its transaction: SQLite keeps a
 /// transaction open when `COMMIT` fails with `SQLITE_FULL`) is closed
 /// rather than handed out, and the pool opens a fresh one.
