@@ -165,15 +165,7 @@ fn copy_private(from: &Path, to: &Path) -> Result<()> {
 /// the node serves.
 pub async fn backup(config: &Config, to: &str) -> Result<Manifest> {
     embedded_only(config)?;
-    let main = config.sqlite_path();
-    if !main.exists() {
-        return Err(Error::NoDatabase {
-            path: std::path::absolute(&main)
-                .unwrap_or(main)
-                .display()
-                .to_string(),
-        });
-    }
+    let main = crate::store::embedded_exists(config)?;
     let inbox = crate::store::sqlite::inbox_path(&main);
     let place = Place::parse(config, to)?;
     let staging = match &place {

@@ -31,7 +31,7 @@ pub struct AmqpSink {
 }
 
 /// Connects, asks for publisher confirms and declares both exchanges.
-async fn open_link(url: &str, emitter: &Emitter) -> Result<(Connection, Channel), String> {
+async fn open_link(url: &str, exchanges: [&str; 2]) -> Result<(Connection, Channel), String> {
     let conn = Connection::connect(url, ConnectionProperties::default())
         .await
         .map_err(|e| e.to_string())?;
@@ -40,7 +40,7 @@ async fn open_link(url: &str, emitter: &Emitter) -> Result<(Connection, Channel)
         .confirm_select(ConfirmSelectOptions::default())
         .await
         .map_err(|e| e.to_string())?;
-    for exchange in [&emitter.job_exchange, &emitter.core_exchange] {
+    for exchange in exchanges {
         declare_exchange(&channel, exchange)
             .await
             .map_err(|e| e.to_string())?;
@@ -51,14 +51,11 @@ async fn open_link(url: &str, emitter: &Emitter) -> Result<(Connection, Channel)
 /// The start's check of a node streaming to a broker: it connects and
 /// declares the exchanges, within the dependency check's time.
 pub async fn check(config: &Config, url: &str) -> Result<(), String> {
-    let emitter = Emitter {
-        source: String::new(),
-        job_exchange: config.job_events_exchange.clone(),
-        core_exchange: config.core_events_exchange.clone(),
-        single_tenant: config.single_tenant,
-        signing_key: [0; 32],
-    };
-    let (conn, channel) = tokio::time::timeout(CHECK_TIMEOUT, open_link(url, &emitter))
+    let exchanges = [
+        config.job_events_exchange.as_str(),
+        config.core_events_exchange.as_str(),
+    ];
+    let (conn, channel) = tokio::time::timeout(CHECK_TIMEOUT, open_link(url, exchanges))
         .await
         .map_err(|_| "the broker did not answer in time".to_owned())??;
     // The channel first: closing a connection with a channel open makes
@@ -89,7 +86,11 @@ impl Sink for AmqpSink {
     }
 
     async fn connect(&mut self, ctx: &Ctx) -> Result<(), String> {
-        match open_link(&self.url, &self.emitter).await {
+        let exchanges = [
+            self.emitter.job_exchange.as_str(),
+            self.emitter.core_exchange.as_str(),
+        ];
+        match open_link(&self.url, exchanges).await {
             Ok(link) => {
                 info!(
                     exchanges = ?[&self.emitter.job_exchange, &self.emitter.core_exchange],

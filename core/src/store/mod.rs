@@ -411,15 +411,22 @@ pub async fn open(config: &Config) -> Result<Store> {
 /// wrong directory would otherwise create an empty one and show nothing).
 pub async fn open_existing(config: &Config) -> Result<Store> {
     if config.is_embedded() {
-        let path = config.sqlite_path();
-        if !path.exists() {
-            let shown = std::path::absolute(&path).unwrap_or(path);
-            return Err(Error::NoDatabase {
-                path: shown.display().to_string(),
-            });
-        }
+        embedded_exists(config)?;
     }
     open(config).await
+}
+
+/// The embedded database the configuration names, or where it was looked
+/// for ([`Error::NoDatabase`]).
+pub fn embedded_exists(config: &Config) -> Result<std::path::PathBuf> {
+    let path = config.sqlite_path();
+    if path.exists() {
+        return Ok(path);
+    }
+    let shown = std::path::absolute(&path).unwrap_or(path);
+    Err(Error::NoDatabase {
+        path: shown.display().to_string(),
+    })
 }
 
 /// Says so when a newer release migrated the database past this build
