@@ -23,7 +23,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use fastack_core::{Config, admin, config::SETTINGS, store};
+use fastack_actors::{NodeParts, Opening, RuntimeOptions};
+use fastack_core::{Config, admin, config::SETTINGS};
 use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan};
 use serde::Serialize;
 
@@ -384,7 +385,6 @@ fn print<T: Serialize>(
 }
 
 async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
-    let config_ref = config;
     // A backup reads the files of a serving node (no migration, no pool);
     // a restore writes where no database is yet.
     match &args.command {
@@ -423,8 +423,8 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         }
         _ => {}
     }
-    let shared = store::open_existing(config).await?;
-    let store = shared.as_ref();
+    let node = NodeParts::open(config, Opening::Tool, &RuntimeOptions::default()).await?;
+    let store = node.store.as_ref();
     let json = args.json;
     match args.command {
         AdminCommand::Tenant(TenantCommand::Create {
@@ -438,7 +438,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             })
         }
         AdminCommand::Tenant(TenantCommand::List) => {
-            let tenants = store.list_tenants().await?;
+            let tenants = store.tenants().list().await?;
             print(json, &tenants, |ts| {
                 let mut out = format!(
                     "{:<36}  {:<20}  {:<10}  {}",
@@ -463,7 +463,8 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         }) => {
             let t = admin::resolve_tenant(store, &tenant).await?;
             store
-                .update_tenant_plan(t.id, plan.into(), retention_months)
+                .tenants()
+                .update_plan(t.id, plan.into(), retention_months)
                 .await?;
             let t = admin::resolve_tenant(store, &t.id.to_string()).await?;
             print(json, &t, |t| {
@@ -482,7 +483,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         }
         AdminCommand::Key(KeyCommand::List { tenant }) => {
             let t = admin::resolve_tenant(store, &tenant).await?;
-            let keys = store.list_api_keys(t.id).await?;
+            let keys = store.keys().list(t.id).await?;
             print(json, &keys, |ks| {
                 let mut out = format!(
                     "{:<36}  {:<12}  {:<10}  {}",
@@ -506,7 +507,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             })
         }
         AdminCommand::Partitions(PartitionsCommand::List) => {
-            let parts = store.list_partitions(true).await?;
+            let parts = store.partitions().list(true).await?;
             let now = chrono::Utc::now();
             print(json, &parts, |ps| {
                 let mut out = format!(
@@ -531,14 +532,14 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
                 out
             })
         }
-        AdminCommand::Webhook(cmd) => webhook_command(config_ref, store, json, cmd).await,
+        AdminCommand::Webhook(cmd) => webhook_command(&node, json, cmd).await,
         AdminCommand::Quarantine(cmd) => quarantine_command(store, json, cmd).await,
         AdminCommand::Taxonomy(cmd) => taxonomy::command(store, json, cmd).await,
-        AdminCommand::User(cmd) => users::command(config_ref, store, json, cmd).await,
-        AdminCommand::Erasure(cmd) => {
-            privacy::erasure_command(config_ref, &shared, json, cmd).await
+        AdminCommand::User(cmd) => users::command(config, store, json, cmd).await,
+        AdminCommand::Erasure(cmd) => privacy::erasure_command(&node, json, cmd).await,
+        AdminCommand::Suppression(cmd) => {
+            privacy::suppression_command(&node.store, json, cmd).await
         }
-        AdminCommand::Suppression(cmd) => privacy::suppression_command(&shared, json, cmd).await,
         // Answered before storage is opened.
         AdminCommand::Backup { .. } | AdminCommand::Restore { .. } => Ok(()),
         AdminCommand::Deliveries {
@@ -547,7 +548,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             limit,
         } => {
             let t = admin::resolve_tenant(store, &tenant).await?;
-            let list = store.list_deliveries(t.id, endpoint, None, limit).await?;
+            let list = store.deliveries().list(t.id, endpoint, None, limit).await?;
             print(json, &list, |ds| {
                 let mut out = format!(
                     "{:<38}  {:<20}  {:<10}  {}",
@@ -581,14 +582,14 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
             })
         }
         AdminCommand::Retention(RetentionCommand::Run { dry_run }) => {
-            retention_run(config_ref, &shared, json, dry_run).await
+            retention_run(&node, json, dry_run).await
         }
         AdminCommand::Mirror(MirrorCommand::Backfill {
             tenant,
             from,
             to,
             rewrite,
-        }) => mirror_backfill(config_ref, &shared, json, &tenant, (from, to), rewrite).await,
+        }) => mirror_backfill(&node, json, &tenant, (from, to), rewrite).await,
         AdminCommand::Key(KeyCommand::Revoke { key }) => {
             let key = key_to_revoke(store, &key).await?;
             admin::revoke_key(store, key).await?;
@@ -611,7 +612,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
 
 /// A key named on the command line by its id or by its display prefix.
 async fn key_to_revoke(
-    store: &dyn fastack_core::store::Storage,
+    store: &fastack_core::store::Storage,
     given: &str,
 ) -> anyhow::Result<ApiKeyId> {
     use fastack_core::auth::{DISPLAY_CHARS, KEY_PREFIX};
@@ -646,7 +647,7 @@ async fn key_to_revoke(
 }
 
 async fn quarantine_command(
-    store: &dyn fastack_core::store::Storage,
+    store: &fastack_core::store::Storage,
     json: bool,
     cmd: QuarantineCommand,
 ) -> anyhow::Result<()> {
@@ -661,7 +662,7 @@ async fn quarantine_command(
     match cmd {
         QuarantineCommand::List { tenant, limit } => {
             let t = admin::resolve_tenant(store, &tenant).await?;
-            let list = store.list_quarantine(t.id, limit).await?;
+            let list = store.quarantine().list(t.id, limit).await?;
             print(json, &list, |qs| {
                 let mut out = format!(
                     "{:<36}  {:<20}  {:>8}  {}",
@@ -681,13 +682,11 @@ async fn quarantine_command(
         }
         QuarantineCommand::Show { tenant, event } => {
             let t = admin::resolve_tenant(store, &tenant).await?;
-            let q =
-                store
-                    .get_quarantined(t.id, event)
-                    .await?
-                    .ok_or(fastack_core::Error::NotFound {
-                        what: "quarantined event",
-                    })?;
+            let q = store.quarantine().get(t.id, event).await?.ok_or(
+                fastack_core::Error::NotFound {
+                    what: "quarantined event",
+                },
+            )?;
             print(json, &q, |q| {
                 format!(
                     "event {}\nreceived {}\nquarantined {} after {} attempts\nerror: {}\npayload: {}",
@@ -720,13 +719,8 @@ async fn quarantine_command(
     }
 }
 
-async fn webhook_command(
-    config: &Config,
-    store: &dyn fastack_core::store::Storage,
-    json: bool,
-    cmd: WebhookCommand,
-) -> anyhow::Result<()> {
-    let keys = fastack_core::crypto::Keys::load(config)?;
+async fn webhook_command(node: &NodeParts, json: bool, cmd: WebhookCommand) -> anyhow::Result<()> {
+    let (config, store, keys) = (&node.config, node.store.as_ref(), &node.keys);
     let show_secret = |e: &admin::CreatedEndpoint| {
         format!(
             "endpoint {} ({}) for {}\n\n    {}\n\nThis signing secret is shown once: store it now.{}",
@@ -748,7 +742,7 @@ async fn webhook_command(
             let t = admin::resolve_tenant(store, &tenant).await?;
             let created = admin::add_webhook(
                 store,
-                &keys,
+                keys,
                 t.id,
                 &url,
                 events.as_deref(),
@@ -762,7 +756,7 @@ async fn webhook_command(
                 Some(t) => Some(admin::resolve_tenant(store, &t).await?.id),
                 None => None,
             };
-            let list = store.list_endpoints(t).await?;
+            let list = store.endpoints().list(t).await?;
             print(json, &list, |es| {
                 let mut out = format!("{:<36}  {:<9}  {:<40}  {}", "ID", "STATE", "URL", "EVENTS");
                 for e in es {
@@ -789,7 +783,7 @@ async fn webhook_command(
             print(json, &e, |e| format!("endpoint {} enabled", e.id))
         }
         WebhookCommand::RotateSecret { endpoint } => {
-            let created = admin::rotate_webhook_secret(store, &keys, endpoint).await?;
+            let created = admin::rotate_webhook_secret(store, keys, endpoint).await?;
             print(json, &created, show_secret)
         }
     }
@@ -798,19 +792,16 @@ async fn webhook_command(
 /// `admin retention run`: schedules retention jobs for due partitions and
 /// runs them here, with a progress bar on a terminal and plain lines
 /// otherwise.
-async fn retention_run(
-    config: &Config,
-    store: &fastack_core::store::Store,
-    json: bool,
-    dry_run: bool,
-) -> anyhow::Result<()> {
+async fn retention_run(node: &NodeParts, json: bool, dry_run: bool) -> anyhow::Result<()> {
+    let (config, store) = (&node.config, &node.store);
     use fastack_core::retention;
     use fastack_entities::{JobKind, JobStatus};
 
     let now = chrono::Utc::now();
     if dry_run {
         let due: Vec<_> = store
-            .list_partitions(true)
+            .partitions()
+            .list(true)
             .await?
             .into_iter()
             .filter(|p| retention::is_due(&p.key, now))
@@ -833,7 +824,7 @@ async fn retention_run(
     let maintenance = retention::maintain(store.as_ref(), config, now).await?;
     let mut reports = Vec::new();
     let mut failures = 0;
-    for job in run_jobs_here(config, store, json, JobKind::Retention, "rows").await? {
+    for job in run_jobs_here(node, json, JobKind::Retention, "rows").await? {
         let table = job.params["partition"]
             .as_str()
             .unwrap_or_default()
@@ -882,36 +873,23 @@ async fn retention_run(
 /// way a node's job runner does (claim renewed, attempts counted, the end
 /// recorded with its event), with a progress bar on a terminal (`unit`:
 /// what it counts). Returns the jobs as they ended.
-async fn run_jobs_here(
-    config: &Config,
-    store: &fastack_core::store::Store,
+pub(crate) async fn run_jobs_here(
+    node: &NodeParts,
     json: bool,
     kind: fastack_entities::JobKind,
     unit: &str,
 ) -> anyhow::Result<Vec<fastack_entities::Job>> {
     use std::io::IsTerminal;
 
-    use fastack_actors::job_runner::{JobEnv, run_claimed};
+    use fastack_actors::job_runner::run_claimed;
 
-    let objects = fastack_core::objects::Objects::from_config(config)?;
-    let keys = fastack_core::crypto::Keys::load(config)?;
-    let clock: fastack_core::clock::SharedClock =
-        std::sync::Arc::new(fastack_core::clock::SystemClock::default());
-    let routing = fastack_actors::sinks::Routing::for_config(config);
-    let env = JobEnv {
-        store,
-        config,
-        objects: &objects,
-        keys: &keys,
-        clock: &clock,
-        node: fastack_entities::NodeId::new(),
-        emit: &routing.jobs,
-        erased: &routing.erased,
-    };
+    let env = node.job_env(fastack_entities::NodeId::new());
+    let (store, clock) = (&node.store, &node.clock);
     let terminal = std::io::stderr().is_terminal() && !json;
     let mut ended = Vec::new();
     while let Some(job) = store
-        .claim_job(
+        .jobs()
+        .claim(
             env.node,
             clock.now(),
             chrono::Duration::seconds(30),
@@ -960,8 +938,7 @@ async fn run_jobs_here(
 /// backfill: a node's job runner takes any this command leaves), then
 /// prints its result.
 async fn mirror_backfill(
-    config: &Config,
-    store: &fastack_core::store::Store,
+    node: &NodeParts,
     json: bool,
     tenant: &str,
     (from, to): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>),
@@ -971,6 +948,7 @@ async fn mirror_backfill(
     use fastack_core::store::TimeRange;
     use fastack_entities::JobKind;
 
+    let (config, store) = (&node.config, &node.store);
     if config.mirror_url.is_none() {
         anyhow::bail!(
             "the mirror is off: run this with the server's FASTACK_MIRROR_URL (and FASTACK_S3_* settings)"
@@ -981,11 +959,11 @@ async fn mirror_backfill(
     };
     let t = admin::resolve_tenant(store.as_ref(), tenant).await?;
     let queued = mirror::backfill_job(t.id, range, rewrite, chrono::Utc::now());
-    store.insert_job(&queued).await?;
-    run_jobs_here(config, store, json, JobKind::Backfill, "hours").await?;
+    store.jobs().insert(&queued).await?;
+    run_jobs_here(node, json, JobKind::Backfill, "hours").await?;
     // A node's runner may have taken it first: wait for its end.
     let job = loop {
-        match store.get_job(queued.tenant_id, queued.id).await? {
+        match store.jobs().get(queued.tenant_id, queued.id).await? {
             Some(job) if job.status.is_terminal() => break job,
             Some(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
             None => anyhow::bail!("backfill job {} vanished", queued.id),
@@ -1071,12 +1049,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => {
             let config = Config::from_env().context("reading configuration")?;
             init_logging(&config.log);
-            if config.is_embedded() {
-                std::fs::create_dir_all(&config.data_dir)?;
-            }
-            let store = store::open(&config).await.context("migrating")?;
-            fastack_core::retention::ensure_window(store.as_ref(), &config, chrono::Utc::now())
-                .await?;
+            NodeParts::open(&config, Opening::Migrate, &RuntimeOptions::default())
+                .await
+                .context("migrating")?;
             out!("migrations applied")?;
             Ok(())
         }
@@ -1084,13 +1059,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = Config::from_env().context("reading configuration")?;
             init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
             // The keys of an existing node only: never a new master key.
-            let store = store::open_existing(&config).await?;
-            let keys = fastack_core::crypto::Keys::load(&config)?;
+            let node = NodeParts::open(&config, Opening::Tool, &RuntimeOptions::default()).await?;
             let key = match tenant {
-                None => keys.deployment_hmac(),
+                None => node.keys.deployment_hmac(),
                 Some(t) => {
-                    let tenant = admin::resolve_tenant(store.as_ref(), &t).await?;
-                    keys.tenant_hmac(tenant.id)
+                    let tenant = admin::resolve_tenant(node.store.as_ref(), &t).await?;
+                    node.keys.tenant_hmac(tenant.id)
                 }
             };
             out!("{}", hex_encode(&key))?;
@@ -1112,10 +1086,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // SAFETY: first thing, on the only thread: no SQLite connection exists.
     #[allow(unsafe_code)]
-    let _ = unsafe { store::sqlite_alloc::install() };
+    let _ = unsafe { fastack_core::store::sqlite_alloc::install() };
     // SAFETY: as above; still before any SQLite connection.
     #[allow(unsafe_code)]
-    let _ = unsafe { store::sqlite_pcache::install() };
+    let _ = unsafe { fastack_core::store::sqlite_pcache::install() };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

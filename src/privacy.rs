@@ -6,13 +6,15 @@
 use anyhow::Context;
 use clap::Subcommand;
 use fastack_core::{
-    Config, admin,
+    admin,
     erasure::{self, ErasureRequest},
     store::{Person, Store, Subject, SubjectKind, Window},
     validate::parse_timestamp,
 };
 use fastack_entities::{ContactId, Job, JobId, JobKind};
 use serde_json::Value;
+
+use fastack_actors::NodeParts;
 
 use crate::{print, run_jobs_here};
 
@@ -135,11 +137,11 @@ fn line(job: &Job) -> String {
 }
 
 pub async fn erasure_command(
-    config: &Config,
-    store: &Store,
+    node: &NodeParts,
     json: bool,
     cmd: ErasureCommand,
 ) -> anyhow::Result<()> {
+    let store = &node.store;
     match cmd {
         ErasureCommand::Request {
             tenant,
@@ -187,10 +189,10 @@ pub async fn erasure_command(
                     )
                 });
             }
-            run_jobs_here(config, store, json, JobKind::Erasure, "steps").await?;
+            run_jobs_here(node, json, JobKind::Erasure, "steps").await?;
             // A node's runner may have taken it first: wait for its end.
             let ended = loop {
-                match store.get_job(t.id, job.id).await? {
+                match store.jobs().get(t.id, job.id).await? {
                     Some(j) if j.status.is_terminal() => break j,
                     Some(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
                     None => anyhow::bail!("erasure {} vanished", job.id),
@@ -227,7 +229,8 @@ pub async fn erasure_command(
         ErasureCommand::Show { tenant, job } => {
             let t = admin::resolve_tenant(store.as_ref(), &tenant).await?;
             let j = store
-                .get_job(t.id, job)
+                .jobs()
+                .get(t.id, job)
                 .await?
                 .filter(|j| j.kind == JobKind::Erasure)
                 .ok_or(fastack_core::Error::NotFound { what: "erasure" })?;

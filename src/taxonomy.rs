@@ -65,7 +65,7 @@ fn summary(p: &PlanVersion) -> String {
     }
 }
 
-pub async fn command(store: &dyn Storage, json: bool, cmd: TaxonomyCommand) -> anyhow::Result<()> {
+pub async fn command(store: &Storage, json: bool, cmd: TaxonomyCommand) -> anyhow::Result<()> {
     let now = chrono::Utc::now();
     match cmd {
         TaxonomyCommand::Install { tenant, file } => {
@@ -87,7 +87,8 @@ pub async fn command(store: &dyn Storage, json: bool, cmd: TaxonomyCommand) -> a
         TaxonomyCommand::Show { tenant, version } => {
             let t = admin::resolve_tenant(store, &tenant).await?;
             let p = store
-                .plan_version(t.id, version)
+                .plans()
+                .version(t.id, version)
                 .await?
                 .filter(|p| p.document.is_some() || version.is_some())
                 .ok_or(fastack_core::Error::NotFound {
@@ -108,7 +109,7 @@ pub async fn command(store: &dyn Storage, json: bool, cmd: TaxonomyCommand) -> a
         }
         TaxonomyCommand::History { tenant } => {
             let t = admin::resolve_tenant(store, &tenant).await?;
-            let list = store.plan_history(t.id).await?;
+            let list = store.plans().history(t.id).await?;
             print(json, &list, |list| {
                 let mut out = format!("{:>7}  {:<19}  {}", "VERSION", "INSTALLED", "PLAN");
                 for p in list {

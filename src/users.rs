@@ -90,7 +90,7 @@ fn show_link(config: &Config) -> impl FnOnce(&WithLink) -> String + '_ {
 
 pub async fn command(
     config: &Config,
-    store: &dyn Storage,
+    store: &Storage,
     json: bool,
     cmd: UserCommand,
 ) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@
 //!
 //! Every request carries the deadline of its answer. A group commits under
 //! the earliest deadline of its requests: the store refuses to commit past
-//! it ([`fastack_core::store::Storage::commit_ingest`]), and the writer stops
+//! it ([`fastack_core::store::Ingest::commit`]), and the writer stops
 //! waiting for the store a moment after it ([`COMMIT_GRACE`]) and answers
 //! the group `503`. A request whose deadline passed while it queued is
 //! answered `503` without a commit. So a database that stops answering
@@ -79,7 +79,7 @@ impl Actor for IngestWriterActor {
         // group queued behind the one committing starts the moment it
         // ends, instead of after the answer has come back here and the
         // next group has been gathered (8 % more `track` requests a
-        // second, benches/README.md).
+        // second, benches/HISTORY.md).
         let concurrency = args
             .ctx
             .config
@@ -269,7 +269,7 @@ async fn flush(ctx: &Ctx, requests: Vec<IngestRequest>) -> Vec<IngestRequest> {
     {
         Ok(()) => {
             let give_up = tokio::time::Instant::from_std(deadline + COMMIT_GRACE);
-            tokio::time::timeout_at(give_up, ctx.store.commit_ingest(&rows, &keep, deadline))
+            tokio::time::timeout_at(give_up, ctx.store.ingest().commit(&rows, &keep, deadline))
                 .await
                 .unwrap_or(Err(fastack_core::Error::Deadline("the event store")))
         }

@@ -102,7 +102,8 @@ impl Actor for JobRunnerActor {
                     let ctx = &state.ctx;
                     let Some(job) = ctx
                         .store
-                        .claim_job(ctx.node_id, ctx.now(), claim_ttl(), None)
+                        .jobs()
+                        .claim(ctx.node_id, ctx.now(), claim_ttl(), None)
                         .await?
                     else {
                         break;
@@ -182,7 +183,8 @@ pub async fn run_claimed(env: &JobEnv<'_>, mut job: Job, progress: Progress<'_>)
             loop {
                 tokio::time::sleep(std::time::Duration::from_secs(10)).await;
                 match store
-                    .renew_job_claim(id, node, clock.now() + claim_ttl())
+                    .jobs()
+                    .renew_claim(id, node, clock.now() + claim_ttl())
                     .await
                 {
                     Ok(true) => {}
@@ -259,7 +261,7 @@ async fn finish(env: &JobEnv<'_>, job: &Job) -> bool {
             JobKind::Erasure => {
                 erasure::finish(env.store.as_ref(), job, env.node, env.emit, env.erased).await
             }
-            _ => env.store.finish_job(job, env.node, env.emit).await,
+            _ => env.store.jobs().finish(job, env.node, env.emit).await,
         };
         match ended {
             Ok(true) => {

@@ -35,11 +35,11 @@ pub mod error;
 pub mod ingest_queue;
 pub mod ingest_writer;
 pub mod job_runner;
+pub mod node;
 pub mod partition_manager;
 pub mod periodic;
 pub mod plan_refresher;
 pub mod processor;
-pub mod relay;
 pub mod repairer;
 pub mod root;
 pub mod routing;
@@ -71,11 +71,11 @@ use tokio::task::JoinHandle;
 pub use context::{Ctx, TenantShared};
 pub use error::{Error, Result};
 pub use ingest_writer::{IngestError, IngestQueue, ItemOutcome};
+pub use node::{NodeParts, Opening};
 pub use signal::{Signal, Signals};
 
 use crate::{
     root::{RootActor, RootArgs, RootMsg, TENANT_REGISTRY, registered_name},
-    sinks::Routing,
     tenant_registry::TenantRegistryMsg,
 };
 
@@ -151,33 +151,7 @@ impl Runtime {
     /// sure the partition window exists, connects Redis when configured and
     /// starts the tree.
     pub async fn open(config: &Config, options: RuntimeOptions) -> Result<Self> {
-        let clock = options.clock;
-        if config.is_embedded() {
-            fastack_core::private::ensure_dir(&config.data_dir)?;
-        }
-        let keys = Keys::load(config)?;
-        let objects = match options.objects {
-            Some(o) => o,
-            None => Objects::from_config(config)?,
-        };
-        let store = fastack_core::store::open(config)
-            .await
-            .map_err(|e| match e {
-                // A database that answers and refuses a migration is not told
-                // where to find it: its own error says what it refused.
-                e @ fastack_core::Error::Migration(_) => e,
-                e => {
-                    let location = match &config.database_url {
-                        Some(url) if !config.is_embedded() => health::without_credentials(url),
-                        _ => config.sqlite_path().display().to_string(),
-                    };
-                    health::unusable(Dependency::Database, &location, e)
-                }
-            })?;
-        if config.bootstrap {
-            fastack_core::admin::bootstrap_node(store.as_ref(), config).await?;
-        }
-        fastack_core::retention::ensure_window(store.as_ref(), config, clock.now()).await?;
+        let parts = NodeParts::open(config, Opening::Serve, &options).await?;
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::new(&metrics));
         let redis_limiter = match &config.redis_url {
@@ -199,19 +173,8 @@ impl Runtime {
             }
             None => None,
         };
-        check_at_start(config, &health, &objects).await?;
-        Self::start(
-            config.clone(),
-            store,
-            clock,
-            metrics,
-            health,
-            redis_limiter,
-            keys,
-            objects,
-            options.faults,
-        )
-        .await
+        check_at_start(config, &health, &parts.objects).await?;
+        Self::start(parts, metrics, health, redis_limiter, options.faults).await
     }
 
     /// The node's storage, for tests that inspect what it holds (the front
@@ -231,18 +194,21 @@ impl Runtime {
         &self.ctx.clock
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn start(
-        config: Config,
-        store: Store,
-        clock: SharedClock,
+        parts: NodeParts,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
         redis_limiter: Option<RedisLimiter>,
-        keys: Keys,
-        objects: Objects,
         faults: fastack_core::faults::SharedFaults,
     ) -> Result<Self> {
+        let NodeParts {
+            config,
+            store,
+            keys,
+            objects,
+            clock,
+            routing,
+        } = parts;
         let ingest = IngestQueue::new(INGEST_QUEUE_CAPACITY, config.ingest_split_rows);
         let emitter = config.amqp_url.as_ref().map(|_| Emitter {
             source: config.cloudevents_source.clone().unwrap_or_default(),
@@ -251,7 +217,6 @@ impl Runtime {
             single_tenant: config.single_tenant,
             signing_key: keys.deployment_hmac(),
         });
-        let routing = Routing::for_config(&config);
         let ctx = Arc::new(Ctx {
             node_id: config.node_id,
             config,
@@ -274,7 +239,7 @@ impl Runtime {
         // A node enforces the plans in force from its first request.
         ctx.plans.refresh(ctx.store.as_ref()).await?;
         // Outbox rows other nodes commit wake this node's relays too.
-        let notified = match ctx.store.outbox_notifications().await? {
+        let notified = match ctx.store.outbox().notifications().await? {
             Some(mut rx) => {
                 let outbox = ctx.signals.outbox.clone();
                 Some(tokio::spawn(async move {

@@ -123,7 +123,7 @@ impl ProcessorActor {
     ) -> Result<Round, ActorProcessingErr> {
         loop {
             let req = Self::request(state, after_seq, limit);
-            match state.ctx.store.process_batch(&req).await {
+            match state.ctx.store.processing().run(&req).await {
                 Ok(out) => {
                     if out.consumed == 0 {
                         return Ok(Round::Done);
@@ -134,7 +134,8 @@ impl ProcessorActor {
                     state
                         .ctx
                         .store
-                        .consume_inbox(state.tenant_id, &out.to_consume)
+                        .processing()
+                        .consume(state.tenant_id, &out.to_consume)
                         .await?;
                     if let Some(last) = out.last_seq {
                         // Continue right after this batch: rows below it
@@ -217,13 +218,19 @@ impl ProcessorActor {
                 Round::Done => return Ok(()),
                 Round::Refused { error, after_seq } => (error, after_seq),
             };
-            let Some((seq, event_id)) = ctx.store.next_inbox_row(state.tenant_id, at).await? else {
+            let Some((seq, event_id)) = ctx
+                .store
+                .quarantine()
+                .next_inbox_row(state.tenant_id, at)
+                .await?
+            else {
                 return Ok(());
             };
             let reason = fastack_core::redact::redact(&error.to_string());
             let attempts = ctx
                 .store
-                .record_process_failure(state.tenant_id, seq, &reason)
+                .quarantine()
+                .record_failure(state.tenant_id, seq, &reason)
                 .await?;
             warn!(
                 op = "process event",
@@ -243,7 +250,8 @@ impl ProcessorActor {
             }
             if let Some(q) = ctx
                 .store
-                .quarantine(state.tenant_id, seq, ctx.now())
+                .quarantine()
+                .take(state.tenant_id, seq, ctx.now())
                 .await?
             {
                 ctx.metrics.quarantined_events.inc();
@@ -316,6 +324,7 @@ impl Actor for ProcessorActor {
             let _ = state
                 .ctx
                 .store
+                .processing()
                 .release_lease(state.tenant_id, state.ctx.node_id)
                 .await;
         }
@@ -352,6 +361,7 @@ impl Actor for ProcessorActor {
         if tick || !state.holding {
             let held = ctx
                 .store
+                .processing()
                 .try_lease(state.tenant_id, ctx.node_id, ctx.now(), ttl)
                 .await?;
             if held != state.holding {

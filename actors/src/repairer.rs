@@ -37,6 +37,7 @@ impl Periodic for Repairer {
             .max(Duration::seconds(5));
         let repaired = ctx
             .store
+            .jobs()
             .repair_pending_events(ctx.now(), claim, emit, 1_000)
             .await?;
         if !repaired.is_empty() {

@@ -53,7 +53,7 @@ impl Runtime {
     // --- tenants and keys ---------------------------------------------------
 
     pub async fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        self.ctx.store.list_tenants().await
+        self.ctx.store.tenants().list().await
     }
 
     pub async fn create_tenant(
@@ -79,7 +79,7 @@ impl Runtime {
     }
 
     pub async fn list_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>> {
-        self.ctx.store.list_api_keys(tenant).await
+        self.ctx.store.keys().list(tenant).await
     }
 
     pub async fn revoke_key(&self, id: ApiKeyId) -> Result<()> {
@@ -108,7 +108,7 @@ impl Runtime {
     }
 
     pub async fn list_webhooks(&self, tenant: TenantId) -> Result<Vec<Endpoint>> {
-        self.ctx.store.list_endpoints(Some(tenant)).await
+        self.ctx.store.endpoints().list(Some(tenant)).await
     }
 
     /// One of the tenant's endpoints (not found when another tenant's).
@@ -158,7 +158,8 @@ impl Runtime {
     ) -> Result<Vec<Delivery>> {
         self.ctx
             .store
-            .list_deliveries(tenant, endpoint, status, limit)
+            .deliveries()
+            .list(tenant, endpoint, status, limit)
             .await
     }
 
@@ -207,7 +208,7 @@ impl Runtime {
         tenant: TenantId,
         limit: u32,
     ) -> Result<Vec<QuarantinedEvent>> {
-        self.ctx.store.list_quarantine(tenant, limit).await
+        self.ctx.store.quarantine().list(tenant, limit).await
     }
 
     pub async fn quarantined(
@@ -215,7 +216,7 @@ impl Runtime {
         tenant: TenantId,
         event: EventId,
     ) -> Result<Option<QuarantinedEvent>> {
-        self.ctx.store.get_quarantined(tenant, event).await
+        self.ctx.store.quarantine().get(tenant, event).await
     }
 
     /// Puts a quarantined event back in the inbox; the tenant's processor
@@ -260,18 +261,18 @@ impl Runtime {
         tenant: TenantId,
         version: Option<u32>,
     ) -> Result<Option<PlanVersion>> {
-        self.ctx.store.plan_version(tenant, version).await
+        self.ctx.store.plans().version(tenant, version).await
     }
 
     pub async fn plan_history(&self, tenant: TenantId) -> Result<Vec<PlanVersion>> {
-        self.ctx.store.plan_history(tenant).await
+        self.ctx.store.plans().history(tenant).await
     }
 
     // --- jobs -----------------------------------------------------------------
 
     /// Stores a queued job; the runner looks at once.
     pub async fn queue_job(&self, job: &Job) -> Result<()> {
-        self.ctx.store.insert_job(job).await?;
+        self.ctx.store.jobs().insert(job).await?;
         self.job_queued();
         Ok(())
     }
@@ -323,7 +324,7 @@ impl Runtime {
     }
 
     pub async fn job(&self, tenant: TenantId, id: JobId) -> Result<Option<Job>> {
-        self.ctx.store.get_job(tenant, id).await
+        self.ctx.store.jobs().get(tenant, id).await
     }
 
     pub async fn list_jobs(
@@ -332,7 +333,7 @@ impl Runtime {
         status: Option<JobStatus>,
         limit: u32,
     ) -> Result<Vec<Job>> {
-        self.ctx.store.list_jobs(tenant, status, limit).await
+        self.ctx.store.jobs().list(tenant, status, limit).await
     }
 
     /// A completed export's NDJSON, checked against its HMAC.
@@ -343,11 +344,11 @@ impl Runtime {
     // --- events and contacts --------------------------------------------------
 
     pub async fn query_events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>> {
-        self.ctx.store.query_events(query).await
+        self.ctx.store.events().query(query).await
     }
 
     pub async fn contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
-        self.ctx.store.get_contact(tenant, id).await
+        self.ctx.store.events().contact(tenant, id).await
     }
 
     pub async fn find_contact(
@@ -356,18 +357,22 @@ impl Runtime {
         kind: IdentityKind,
         value: &str,
     ) -> Result<Option<Contact>> {
-        self.ctx.store.find_contact(tenant, kind, value).await
+        self.ctx
+            .store
+            .events()
+            .find_contact(tenant, kind, value)
+            .await
     }
 
     /// The contact's canonical id and every contact merged into it.
     pub async fn contact_family(&self, tenant: TenantId, id: ContactId) -> Result<Vec<ContactId>> {
-        self.ctx.store.contact_family(tenant, id).await
+        self.ctx.store.events().contact_family(tenant, id).await
     }
 
     /// Which of `keys` the tenant already used (the storage fence behind
     /// [`Runtime::recent_key`]).
     pub async fn taken_keys(&self, tenant: TenantId, keys: &[String]) -> Result<Vec<TakenKey>> {
-        self.ctx.store.taken_keys(tenant, keys).await
+        self.ctx.store.ingest().taken_keys(tenant, keys).await
     }
 
     // --- console accounts -----------------------------------------------------

@@ -160,7 +160,7 @@ impl Actor for TenantRegistryActor {
                 // The gauges count the whole inbox (a heap scan), so they are
                 // refreshed less often than the backlog is looked at.
                 if state.scans % STATS_EVERY == 0 {
-                    match ctx.store.inbox_stats().await {
+                    match ctx.store.processing().inbox_stats().await {
                         Ok((depth, oldest)) => {
                             ctx.metrics.inbox_depth.set(depth);
                             let age = oldest
@@ -176,7 +176,7 @@ impl Actor for TenantRegistryActor {
                 if !ctx.config.processing {
                     return Ok(());
                 }
-                let tenants = match ctx.store.backlog_tenants(10_000).await {
+                let tenants = match ctx.store.processing().backlog_tenants(10_000).await {
                     Ok(t) => t,
                     Err(error) => {
                         warn!(%error, "backlog scan failed");
@@ -188,7 +188,7 @@ impl Actor for TenantRegistryActor {
                         shared.wake();
                         continue;
                     }
-                    match ctx.store.get_tenant(id).await {
+                    match ctx.store.tenants().get(id).await {
                         Ok(Some(tenant)) => {
                             let shared = Self::ensure(&myself, state, tenant).await?;
                             shared.wake();

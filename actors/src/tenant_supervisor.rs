@@ -154,7 +154,7 @@ impl Actor for TenantSupervisorActor {
             }
             TenantSupervisorMsg::Refresh => {
                 let id = state.shared.tenant().id;
-                match state.ctx.store.get_tenant(id).await {
+                match state.ctx.store.tenants().get(id).await {
                     Ok(Some(t)) => state.shared.set_tenant(t),
                     Ok(None) => warn!(tenant = %id, "tenant vanished from storage"),
                     Err(error) => warn!(tenant = %id, %error, "could not refresh tenant"),

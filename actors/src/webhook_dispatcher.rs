@@ -89,7 +89,7 @@ impl WebhookDispatcherActor {
             return;
         }
         let records = std::mem::take(&mut state.finished);
-        if let Err(error) = state.ctx.store.record_attempts(&records).await {
+        if let Err(error) = state.ctx.store.deliveries().record_attempts(&records).await {
             warn!(%error, attempts = records.len(), "could not record webhook attempts; they will be made again");
         }
     }
@@ -128,7 +128,8 @@ impl WebhookDispatcherActor {
             .min(CLAIM_AT_MOST);
         let due = ctx
             .store
-            .claim_deliveries(
+            .deliveries()
+            .claim_due(
                 ctx.now(),
                 ChronoDuration::from_std(ctx.config.webhook_claim)
                     .unwrap_or(ChronoDuration::seconds(60)),
@@ -194,7 +195,7 @@ impl WebhookDispatcherActor {
             }
         }
         if !later.is_empty() {
-            ctx.store.release_deliveries(&later).await?;
+            ctx.store.deliveries().release(&later).await?;
         }
         Ok(())
     }

@@ -19,11 +19,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
+    VERSION,
     allow::AllowIndex,
     body::{JsonBody, MaybeJsonBody},
     privacy::ErasureRequestBody,
     problem::{AdminErrors, ApiError, Errors, to_problem},
-    server::VERSION,
     state::SharedState,
 };
 

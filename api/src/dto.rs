@@ -457,3 +457,11 @@ mod tests {
         assert_eq!(decode_cursor("garbage!"), None);
     }
 }
+
+// The HMAC of a job's file (an export, an erasure certificate).
+#[derive(Debug, Object)]
+pub struct JobIntegrity {
+    /// `HMAC-SHA256`
+    pub algorithm: String,
+    pub signature: String,
+}

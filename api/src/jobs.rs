@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::{
     body::JsonBody,
+    dto::JobIntegrity,
     gate::ApiKeyAuth,
     problem::{ApiError, Errors, ExportErrors, GetErrors, ListErrors, ProblemCode, ResultErrors},
     state::SharedState,
@@ -55,13 +56,6 @@ pub struct ExportRequest {
 #[derive(Debug, Object)]
 pub struct ExportAccepted {
     pub job_id: Uuid,
-}
-
-#[derive(Debug, Object)]
-pub struct JobIntegrity {
-    /// `HMAC-SHA256`
-    pub algorithm: String,
-    pub signature: String,
 }
 
 #[derive(Debug, Object)]

@@ -18,7 +18,10 @@ pub mod server;
 pub mod spec;
 pub mod state;
 
-pub use server::{Server, StartOptions, VERSION, openapi_json, start};
+pub use server::{Server, StartOptions, openapi_json, start};
+
+/// The release, as the OpenAPI documents and `/healthz` give it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -323,7 +323,7 @@ pub struct ErasureCertificate {
     pub stores: ErasureStores,
     pub verification: ErasureVerification,
     pub hmac: String,
-    pub integrity: crate::jobs::JobIntegrity,
+    pub integrity: crate::dto::JobIntegrity,
 }
 
 const MAX_METADATA_BYTES: usize = 16 * 1024;

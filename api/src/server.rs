@@ -12,7 +12,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tracing::{info, warn};
 
 use crate::{
-    Error, Result,
+    Error, Result, VERSION,
     gate::{gate, observe},
     jobs::JobsApi,
     listener::Limits,
@@ -20,8 +20,6 @@ use crate::{
     routes::CoreApi,
     state::{AppState, SharedState},
 };
-
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The OpenAPI service of the tenant API (no state needed to describe it).
 pub fn openapi_service() -> OpenApiService<(CoreApi, JobsApi, PrivacyApi), ()> {

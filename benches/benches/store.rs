@@ -3,10 +3,10 @@
 //!
 //! - the group commit: 16 fresh `track` rows (the size a closed loop of 32
 //!   connections makes) recorded and queued through
-//!   `Storage::commit_ingest`, synced to disk. With the disk's sync in every
+//!   `store.ingest().commit`, synced to disk. With the disk's sync in every
 //!   iteration this is the latency a 202 waits for, not a CPU figure;
 //! - a processing round: 2,000 queued `track` rows of 500 users taken
-//!   through `Storage::process_batch` (identity, `tracked_events`, synced
+//!   through `store.processing().run` (identity, `tracked_events`, synced
 //!   commit) and deleted from the inbox (`consume_inbox`): the time per
 //!   round divided by 2,000 is what the processor spends per event;
 //! - the same with a round size that changes every iteration (1,000 to
@@ -84,7 +84,7 @@ fn group_commit(c: &mut Criterion) {
         b.iter_batched(
             group,
             |rows| {
-                rt.block_on(store.commit_ingest(black_box(&rows), &keep_all, far()))
+                rt.block_on(store.ingest().commit(black_box(&rows), &keep_all, far()))
                     .expect("commit")
             },
             criterion::BatchSize::SmallInput,
@@ -122,14 +122,15 @@ fn process_round(c: &mut Criterion) {
                 IngestRow::new(tenant, ev, fp, Utc::now())
             })
             .collect();
-        rt.block_on(store.commit_ingest(&rows, &keep_all, far()))
+        rt.block_on(store.ingest().commit(&rows, &keep_all, far()))
             .expect("queued");
         size
     };
-    let round = async |store: &dyn Storage, size: usize| {
+    let round = async |store: &Storage, size: usize| {
         let now = Utc::now();
         assert!(
             store
+                .processing()
                 .try_lease(tenant, node, now, chrono::Duration::seconds(60))
                 .await
                 .expect("lease")
@@ -146,10 +147,11 @@ fn process_round(c: &mut Criterion) {
             after_seq: None,
             faults: Default::default(),
         };
-        let out = store.process_batch(&req).await.expect("processed");
+        let out = store.processing().run(&req).await.expect("processed");
         assert_eq!(out.appended.len(), size);
         store
-            .consume_inbox(tenant, &out.to_consume)
+            .processing()
+            .consume(tenant, &out.to_consume)
             .await
             .expect("consumed");
     };

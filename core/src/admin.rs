@@ -20,7 +20,7 @@ pub struct CreatedKey {
 }
 
 pub async fn create_tenant(
-    store: &dyn Storage,
+    store: &Storage,
     name: &str,
     plan: Plan,
     retention_months: Option<u32>,
@@ -38,21 +38,21 @@ pub async fn create_tenant(
         retention_months,
         created_at: Utc::now(),
     };
-    store.insert_tenant(&tenant).await?;
+    store.tenants().insert(&tenant).await?;
     Ok(tenant)
 }
 
 /// Finds a tenant by id or by name.
-pub async fn resolve_tenant(store: &dyn Storage, id_or_name: &str) -> Result<Tenant> {
+pub async fn resolve_tenant(store: &Storage, id_or_name: &str) -> Result<Tenant> {
     let found = match id_or_name.parse::<TenantId>() {
-        Ok(id) => store.get_tenant(id).await?,
-        Err(_) => store.find_tenant_by_name(id_or_name).await?,
+        Ok(id) => store.tenants().get(id).await?,
+        Err(_) => store.tenants().find_by_name(id_or_name).await?,
     };
     found.ok_or(Error::NotFound { what: "tenant" })
 }
 
 pub async fn create_key(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     rate_limit_rps: Option<u32>,
 ) -> Result<CreatedKey> {
@@ -71,7 +71,7 @@ pub async fn create_key(
         revoked_at: None,
         last_used_at: None,
     };
-    store.insert_api_key(&key, &generated.hash).await?;
+    store.keys().insert(&key, &generated.hash).await?;
     Ok(CreatedKey {
         key,
         secret: generated.secret,
@@ -81,14 +81,15 @@ pub async fn create_key(
 /// The keys whose display prefix (`fsk_` and 8 characters, as `key list`
 /// prints it) is `prefix`, across tenants.
 pub async fn keys_with_prefix(
-    store: &dyn Storage,
+    store: &Storage,
     prefix: &str,
 ) -> Result<Vec<fastack_entities::ApiKey>> {
     let mut found = Vec::new();
-    for tenant in store.list_tenants().await? {
+    for tenant in store.tenants().list().await? {
         found.extend(
             store
-                .list_api_keys(tenant.id)
+                .keys()
+                .list(tenant.id)
                 .await?
                 .into_iter()
                 .filter(|k| k.prefix == prefix),
@@ -97,8 +98,8 @@ pub async fn keys_with_prefix(
     Ok(found)
 }
 
-pub async fn revoke_key(store: &dyn Storage, id: ApiKeyId) -> Result<()> {
-    if store.revoke_api_key(id, Utc::now()).await? {
+pub async fn revoke_key(store: &Storage, id: ApiKeyId) -> Result<()> {
+    if store.keys().revoke(id, Utc::now()).await? {
         Ok(())
     } else {
         Err(Error::NotFound {
@@ -111,8 +112,8 @@ pub async fn revoke_key(store: &dyn Storage, id: ApiKeyId) -> Result<()> {
 /// key when one was created; `None` when a tenant exists, including one
 /// another node created meanwhile (tenant names are unique, so of several
 /// nodes starting at once on one empty database exactly one creates it).
-pub async fn bootstrap(store: &dyn Storage) -> Result<Option<(Tenant, CreatedKey)>> {
-    if !store.list_tenants().await?.is_empty() {
+pub async fn bootstrap(store: &Storage) -> Result<Option<(Tenant, CreatedKey)>> {
+    if !store.tenants().list().await?.is_empty() {
         return Ok(None);
     }
     let tenant = match create_tenant(store, "default", Plan::Free, None).await {
@@ -129,9 +130,9 @@ pub async fn bootstrap(store: &dyn Storage) -> Result<Option<(Tenant, CreatedKey
 /// `<data dir>/bootstrap-key` (owner-only). On a database that has tenants,
 /// a `bootstrap-key` file holding a key it does not know (left by a run on
 /// another database) is pointed out rather than left to mislead.
-pub async fn bootstrap_node(store: &dyn Storage, config: &crate::Config) -> Result<()> {
+pub async fn bootstrap_node(store: &Storage, config: &crate::Config) -> Result<()> {
     let path = config.data_dir.join("bootstrap-key");
-    if store.list_tenants().await?.is_empty() {
+    if store.tenants().list().await?.is_empty() {
         // Before anything is created: a data directory that cannot be
         // written fails the start with nothing half made.
         crate::private::ensure_dir(&config.data_dir)?;
@@ -147,7 +148,8 @@ pub async fn bootstrap_node(store: &dyn Storage, config: &crate::Config) -> Resu
     }
     if let Ok(text) = std::fs::read_to_string(&path)
         && store
-            .lookup_api_key(&crate::auth::hash_key(text.trim()))
+            .keys()
+            .lookup(&crate::auth::hash_key(text.trim()))
             .await?
             .is_none()
     {
@@ -175,7 +177,7 @@ pub struct CreatedEndpoint {
 /// Registers an endpoint after checking its URL (scheme, and no private
 /// addresses unless allowed).
 pub async fn add_webhook(
-    store: &dyn Storage,
+    store: &Storage,
     keys: &crate::crypto::Keys,
     tenant: fastack_entities::TenantId,
     url: &str,
@@ -205,7 +207,8 @@ pub async fn add_webhook(
         updated_at: now,
     };
     store
-        .insert_endpoint(&endpoint, &secret.seal(&keys.webhook_secrets_key()))
+        .endpoints()
+        .insert(&endpoint, &secret.seal(&keys.webhook_secrets_key()))
         .await?;
     Ok(CreatedEndpoint {
         endpoint,
@@ -216,14 +219,15 @@ pub async fn add_webhook(
 
 /// A new secret; the old one keeps signing alongside it for 24 hours.
 pub async fn rotate_webhook_secret(
-    store: &dyn Storage,
+    store: &Storage,
     keys: &crate::crypto::Keys,
     id: fastack_entities::EndpointId,
 ) -> Result<CreatedEndpoint> {
     let secret = crate::webhooks::Secret::generate();
     let now = Utc::now();
     if !store
-        .rotate_endpoint_secret(
+        .endpoints()
+        .rotate_secret(
             id,
             &secret.seal(&keys.webhook_secrets_key()),
             now + crate::webhooks::ROTATION_OVERLAP,
@@ -234,7 +238,8 @@ pub async fn rotate_webhook_secret(
         return Err(Error::NotFound { what: "endpoint" });
     }
     let endpoint = store
-        .get_endpoint(id)
+        .endpoints()
+        .get(id)
         .await?
         .ok_or(Error::NotFound { what: "endpoint" })?;
     Ok(CreatedEndpoint {
@@ -245,13 +250,14 @@ pub async fn rotate_webhook_secret(
 }
 
 pub async fn set_webhook_enabled(
-    store: &dyn Storage,
+    store: &Storage,
     id: fastack_entities::EndpointId,
     enabled: bool,
     reason: Option<&str>,
 ) -> Result<fastack_entities::Endpoint> {
     if !store
-        .set_endpoint_enabled(
+        .endpoints()
+        .set_enabled(
             id,
             enabled,
             reason.or(Some("disabled by an operator")),
@@ -262,7 +268,8 @@ pub async fn set_webhook_enabled(
         return Err(Error::NotFound { what: "endpoint" });
     }
     store
-        .get_endpoint(id)
+        .endpoints()
+        .get(id)
         .await?
         .ok_or(Error::NotFound { what: "endpoint" })
 }
@@ -270,11 +277,11 @@ pub async fn set_webhook_enabled(
 /// Puts a quarantined event back into its tenant's inbox (same event id,
 /// so its idempotency key still answers it).
 pub async fn retry_quarantined(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     event: fastack_entities::EventId,
 ) -> Result<()> {
-    if store.retry_quarantined(tenant, event).await? {
+    if store.quarantine().retry(tenant, event).await? {
         Ok(())
     } else {
         Err(Error::NotFound {
@@ -286,11 +293,11 @@ pub async fn retry_quarantined(
 /// Discards a quarantined event for good. Its idempotency key stays taken:
 /// a retry of the same request answers the same id as a duplicate.
 pub async fn drop_quarantined(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     event: fastack_entities::EventId,
 ) -> Result<()> {
-    if store.drop_quarantined(tenant, event).await? {
+    if store.quarantine().discard(tenant, event).await? {
         Ok(())
     } else {
         Err(Error::NotFound {

@@ -133,7 +133,7 @@ impl KeyCache {
     fn touch(&self, id: ApiKeyId) {
         let store = self.store.clone();
         tokio::spawn(async move {
-            let done = store.touch_api_key(id, chrono::Utc::now()).await;
+            let done = store.keys().touch(id, chrono::Utc::now()).await;
             if let Err(error) = done {
                 tracing::debug!(%error, key = %id, "could not record the key's last use");
             }
@@ -162,7 +162,7 @@ impl KeyCache {
             }
         };
         self.lookups.fetch_add(1, Ordering::Relaxed);
-        let record = self.store.lookup_api_key(&hash).await?;
+        let record = self.store.keys().lookup(&hash).await?;
         let principal = record.and_then(|r| {
             r.key.revoked_at.is_none().then(|| {
                 Arc::new(Principal {

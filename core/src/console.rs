@@ -154,7 +154,7 @@ fn normalise_email(email: &str) -> Result<String> {
 /// Creates a user of `tenant` and the one-time link that sets their
 /// password.
 pub async fn create_user(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     email: &str,
     role: Role,
@@ -178,11 +178,7 @@ pub async fn create_user(
 
 /// A new one-time link for an existing user (a forgotten password); the
 /// user's sessions end.
-pub async fn reset_user(
-    store: &dyn Storage,
-    email: &str,
-    now: DateTime<Utc>,
-) -> Result<(User, Token)> {
+pub async fn reset_user(store: &Storage, email: &str, now: DateTime<Utc>) -> Result<(User, Token)> {
     let user = find_user(store, email).await?.ok_or(Error::NotFound {
         what: "console user",
     })?;
@@ -191,7 +187,7 @@ pub async fn reset_user(
     Ok((user.try_into()?, token))
 }
 
-async fn new_link(store: &dyn Storage, user: UserId, now: DateTime<Utc>) -> Result<Token> {
+async fn new_link(store: &Storage, user: UserId, now: DateTime<Utc>) -> Result<Token> {
     let token = Token::generate();
     store
         .console()
@@ -205,14 +201,14 @@ async fn new_link(store: &dyn Storage, user: UserId, now: DateTime<Utc>) -> Resu
     Ok(token)
 }
 
-async fn find_user(store: &dyn Storage, email: &str) -> Result<Option<console_user::Model>> {
+async fn find_user(store: &Storage, email: &str) -> Result<Option<console_user::Model>> {
     let Ok(email) = normalise_email(email) else {
         return Ok(None);
     };
     store.console().user_by_email(&email).await
 }
 
-pub async fn get_user(store: &dyn Storage, id: UserId) -> Result<Option<User>> {
+pub async fn get_user(store: &Storage, id: UserId) -> Result<Option<User>> {
     store
         .console()
         .user(id)
@@ -221,7 +217,7 @@ pub async fn get_user(store: &dyn Storage, id: UserId) -> Result<Option<User>> {
         .transpose()
 }
 
-pub async fn list_users(store: &dyn Storage, tenant: Option<TenantId>) -> Result<Vec<User>> {
+pub async fn list_users(store: &Storage, tenant: Option<TenantId>) -> Result<Vec<User>> {
     store
         .console()
         .users(tenant)
@@ -231,7 +227,7 @@ pub async fn list_users(store: &dyn Storage, tenant: Option<TenantId>) -> Result
         .collect()
 }
 
-pub async fn remove_user(store: &dyn Storage, email: &str) -> Result<User> {
+pub async fn remove_user(store: &Storage, email: &str) -> Result<User> {
     let user = find_user(store, email).await?.ok_or(Error::NotFound {
         what: "console user",
     })?;
@@ -241,11 +237,7 @@ pub async fn remove_user(store: &dyn Storage, email: &str) -> Result<User> {
 }
 
 /// The user a one-time link is for, while it is unused and unexpired.
-pub async fn link_user(
-    store: &dyn Storage,
-    token: &Token,
-    now: DateTime<Utc>,
-) -> Result<Option<User>> {
+pub async fn link_user(store: &Storage, token: &Token, now: DateTime<Utc>) -> Result<Option<User>> {
     let Some(link) = store.console().link(token.hash()).await? else {
         return Ok(None);
     };
@@ -274,7 +266,7 @@ pub fn check_password(password: &str) -> Result<()> {
 /// Uses a one-time link: sets the password and returns the user. A link
 /// works once: of two concurrent uses, one finds it used.
 pub async fn redeem_link(
-    store: &dyn Storage,
+    store: &Storage,
     token: &Token,
     password: &str,
     now: DateTime<Utc>,
@@ -312,7 +304,7 @@ pub enum SignIn {
 
 /// Checks an email and password, counting failures against the account.
 pub async fn sign_in(
-    store: &dyn Storage,
+    store: &Storage,
     email: &str,
     password: &str,
     now: DateTime<Utc>,
@@ -352,7 +344,7 @@ pub struct Session {
     pub expires_at: DateTime<Utc>,
 }
 
-pub async fn open_session(store: &dyn Storage, user: User, now: DateTime<Utc>) -> Result<Session> {
+pub async fn open_session(store: &Storage, user: User, now: DateTime<Utc>) -> Result<Session> {
     let token = Token::generate();
     let expires_at = now + SESSION_ABSOLUTE;
     store
@@ -375,7 +367,7 @@ pub async fn open_session(store: &dyn Storage, user: User, now: DateTime<Utc>) -
 /// The session a cookie names, while neither idle nor past its absolute
 /// end; an expired one is deleted.
 pub async fn session(
-    store: &dyn Storage,
+    store: &Storage,
     token: &Token,
     now: DateTime<Utc>,
 ) -> Result<Option<Session>> {
@@ -399,12 +391,12 @@ pub async fn session(
     }))
 }
 
-pub async fn sign_out(store: &dyn Storage, token: &Token) -> Result<()> {
+pub async fn sign_out(store: &Storage, token: &Token) -> Result<()> {
     store.console().delete_session(token.hash()).await
 }
 
 /// Ends every session of a user.
-pub async fn sign_out_everywhere(store: &dyn Storage, user: UserId) -> Result<u64> {
+pub async fn sign_out_everywhere(store: &Storage, user: UserId) -> Result<u64> {
     store.console().delete_sessions_of(user).await
 }
 

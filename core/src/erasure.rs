@@ -139,7 +139,7 @@ impl ErasureRequest {
 /// identifiers), its record and the hold on its people, in one
 /// transaction. The request must have passed [`ErasureRequest::check`].
 pub async fn request(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     req: &ErasureRequest,
     metadata: Map<String, Value>,
@@ -196,7 +196,7 @@ pub struct LakeRewrite {
 
 /// What an erasure job needs.
 pub struct Env<'a> {
-    pub store: &'a dyn Storage,
+    pub store: &'a Storage,
     pub objects: &'a Objects,
     pub keys: &'a Keys,
     /// The lake, where the mirror is on.
@@ -923,7 +923,7 @@ pub fn sign(keys: &Keys, tenant: TenantId, certificate: &Value) -> String {
 /// transaction, its holds lifted, its identifiers' values forgotten and —
 /// when it completed — `core.contact.erased` for `announce_to`.
 pub async fn finish(
-    store: &dyn Storage,
+    store: &Storage,
     job: &Job,
     node: NodeId,
     emit: &Emit,

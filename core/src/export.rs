@@ -61,7 +61,8 @@ pub async fn run(store: &Store, objects: &Objects, keys: &Keys, job: &Job) -> Re
     let outcome: Result<()> = async {
         loop {
             let page = store
-                .query_events(&EventQuery {
+                .events()
+                .query(&EventQuery {
                     tenant_id: job.tenant_id,
                     range,
                     contact_ids: None,

@@ -1,7 +1,7 @@
 //! How a job ends, the same whoever ran it (a node's job runner, or
 //! `fastack admin retention run` from a shell): the terminal status, the
 //! result or the redacted error, the timings. Writing it (exactly once,
-//! with its event) is [`crate::store::Storage::finish_job`].
+//! with its event) is [`crate::store::Jobs::finish`].
 
 use std::time::Duration;
 

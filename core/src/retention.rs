@@ -49,12 +49,12 @@ pub fn is_due(key: &PartitionKey, now: DateTime<Utc>) -> bool {
 }
 
 /// Retention classes in use: every plan's, and every tenant's own.
-pub async fn classes(store: &dyn Storage, config: &Config) -> Result<Vec<(i16, Vec<TenantId>)>> {
+pub async fn classes(store: &Storage, config: &Config) -> Result<Vec<(i16, Vec<TenantId>)>> {
     let mut by_class: std::collections::BTreeMap<i16, Vec<TenantId>> = fastack_entities::Plan::ALL
         .iter()
         .map(|p| (config.plans.get(*p).retention_months as i16, Vec::new()))
         .collect();
-    for t in store.list_tenants().await? {
+    for t in store.tenants().list().await? {
         by_class
             .entry(config.plans.retention_for(&t) as i16)
             .or_default()
@@ -65,11 +65,7 @@ pub async fn classes(store: &dyn Storage, config: &Config) -> Result<Vec<(i16, V
 
 /// Creates the partitions of last month through two months ahead for every
 /// class in use (idempotent; backfilled months are created on demand).
-pub async fn ensure_window(
-    store: &dyn Storage,
-    config: &Config,
-    now: DateTime<Utc>,
-) -> Result<usize> {
+pub async fn ensure_window(store: &Storage, config: &Config, now: DateTime<Utc>) -> Result<usize> {
     let this = Month::of(now);
     let months = [this.prev(), this, this.next(), this.next().next()];
     let keys: Vec<PartitionKey> = classes(store, config)
@@ -82,7 +78,7 @@ pub async fn ensure_window(
             })
         })
         .collect();
-    store.ensure_partitions(&keys).await?;
+    store.partitions().ensure(&keys).await?;
     Ok(keys.len())
 }
 
@@ -101,15 +97,11 @@ pub struct Maintenance {
     pub pruned_fence: u64,
 }
 
-pub async fn maintain(
-    store: &dyn Storage,
-    config: &Config,
-    now: DateTime<Utc>,
-) -> Result<Maintenance> {
+pub async fn maintain(store: &Storage, config: &Config, now: DateTime<Utc>) -> Result<Maintenance> {
     ensure_window(store, config, now).await?;
     let mut out = Maintenance::default();
-    let active = store.active_retention_jobs().await?;
-    for p in store.list_partitions(false).await? {
+    let active = store.jobs().active_retention().await?;
+    for p in store.partitions().list(false).await? {
         if !is_due(&p.key, now) {
             continue;
         }
@@ -118,7 +110,7 @@ pub async fn maintain(
             continue;
         }
         let job = new_job(&p.key, now);
-        match store.insert_job(&job).await {
+        match store.jobs().insert(&job).await {
             Ok(()) => out.scheduled.push(job.id),
             // Another node scheduled it first.
             Err(Error::Conflict(_)) => {}
@@ -128,11 +120,13 @@ pub async fn maintain(
     for (class, tenants) in classes(store, config).await? {
         if !tenants.is_empty() {
             out.pruned_keys += store
+                .partitions()
                 .prune_idempotency(&tenants, cutoff(now, class.max(1) as u32))
                 .await?;
         }
     }
     out.pruned_fence = store
+        .partitions()
         .prune_processed(now - chrono::Duration::days(FENCE_DAYS))
         .await?;
     Ok(out)
@@ -217,7 +211,7 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 /// Archives a partition, verifies the archive from storage, then drops the
 /// partition (unless `drop` is false).
 pub async fn archive_and_drop(
-    store: &dyn Storage,
+    store: &Storage,
     objects: &Objects,
     key: PartitionKey,
     run: JobId,
@@ -227,7 +221,8 @@ pub async fn archive_and_drop(
     let table = key.table_name();
     // Only for progress: this partition's count, not every partition's.
     let total = store
-        .partition_rows(key)
+        .partitions()
+        .rows(key)
         .await?
         .map_or(0, |n| n.max(0) as u64);
     let base = format!("archives/tracked_events/{table}/{run}");
@@ -243,7 +238,7 @@ pub async fn archive_and_drop(
     let mut after: Option<ArchiveCursor> = None;
     let written: Result<()> = async {
         loop {
-            let page = store.read_partition(key, after, PAGE).await?;
+            let page = store.partitions().read(key, after, PAGE).await?;
             let mut chunk = Vec::with_capacity(page.len() * 320);
             for (_, row) in &page {
                 serde_json::to_writer(&mut chunk, row).expect("archive rows serialise");
@@ -300,7 +295,7 @@ pub async fn archive_and_drop(
 
     // 3. Drop, if the partition still is what was archived.
     let dropped = if drop {
-        match store.drop_partition(key, rows as i64).await? {
+        match store.partitions().drop(key, rows as i64).await? {
             DropOutcome::Dropped => true,
             DropOutcome::RowsChanged { rows: now } => {
                 return Err(Error::Conflict(format!(
@@ -435,7 +430,7 @@ pub async fn rewrite_archive(
     // The fastest level: an erasure rewrites a whole month to remove a few
     // rows, and the archive only waits in storage (on a month of a million
     // rows a sixth larger than at the default level, in less than half the
-    // time: benches/README.md).
+    // time: benches/HISTORY.md).
     let mut gz = GzEncoder::new(Vec::with_capacity(1 << 20), Compression::fast());
     let (mut plain_hash, mut gz_hash) = (Sha256::new(), Sha256::new());
     let (mut rows, mut removed, mut plain_bytes, mut gz_bytes) = (0u64, 0u64, 0u64, 0u64);

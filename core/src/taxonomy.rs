@@ -296,8 +296,8 @@ impl Plans {
     /// Reads which version is the latest of each tenant and loads what
     /// changed since the last read. A stored plan that no longer compiles
     /// (it did when installed) is logged and left out.
-    pub async fn refresh(&self, store: &dyn Storage) -> Result<()> {
-        let latest = store.latest_plan_versions().await?;
+    pub async fn refresh(&self, store: &Storage) -> Result<()> {
+        let latest = store.plans().latest_versions().await?;
         let changed: Vec<(TenantId, u32)> = {
             let seen = self.seen.read();
             latest
@@ -308,7 +308,7 @@ impl Plans {
         for (tenant, version) in changed {
             let plan = match self.compiled.get(&(tenant, version)) {
                 Some(p) => Some(p),
-                None => match store.plan_version(tenant, Some(version)).await? {
+                None => match store.plans().version(tenant, Some(version)).await? {
                     Some(PlanVersion {
                         document: Some(doc),
                         ..
@@ -339,13 +339,13 @@ impl Plans {
 /// Installs `document` as the tenant's next plan version after checking it
 /// whole (nothing is stored when any schema is broken).
 pub async fn install(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     document: &Value,
     now: DateTime<Utc>,
 ) -> Result<PlanVersion> {
     CompiledPlan::compile(0, document)?;
-    let version = store.install_plan(tenant, Some(document), now).await?;
+    let version = store.plans().install(tenant, Some(document), now).await?;
     Ok(PlanVersion {
         tenant_id: tenant,
         version,
@@ -357,15 +357,15 @@ pub async fn install(
 /// Removes the tenant's plan (a new version without a document); `None`
 /// when it has none in force.
 pub async fn remove(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     now: DateTime<Utc>,
 ) -> Result<Option<PlanVersion>> {
-    match store.plan_version(tenant, None).await? {
+    match store.plans().version(tenant, None).await? {
         Some(PlanVersion {
             document: Some(_), ..
         }) => {
-            let version = store.install_plan(tenant, None, now).await?;
+            let version = store.plans().install(tenant, None, now).await?;
             Ok(Some(PlanVersion {
                 tenant_id: tenant,
                 version,

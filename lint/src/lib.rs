@@ -14,6 +14,8 @@
 //! A deliberate exception carries `partition-key-lint: allow` on its line or
 //! the line above, with a reason.
 
+pub mod circles;
+
 use std::{
     path::{Path, PathBuf},
     sync::LazyLock,

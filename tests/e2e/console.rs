@@ -349,11 +349,7 @@ async fn forms_need_the_sessions_token_and_this_origin() {
         .unwrap();
     assert_eq!(cross.status().as_u16(), 403);
     assert_eq!(
-        app.store
-            .list_api_keys(app.t.tenant.id)
-            .await
-            .unwrap()
-            .len(),
+        app.store.keys().list(app.t.tenant.id).await.unwrap().len(),
         1,
         "no key made"
     );
@@ -361,11 +357,7 @@ async fn forms_need_the_sessions_token_and_this_origin() {
     assert_eq!(made.status, 200, "{}", made.body);
     assert!(made.body.contains("shown only once"));
     assert_eq!(
-        app.store
-            .list_api_keys(app.t.tenant.id)
-            .await
-            .unwrap()
-            .len(),
+        app.store.keys().list(app.t.tenant.id).await.unwrap().len(),
         2
     );
 
@@ -438,7 +430,7 @@ async fn a_user_sees_only_their_tenant_and_a_viewer_changes_nothing() {
         )
         .await;
     assert_eq!(r.status, 404);
-    let acme_key = app.store.list_api_keys(app.t.tenant.id).await.unwrap()[0].id;
+    let acme_key = app.store.keys().list(app.t.tenant.id).await.unwrap()[0].id;
     let r = b
         .post(
             &format!("/keys/{acme_key}/revoke"),
@@ -447,13 +439,14 @@ async fn a_user_sees_only_their_tenant_and_a_viewer_changes_nothing() {
         .await;
     assert_eq!(r.status, 404);
     assert!(
-        app.store.list_api_keys(app.t.tenant.id).await.unwrap()[0]
+        app.store.keys().list(app.t.tenant.id).await.unwrap()[0]
             .revoked_at
             .is_none()
     );
     let ep = app
         .store
-        .get_endpoint(acme_ep.parse().unwrap())
+        .endpoints()
+        .get(acme_ep.parse().unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -495,7 +488,8 @@ async fn a_user_sees_only_their_tenant_and_a_viewer_changes_nothing() {
     }
     assert_eq!(
         app.store
-            .list_endpoints(Some(app.t.tenant.id))
+            .endpoints()
+            .list(Some(app.t.tenant.id))
             .await
             .unwrap()
             .len(),
@@ -614,7 +608,8 @@ async fn replay_and_notifications(backend: Backend) {
     };
     let endpoint = app
         .store
-        .list_endpoints(Some(app.t.tenant.id))
+        .endpoints()
+        .list(Some(app.t.tenant.id))
         .await
         .unwrap();
     let endpoint = endpoint.iter().find(|e| e.url == rx.url()).unwrap().id;
@@ -819,7 +814,7 @@ async fn an_owner_retries_and_drops_quarantined_events() {
     let mut b = signed_in(&app, app.t.tenant.id, "ada@acme.test", Role::Owner).await;
     eventually("both in quarantine", Duration::from_secs(30), || async {
         let tenant = app.t.tenant.id;
-        (app.store.list_quarantine(tenant, 10).await.unwrap().len() == 2).then_some(())
+        (app.store.quarantine().list(tenant, 10).await.unwrap().len() == 2).then_some(())
     })
     .await;
     let page = b.get("/quarantine").await;
@@ -862,7 +857,8 @@ async fn an_owner_retries_and_drops_quarantined_events() {
     .await;
     assert!(
         app.store
-            .list_quarantine(app.t.tenant.id, 10)
+            .quarantine()
+            .list(app.t.tenant.id, 10)
             .await
             .unwrap()
             .is_empty()

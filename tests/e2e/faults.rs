@@ -1351,7 +1351,8 @@ async fn rolling_upgrade() {
     let mut tenants = Vec::new();
     for (name, key) in ["roll-a", "roll-b"].into_iter().zip(&keys) {
         let tenant = store
-            .find_tenant_by_name(name)
+            .tenants()
+            .find_by_name(name)
             .await
             .unwrap()
             .expect("the tenant");

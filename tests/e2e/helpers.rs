@@ -322,7 +322,7 @@ pub async fn spawn_with(
         .await
         .expect("server starts");
     let store = server.state().runtime.store_for_tests().clone();
-    let t = match store.find_tenant_by_name("acme").await.expect("lookup") {
+    let t = match store.tenants().find_by_name("acme").await.expect("lookup") {
         Some(tenant) => {
             let key = admin::create_key(store.as_ref(), tenant.id, None)
                 .await

@@ -65,10 +65,10 @@ async fn postgres_bootstraps_once_among_nodes() {
         assert_eq!(mode & 0o777, 0o600);
     }
     let store = db.store().await;
-    let tenants = store.list_tenants().await.unwrap();
+    let tenants = store.tenants().list().await.unwrap();
     assert_eq!(tenants.len(), 1, "{tenants:?}");
     assert_eq!(tenants[0].name, "default");
-    assert_eq!(store.list_api_keys(tenants[0].id).await.unwrap().len(), 1);
+    assert_eq!(store.keys().list(tenants[0].id).await.unwrap().len(), 1);
     for (i, n) in nodes.iter().enumerate() {
         assert_eq!(post_track(n.addr, &key, &format!("first-{i}")).await, 202);
     }
@@ -96,7 +96,7 @@ async fn postgres_bootstraps_once_among_nodes() {
         ],
     )
     .await;
-    assert_eq!(store.list_tenants().await.unwrap().len(), 1);
+    assert_eq!(store.tenants().list().await.unwrap().len(), 1);
     assert!(
         !again
             .log

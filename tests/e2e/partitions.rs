@@ -64,7 +64,8 @@ async fn app_at_with(
 
 async fn tables(app: &TestApp) -> Vec<String> {
     app.store
-        .list_partitions(false)
+        .partitions()
+        .list(false)
         .await
         .unwrap()
         .into_iter()
@@ -218,7 +219,11 @@ async fn send(
 }
 
 async fn retention_jobs(app: &TestApp) -> Vec<fastack_entities::Job> {
-    app.store.list_jobs(SYSTEM_TENANT, None, 100).await.unwrap()
+    app.store
+        .jobs()
+        .list(SYSTEM_TENANT, None, 100)
+        .await
+        .unwrap()
 }
 
 fn gunzip(bytes: &[u8]) -> Vec<u8> {
@@ -453,7 +458,8 @@ async fn corrupted_upload_keeps_the_partition(backend: Backend) {
     );
     let part = app
         .store
-        .list_partitions(true)
+        .partitions()
+        .list(true)
         .await
         .unwrap()
         .into_iter()
@@ -507,7 +513,7 @@ async fn admin_partitions_and_retention_cli() {
         },
         retention_class: 13,
     };
-    store.ensure_partitions(&[old]).await.unwrap();
+    store.partitions().ensure(&[old]).await.unwrap();
     drop(store);
     let path = db.dir.path().join("fastack.db");
     let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", path.display()))

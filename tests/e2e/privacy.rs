@@ -438,7 +438,8 @@ async fn erasure_reaches_every_store(backend: Backend, s3: Option<&S3Bucket>) {
         || async {
             let jobs = app
                 .store
-                .list_jobs(fastack_core::retention::SYSTEM_TENANT, None, 500)
+                .jobs()
+                .list(fastack_core::retention::SYSTEM_TENANT, None, 500)
                 .await
                 .unwrap();
             jobs.iter()
@@ -500,7 +501,8 @@ async fn erasure_reaches_every_store(backend: Backend, s3: Option<&S3Bucket>) {
         Duration::from_secs(30),
         || async {
             (app.store
-                .list_quarantine(shop.tenant.id, 10)
+                .quarantine()
+                .list(shop.tenant.id, 10)
                 .await
                 .unwrap()
                 .len()
@@ -1442,7 +1444,8 @@ async fn owed_events_are_not_sent_and_the_broker_is_told() {
         || async {
             let owed = app
                 .store
-                .outbox_depth(fastack_core::store::SinkName("amqp"))
+                .outbox()
+                .depth(fastack_core::store::SinkName("amqp"))
                 .await
                 .unwrap();
             (owed == 0).then_some(())

@@ -197,7 +197,8 @@ async fn reads_what_the_release_wrote(backend: Backend) {
     // broker here); the one for the fan-out became a delivery.
     assert_eq!(
         app.store
-            .outbox_depth(fastack_core::store::SinkName("amqp"))
+            .outbox()
+            .depth(fastack_core::store::SinkName("amqp"))
             .await
             .unwrap(),
         1
@@ -205,7 +206,8 @@ async fn reads_what_the_release_wrote(backend: Backend) {
     let tenant_id = app.t.tenant.id;
     eventually("the owed fan-out", Duration::from_secs(20), || async {
         app.store
-            .list_deliveries(tenant_id, None, None, 100)
+            .deliveries()
+            .list(tenant_id, None, None, 100)
             .await
             .unwrap()
             .iter()
@@ -226,10 +228,10 @@ async fn reads_what_the_release_wrote(backend: Backend) {
     .await;
     assert_eq!(owed.len(), 1, "{owed:?}");
     assert_eq!(owed[0]["event"], "Owed At Upgrade");
-    assert_eq!(app.store.inbox_stats().await.unwrap().0, 0);
+    assert_eq!(app.store.processing().inbox_stats().await.unwrap().0, 0);
 
     // Endpoints as the admin surface lists them.
-    let endpoints = serde_json::to_value(app.store.list_endpoints(None).await.unwrap()).unwrap();
+    let endpoints = serde_json::to_value(app.store.endpoints().list(None).await.unwrap()).unwrap();
     assert_eq!(endpoints, want["endpoints"]);
 
     // And the upgraded database takes new events: a retry of an old key is

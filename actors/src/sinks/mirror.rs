@@ -200,7 +200,7 @@ impl Sink for MirrorSink {
 fn writer() -> Result<(Arc<Type>, Arc<WriterProperties>), String> {
     let schema = parse_message_type(SCHEMA).map_err(|e| e.to_string())?;
     // Level 1: on the mirror's own files faster than the default 3 and no
-    // larger (benches/README.md, "the mirror's files by codec").
+    // larger (benches/HISTORY.md, "the mirror's files by codec").
     let mut props = WriterProperties::builder().set_compression(Compression::ZSTD(
         ZstdLevel::try_new(1).map_err(|e| e.to_string())?,
     ));
@@ -383,7 +383,7 @@ const BACKFILL_FILE_ROWS: usize = 500_000;
 /// the deletes an hour holds both; a rewrite stopped in between (the job is
 /// run again) leaves duplicates its next run removes.
 pub async fn backfill(
-    store: &dyn Storage,
+    store: &Storage,
     config: &Config,
     job: &Job,
     progress: &(dyn Fn(u64, u64) + Sync),
@@ -667,10 +667,11 @@ fn read_events(bytes: Bytes, picked: &[bool]) -> Result<(String, Vec<Event>), St
 
 /// The ids of the tenant's events the live mirror still owes: it is going
 /// to write them, so the backfill must not.
-async fn owed_ids(store: &dyn Storage, tenant: TenantId) -> Result<HashSet<String>, String> {
+async fn owed_ids(store: &Storage, tenant: TenantId) -> Result<HashSet<String>, String> {
     let mut ids = HashSet::new();
     for row in store
-        .outbox_owed_rows(MirrorSink::NAME, tenant)
+        .outbox()
+        .owed_rows(MirrorSink::NAME, tenant)
         .await
         .map_err(|e| e.to_string())?
     {
@@ -684,7 +685,7 @@ async fn owed_ids(store: &dyn Storage, tenant: TenantId) -> Result<HashSet<Strin
 
 /// The tenant's stored events of one hour, as mirror rows.
 async fn read_hour(
-    store: &dyn Storage,
+    store: &Storage,
     tenant: TenantId,
     range: TimeRange,
 ) -> Result<Vec<Event>, String> {
@@ -692,7 +693,8 @@ async fn read_hour(
     let mut after: Option<(DateTime<Utc>, EventId)> = None;
     loop {
         let page = store
-            .query_events(&EventQuery {
+            .events()
+            .query(&EventQuery {
                 tenant_id: tenant,
                 range,
                 contact_ids: None,

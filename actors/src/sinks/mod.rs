@@ -1,6 +1,6 @@
 //! Outbound sinks: what takes outbox rows out of a node. Each sink is one
 //! file implementing [`Sink`], driven by the one relay actor type
-//! ([`crate::relay::RelayActor`]): claim the rows the sink owes, send them,
+//! ([`relay::RelayActor`]): claim the rows the sink owes, send them,
 //! complete what it took and give back the rest. A sink that reports its
 //! link down is reconnected after a capped backoff.
 //!
@@ -11,6 +11,7 @@
 
 pub mod amqp;
 pub mod mirror;
+pub mod relay;
 pub mod sink;
 pub mod webhooks;
 
@@ -20,7 +21,8 @@ use fastack_core::{
 };
 
 pub use crate::routing::Routing;
-use crate::{child::ChildSpec, context::Ctx, relay::RelayActor};
+use crate::{child::ChildSpec, context::Ctx};
+use relay::RelayActor;
 pub use sink::{Flush, Sent, Sink};
 
 /// Which `core.event.tracked` events a sink takes.

@@ -13,17 +13,18 @@ use sea_orm::{
     ColumnTrait, EntityTrait, ExprTrait, IntoActiveModel, QueryFilter, QueryOrder, sea_query::Expr,
 };
 
-use super::{sql::Db, sql_store::unique_as_conflict};
+use super::db::{Db, unique_as_conflict};
 use crate::error::Result;
 
 /// The console's rows (see the module doc).
+#[derive(Clone, Copy)]
 pub struct ConsoleRecords<'a> {
     pub(super) db: &'a Db,
 }
 
 impl ConsoleRecords<'_> {
     /// A new user; a second user with the same email is a conflict.
-    pub async fn insert_user(&self, row: console_user::Model) -> Result<()> {
+    pub async fn insert_user(self, row: console_user::Model) -> Result<()> {
         let email = row.email.clone();
         console_user::Entity::insert(row.into_active_model())
             .exec_without_returning(self.db)
@@ -35,19 +36,19 @@ impl ConsoleRecords<'_> {
     }
 
     /// The user of a (normalised) email.
-    pub async fn user_by_email(&self, email: &str) -> Result<Option<console_user::Model>> {
+    pub async fn user_by_email(self, email: &str) -> Result<Option<console_user::Model>> {
         Ok(console_user::Entity::find()
             .filter(console_user::Column::Email.eq(email))
             .one(self.db)
             .await?)
     }
 
-    pub async fn user(&self, id: UserId) -> Result<Option<console_user::Model>> {
+    pub async fn user(self, id: UserId) -> Result<Option<console_user::Model>> {
         Ok(console_user::Entity::find_by_id(id).one(self.db).await?)
     }
 
     /// Every user (of one tenant), by email.
-    pub async fn users(&self, tenant: Option<TenantId>) -> Result<Vec<console_user::Model>> {
+    pub async fn users(self, tenant: Option<TenantId>) -> Result<Vec<console_user::Model>> {
         use console_user::Column as C;
         let mut q = console_user::Entity::find().order_by_asc(C::Email);
         if let Some(t) = tenant {
@@ -58,7 +59,7 @@ impl ConsoleRecords<'_> {
 
     /// Deletes a user and their links (their sessions are ended first by
     /// the caller).
-    pub async fn delete_user(&self, id: UserId) -> Result<()> {
+    pub async fn delete_user(self, id: UserId) -> Result<()> {
         console_link::Entity::delete_many()
             .filter(console_link::Column::UserId.eq(id))
             .exec(self.db)
@@ -68,7 +69,7 @@ impl ConsoleRecords<'_> {
     }
 
     /// Sets a user's password hash and clears their failures and lock.
-    pub async fn set_password(&self, id: UserId, hash: String) -> Result<()> {
+    pub async fn set_password(self, id: UserId, hash: String) -> Result<()> {
         use console_user::Column as U;
         console_user::Entity::update_many()
             .col_expr(U::PasswordHash, Expr::value(hash))
@@ -81,7 +82,7 @@ impl ConsoleRecords<'_> {
     }
 
     /// Clears a user's failed sign-ins and lock.
-    pub async fn clear_failures(&self, id: UserId) -> Result<()> {
+    pub async fn clear_failures(self, id: UserId) -> Result<()> {
         use console_user::Column as U;
         console_user::Entity::update_many()
             .col_expr(U::FailedSignins, Expr::value(0))
@@ -94,7 +95,7 @@ impl ConsoleRecords<'_> {
 
     /// Counts one more failed sign-in, or, with `lock`, locks the account
     /// until then and starts counting again.
-    pub async fn count_failure(&self, id: UserId, lock: Option<DateTime<Utc>>) -> Result<()> {
+    pub async fn count_failure(self, id: UserId, lock: Option<DateTime<Utc>>) -> Result<()> {
         use console_user::Column as U;
         console_user::Entity::update_many()
             .col_expr(
@@ -112,21 +113,21 @@ impl ConsoleRecords<'_> {
         Ok(())
     }
 
-    pub async fn insert_link(&self, row: console_link::Model) -> Result<()> {
+    pub async fn insert_link(self, row: console_link::Model) -> Result<()> {
         console_link::Entity::insert(row.into_active_model())
             .exec_without_returning(self.db)
             .await?;
         Ok(())
     }
 
-    pub async fn link(&self, token_hash: Vec<u8>) -> Result<Option<console_link::Model>> {
+    pub async fn link(self, token_hash: Vec<u8>) -> Result<Option<console_link::Model>> {
         Ok(console_link::Entity::find_by_id(token_hash)
             .one(self.db)
             .await?)
     }
 
     /// Marks a link used; false if it already was (a link works once).
-    pub async fn use_link(&self, token_hash: Vec<u8>, now: DateTime<Utc>) -> Result<bool> {
+    pub async fn use_link(self, token_hash: Vec<u8>, now: DateTime<Utc>) -> Result<bool> {
         use console_link::Column as L;
         let used = console_link::Entity::update_many()
             .col_expr(L::UsedAt, Expr::value(Time(now)))
@@ -137,21 +138,21 @@ impl ConsoleRecords<'_> {
         Ok(used.rows_affected == 1)
     }
 
-    pub async fn insert_session(&self, row: console_session::Model) -> Result<()> {
+    pub async fn insert_session(self, row: console_session::Model) -> Result<()> {
         console_session::Entity::insert(row.into_active_model())
             .exec_without_returning(self.db)
             .await?;
         Ok(())
     }
 
-    pub async fn session(&self, token_hash: Vec<u8>) -> Result<Option<console_session::Model>> {
+    pub async fn session(self, token_hash: Vec<u8>) -> Result<Option<console_session::Model>> {
         Ok(console_session::Entity::find_by_id(token_hash)
             .one(self.db)
             .await?)
     }
 
     /// Records that a session was used now.
-    pub async fn touch_session(&self, token_hash: Vec<u8>, now: DateTime<Utc>) -> Result<()> {
+    pub async fn touch_session(self, token_hash: Vec<u8>, now: DateTime<Utc>) -> Result<()> {
         use console_session::Column as S;
         console_session::Entity::update_many()
             .col_expr(S::LastSeenAt, Expr::value(Time(now)))
@@ -161,7 +162,7 @@ impl ConsoleRecords<'_> {
         Ok(())
     }
 
-    pub async fn delete_session(&self, token_hash: Vec<u8>) -> Result<()> {
+    pub async fn delete_session(self, token_hash: Vec<u8>) -> Result<()> {
         console_session::Entity::delete_by_id(token_hash)
             .exec(self.db)
             .await?;
@@ -169,7 +170,7 @@ impl ConsoleRecords<'_> {
     }
 
     /// Ends every session of a user; returns how many there were.
-    pub async fn delete_sessions_of(&self, user: UserId) -> Result<u64> {
+    pub async fn delete_sessions_of(self, user: UserId) -> Result<u64> {
         Ok(console_session::Entity::delete_many()
             .filter(console_session::Column::UserId.eq(user))
             .exec(self.db)

@@ -8,27 +8,119 @@
 //! pending, so it keeps its `webhook-id` and receivers deduplicate it), see
 //! each endpoint's latest outcome, delete an endpoint with its log.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 use fastack_entities::{
-    DeliveryId, DeliveryStatus, Endpoint, EndpointId, TenantId,
-    db::{Time, webhook_attempt, webhook_delivery, webhook_endpoint},
+    Attempt, Delivery, DeliveryId, DeliveryStatus, Endpoint, EndpointId, TenantId,
+    db::{Time, signed, unsigned, webhook_attempt, webhook_delivery, webhook_endpoint},
     webhook::{DELIVERY_EXHAUSTED, ENDPOINT_DISABLED, is_operational},
 };
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, sea_query::Expr};
+use sea_orm::{
+    ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
+    sea_query::{Expr, OnConflict},
+};
 use serde_json::{Value, json};
 
 use super::{
-    AttemptRecord, NewDelivery, OutboxRow, Replayed, Storage,
-    sql::{Db, Tx},
-    sql_store::insert_delivery_rows,
+    OutboxRow, Replayed,
+    db::{Db, ListKind, Q, ROWS_PER_INSERT, Tx},
 };
+
+/// A delivery to create from an outbox row.
+#[derive(Clone, Debug)]
+pub struct NewDelivery {
+    pub id: DeliveryId,
+    pub endpoint_id: EndpointId,
+    pub tenant_id: TenantId,
+    pub event_type: String,
+    pub ce_id: String,
+    pub body: String,
+    /// When the outbox row was written (for the latency metric).
+    pub emitted_at: DateTime<Utc>,
+}
+
+impl NewDelivery {
+    /// A delivery of event `ce_id` to `endpoint_id`. Its id — the
+    /// `webhook-id` receivers deduplicate on — is derived from the two, so
+    /// a fan-out made again after a crash (its first attempt may already
+    /// have gone out) sends the same id. Time-ordered like every id: a v7
+    /// with the event's time, a hash in place of the random bits.
+    pub fn new(
+        endpoint_id: EndpointId,
+        tenant_id: TenantId,
+        event_type: &str,
+        ce_id: &str,
+        body: String,
+        emitted_at: DateTime<Utc>,
+    ) -> Self {
+        use sha2::{Digest, Sha256};
+        let hash = Sha256::new()
+            .chain_update(endpoint_id.0.as_bytes())
+            .chain_update(ce_id.as_bytes())
+            .finalize();
+        let mut bits = [0u8; 10];
+        bits.copy_from_slice(&hash[..10]);
+        let millis = u64::try_from(emitted_at.timestamp_millis()).unwrap_or(0);
+        NewDelivery {
+            id: DeliveryId(uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid()),
+            endpoint_id,
+            tenant_id,
+            event_type: event_type.to_owned(),
+            ce_id: ce_id.to_owned(),
+            body,
+            emitted_at,
+        }
+    }
+}
+
+/// An endpoint's sealed signing secrets.
+#[derive(Clone, Debug)]
+pub struct SealedSecrets {
+    pub current: Vec<u8>,
+    /// The rotated-out secret, while it still signs.
+    pub previous: Option<(Vec<u8>, DateTime<Utc>)>,
+}
+
+/// A delivery due for an attempt, with what the attempt needs.
+#[derive(Clone, Debug)]
+pub struct DueDelivery {
+    pub id: DeliveryId,
+    pub endpoint: Endpoint,
+    pub secrets: SealedSecrets,
+    pub event_type: String,
+    pub body: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    pub emitted_at: DateTime<Utc>,
+}
+
+/// A finished attempt, to be logged with what it decided.
+#[derive(Clone, Debug)]
+pub struct AttemptRecord {
+    pub delivery: DeliveryId,
+    pub endpoint: EndpointId,
+    pub attempt: Attempt,
+    pub outcome: AttemptOutcome,
+}
+
+/// What an attempt decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Delivered,
+    Retry {
+        at: DateTime<Utc>,
+    },
+    /// No more attempts; `disable` the endpoint with this reason (404/410).
+    Failed {
+        disable: Option<String>,
+    },
+}
 use crate::error::{Error, Result};
 
 /// The delivery records people act on (see the module doc).
+#[derive(Clone, Copy)]
 pub struct Deliveries<'a> {
-    pub(super) store: &'a dyn Storage,
     pub(super) db: &'a Db,
 }
 
@@ -38,7 +130,7 @@ impl Deliveries<'_> {
     /// three attempts fails again at once if this one fails.
     /// Returns what it did and the delivery's endpoint.
     pub async fn replay(
-        &self,
+        self,
         tenant: TenantId,
         id: DeliveryId,
         now: DateTime<Utc>,
@@ -67,7 +159,7 @@ impl Deliveries<'_> {
     /// Replays every failed delivery of one endpoint created at or after
     /// `since`; returns how many went back to pending.
     pub async fn replay_failed_since(
-        &self,
+        self,
         tenant: TenantId,
         endpoint: EndpointId,
         since: DateTime<Utc>,
@@ -86,7 +178,7 @@ impl Deliveries<'_> {
     }
 
     /// The tenant's endpoint, which must be enabled to be replayed to.
-    async fn enabled_endpoint(&self, tenant: TenantId, id: EndpointId) -> Result<Endpoint> {
+    async fn enabled_endpoint(self, tenant: TenantId, id: EndpointId) -> Result<Endpoint> {
         let ep = self.tenant_endpoint(tenant, id).await?;
         if !ep.enabled {
             return Err(Error::Conflict(
@@ -97,22 +189,27 @@ impl Deliveries<'_> {
     }
 
     /// One endpoint of `tenant` (another tenant's is not found).
-    pub async fn tenant_endpoint(&self, tenant: TenantId, id: EndpointId) -> Result<Endpoint> {
-        self.store
-            .get_endpoint(id)
+    pub async fn tenant_endpoint(self, tenant: TenantId, id: EndpointId) -> Result<Endpoint> {
+        webhook_endpoint::Entity::find_by_id(id)
+            .filter(webhook_endpoint::Column::TenantId.eq(tenant))
+            .one(self.db)
             .await?
-            .filter(|e| e.tenant_id == tenant)
+            .map(|e| Endpoint::from(&e))
             .ok_or(Error::NotFound { what: "endpoint" })
     }
 
     /// The status of each endpoint's most recent delivery.
     pub async fn latest_status(
-        &self,
+        self,
         tenant: TenantId,
     ) -> Result<HashMap<EndpointId, DeliveryStatus>> {
         use webhook_delivery::Column as C;
         let mut out = HashMap::new();
-        for ep in self.store.list_endpoints(Some(tenant)).await? {
+        let endpoints = webhook_endpoint::Entity::find()
+            .filter(webhook_endpoint::Column::TenantId.eq(tenant))
+            .all(self.db)
+            .await?;
+        for ep in endpoints {
             let last: Option<String> = webhook_delivery::Entity::find()
                 .select_only()
                 .column(C::Status)
@@ -130,7 +227,7 @@ impl Deliveries<'_> {
     }
 
     /// Deletes an endpoint of `tenant` with its deliveries and their attempts.
-    pub async fn delete_endpoint(&self, tenant: TenantId, id: EndpointId) -> Result<()> {
+    pub async fn delete_endpoint(self, tenant: TenantId, id: EndpointId) -> Result<()> {
         use webhook_delivery::Column as C;
         self.tenant_endpoint(tenant, id).await?;
         let mut tx = self.db.begin().await?;
@@ -158,7 +255,7 @@ impl Deliveries<'_> {
     /// Fans out outbox rows owed to the fan-out (left by an earlier release,
     /// before the fan-out moved into the transaction that writes the event).
     /// Relaxed: a fan-out lost to a crash is made again with the same ids.
-    pub async fn fan_out_rows(&self, rows: &[OutboxRow], now: DateTime<Utc>) -> Result<usize> {
+    pub async fn fan_out_rows(self, rows: &[OutboxRow], now: DateTime<Utc>) -> Result<usize> {
         let events: Vec<Outgoing<'_>> = rows
             .iter()
             .map(|r| Outgoing {
@@ -213,6 +310,30 @@ fn deliveries_of<'e>(
                 event.emitted_at,
             )
         })
+}
+
+/// The fan-out's deliveries of outbox entries, in the caller's transaction
+/// (see [`fan_out`]); the newest entry's time is when they are due.
+pub(crate) async fn fan_out_entries(
+    tx: &mut Tx<'_>,
+    entries: &[super::outbox::Entry],
+) -> Result<usize> {
+    let events: Vec<Outgoing<'_>> = entries
+        .iter()
+        .map(|e| Outgoing {
+            tenant: e.tenant_id,
+            event_type: &e.routing_key,
+            ce_id: &e.ce_id,
+            body: &e.body,
+            emitted_at: e.created_at,
+        })
+        .collect();
+    let now = entries
+        .iter()
+        .map(|e| e.created_at)
+        .max()
+        .unwrap_or_else(Utc::now);
+    fan_out(tx, &events, Time(now)).await
 }
 
 /// Fans `events` out to their tenants' endpoints as they are in the
@@ -330,5 +451,284 @@ pub(crate) async fn notify_exhausted(tx: &mut Tx<'_>, failed: &[&AttemptRecord])
         let ce_id = format!("fastack.delivery.exhausted.{}.{}", d.id, r.attempt.attempt);
         notify(tx, d.tenant_id, DELIVERY_EXHAUSTED, ce_id, body, at).await?;
     }
+    Ok(())
+}
+
+impl Deliveries<'_> {
+    /// Claims deliveries whose next attempt is due, except those of the
+    /// endpoints in `skip` (their workers are full: claiming their rows only
+    /// to give them back would be churn).
+    pub async fn claim_due(
+        self,
+        now: DateTime<Utc>,
+        claim_for: Duration,
+        limit: u32,
+        skip: &[EndpointId],
+    ) -> Result<Vec<DueDelivery>> {
+        use webhook_delivery::Column as C;
+        let d = self.db.dialect();
+        // Relaxed: a claim lost to a crash only lets the delivery be
+        // claimed again.
+        let mut tx = self.db.begin_relaxed().await?;
+        let ids: Vec<DeliveryId> = tx
+            .fetch(
+                Q::new(format!(
+                    "SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id \
+                     WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND e.enabled \
+                       AND (d.claimed_until IS NULL OR d.claimed_until < $1) AND NOT ({}) \
+                     ORDER BY d.next_attempt_at LIMIT $2{}",
+                    d.in_list("d.endpoint_id", 3, ListKind::Uuid),
+                    d.skip_locked("d")
+                ))
+                .bind(now)
+                .bind(i64::from(limit))
+                .bind(skip.iter().map(|e| e.0).collect::<Vec<_>>()),
+            )
+            .await?
+            .iter()
+            .map(|r| r.uuid("id").map(DeliveryId))
+            .collect::<Result<_>>()?;
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        tx.run(
+            &webhook_delivery::Entity::update_many()
+                .col_expr(C::ClaimedUntil, Expr::value(Time(now + claim_for)))
+                .filter(C::Id.is_in(ids.clone())),
+        )
+        .await?;
+        let due: Vec<webhook_delivery::Model> = tx
+            .models(
+                &webhook_delivery::Entity::find()
+                    .filter(C::Id.is_in(ids))
+                    .order_by_asc(C::NextAttemptAt),
+            )
+            .await?;
+        let endpoints: HashMap<EndpointId, webhook_endpoint::Model> = tx
+            .models::<webhook_endpoint::Model>(
+                &webhook_endpoint::Entity::find()
+                    .filter(webhook_endpoint::Column::Id.is_in(due.iter().map(|d| d.endpoint_id))),
+            )
+            .await?
+            .into_iter()
+            .map(|e| (e.id, e))
+            .collect();
+        tx.commit().await?;
+        Ok(due
+            .into_iter()
+            .filter_map(|d| {
+                let e = endpoints.get(&d.endpoint_id)?;
+                let endpoint = Endpoint::from(e);
+                Some(DueDelivery {
+                    id: d.id,
+                    secrets: SealedSecrets {
+                        current: e.secret_enc.clone(),
+                        previous: e
+                            .previous_secret_enc
+                            .clone()
+                            .zip(endpoint.previous_secret_until),
+                    },
+                    endpoint,
+                    event_type: d.event_type,
+                    body: d.body,
+                    attempts: unsigned(d.attempts),
+                    emitted_at: d.emitted_at.0,
+                })
+            })
+            .collect())
+    }
+
+    pub async fn release(self, ids: &[DeliveryId]) -> Result<()> {
+        use webhook_delivery::Column as C;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        webhook_delivery::Entity::update_many()
+            .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+            .filter(C::Id.is_in(ids.iter().copied()))
+            .exec(self.db)
+            .await?;
+        Ok(())
+    }
+
+    /// Logs attempts and applies their outcomes, in one transaction.
+    pub async fn record_attempts(self, records: &[AttemptRecord]) -> Result<()> {
+        use webhook_delivery::Column as C;
+        if records.is_empty() {
+            return Ok(());
+        }
+        // Not worth an fsync per attempt: a crash loses at most the last
+        // moments of the log, and their deliveries are simply attempted
+        // again (same webhook-id, which receivers deduplicate).
+        let mut tx = self.db.begin_relaxed().await?;
+        for chunk in records.chunks(ROWS_PER_INSERT) {
+            tx.run(&webhook_attempt::Entity::insert_many(chunk.iter().map(
+                |r| webhook_attempt::ActiveModel::new(r.delivery, &r.attempt),
+            )))
+            .await?;
+        }
+        // Deliveries that end the same way are updated together (a flat-out
+        // endpoint's batch is one statement); `last_attempt_at` is the
+        // group's latest attempt.
+        let mut groups: BTreeMap<(&str, u32, Option<Time>), (Time, Vec<DeliveryId>)> =
+            BTreeMap::new();
+        for r in records {
+            let (status, next) = match &r.outcome {
+                AttemptOutcome::Delivered => (DeliveryStatus::Delivered, None),
+                AttemptOutcome::Retry { at } => (DeliveryStatus::Pending, Some(Time(*at))),
+                AttemptOutcome::Failed { .. } => (DeliveryStatus::Failed, None),
+            };
+            let at = Time(r.attempt.attempted_at);
+            let g = groups
+                .entry((status.as_str(), r.attempt.attempt, next))
+                .or_insert((at, Vec::new()));
+            g.0 = Ord::max(g.0, at);
+            g.1.push(r.delivery);
+        }
+        for ((status, attempts, next), (last, ids)) in groups {
+            tx.run(
+                &webhook_delivery::Entity::update_many()
+                    .col_expr(C::Attempts, Expr::value(signed(attempts)))
+                    .col_expr(C::LastAttemptAt, Expr::value(last))
+                    .col_expr(C::Status, Expr::value(status))
+                    .col_expr(C::NextAttemptAt, Expr::value(next))
+                    .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+                    .filter(C::Id.is_in(ids)),
+            )
+            .await?;
+        }
+        let mut exhausted = Vec::new();
+        for r in records {
+            match &r.outcome {
+                AttemptOutcome::Failed {
+                    disable: Some(reason),
+                } => {
+                    disable_endpoint(&mut tx, r.endpoint, reason, r.attempt.attempted_at).await?;
+                }
+                AttemptOutcome::Failed { disable: None } => exhausted.push(r),
+                _ => {}
+            }
+        }
+        super::deliveries::notify_exhausted(&mut tx, &exhausted).await?;
+        tx.commit().await
+    }
+
+    /// A tenant's deliveries, newest first, with their attempts; of one
+    /// endpoint and in one status when given.
+    pub async fn list(
+        self,
+        tenant: TenantId,
+        endpoint: Option<EndpointId>,
+        status: Option<DeliveryStatus>,
+        limit: u32,
+    ) -> Result<Vec<Delivery>> {
+        use webhook_delivery::Column as C;
+        let rows = webhook_delivery::Entity::find()
+            .filter(C::TenantId.eq(tenant))
+            .apply_if(endpoint, |q, e| q.filter(C::EndpointId.eq(e)))
+            .apply_if(status, |q, s| q.filter(C::Status.eq(s.as_str())))
+            .order_by_desc(C::CreatedAt)
+            .order_by_desc(C::Id)
+            .limit(u64::from(limit))
+            .all(self.db)
+            .await?;
+        let mut attempts: HashMap<DeliveryId, Vec<Attempt>> = HashMap::new();
+        if !rows.is_empty() {
+            use webhook_attempt::Column as A;
+            for a in webhook_attempt::Entity::find()
+                .filter(A::DeliveryId.is_in(rows.iter().map(|r| r.id)))
+                .order_by_asc(A::DeliveryId)
+                .order_by_asc(A::Attempt)
+                .all(self.db)
+                .await?
+            {
+                attempts.entry(a.delivery_id).or_default().push(a.into());
+            }
+        }
+        rows.into_iter()
+            .map(|r| {
+                let tried = attempts.remove(&r.id).unwrap_or_default();
+                Ok(r.into_delivery(tried)?)
+            })
+            .collect()
+    }
+}
+
+/// New deliveries, due at once; one already made for the same endpoint and
+/// event (`ce_id`) is left as it is.
+pub(crate) async fn insert_delivery_rows(
+    tx: &mut Tx<'_>,
+    deliveries: &[NewDelivery],
+    now: Time,
+) -> Result<()> {
+    use sea_orm::ActiveValue::Set;
+    use webhook_delivery::Column as C;
+    for chunk in deliveries.chunks(ROWS_PER_INSERT) {
+        let rows = chunk.iter().map(|d| webhook_delivery::ActiveModel {
+            id: Set(d.id),
+            endpoint_id: Set(d.endpoint_id),
+            tenant_id: Set(d.tenant_id),
+            event_type: Set(d.event_type.clone()),
+            ce_id: Set(d.ce_id.clone()),
+            body: Set(d.body.clone()),
+            status: Set(DeliveryStatus::Pending.as_str().to_owned()),
+            attempts: Set(0),
+            next_attempt_at: Set(Some(now)),
+            created_at: Set(now),
+            emitted_at: Set(d.emitted_at.into()),
+            ..Default::default()
+        });
+        tx.run(
+            &webhook_delivery::Entity::insert_many(rows).on_conflict(
+                OnConflict::columns([C::EndpointId, C::CeId])
+                    .do_nothing()
+                    .to_owned(),
+            ),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Disables an enabled endpoint, fails what it still owes and tells the
+/// tenant's `endpoint.disabled` subscribers (once: an endpoint already
+/// disabled is left as it is).
+pub(super) async fn disable_endpoint(
+    tx: &mut Tx<'_>,
+    id: EndpointId,
+    reason: &str,
+    at: DateTime<Utc>,
+) -> Result<bool> {
+    use webhook_endpoint::Column as E;
+    let changed = tx
+        .run(
+            &webhook_endpoint::Entity::update_many()
+                .col_expr(E::Enabled, Expr::value(false))
+                .col_expr(E::DisabledReason, Expr::value(reason))
+                .col_expr(E::UpdatedAt, Expr::value(Time(at)))
+                .filter(E::Id.eq(id))
+                .filter(E::Enabled.eq(true)),
+        )
+        .await?;
+    if changed == 1 {
+        fail_pending(tx, id).await?;
+        notify_disabled(tx, id, reason, at).await?;
+    }
+    Ok(changed == 1)
+}
+
+/// Fails an endpoint's pending deliveries (it was disabled).
+async fn fail_pending(tx: &mut Tx<'_>, endpoint: EndpointId) -> Result<()> {
+    use webhook_delivery::Column as C;
+    tx.run(
+        &webhook_delivery::Entity::update_many()
+            .col_expr(C::Status, Expr::value(DeliveryStatus::Failed.as_str()))
+            .col_expr(C::NextAttemptAt, Expr::value(Option::<Time>::None))
+            .col_expr(C::ClaimedUntil, Expr::value(Option::<Time>::None))
+            .filter(C::EndpointId.eq(endpoint))
+            .filter(C::Status.eq(DeliveryStatus::Pending.as_str())),
+    )
+    .await?;
     Ok(())
 }

@@ -28,10 +28,12 @@ use uuid::Uuid;
 
 use super::{
     Emit, Month, PartitionKey, Topic,
-    outbox::{self, Entry},
-    record::{records_in, write_event_record},
-    sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
-    sql_store::{Engine, end_job, job_model},
+    db::{Col, Db, Dialect, ListKind, Q, Row, Tx},
+    emit,
+    event_record::{records_in, write_event_record},
+    jobs::{end_job, job_model},
+    outbox::Entry,
+    partitions::PartitionsEngine,
 };
 use crate::{
     domain::{Person, Subject, SubjectKind, Suppression, Window, sha256_hex},
@@ -201,13 +203,14 @@ pub(crate) const SCREEN: &str = "(EXISTS (SELECT 1 FROM erasure_holds WHERE tena
      OR EXISTS (SELECT 1 FROM suppressions WHERE tenant_id = $1))";
 
 /// The erasure and suppression records (see the module doc).
+#[derive(Clone, Copy)]
 pub struct Erasures<'a> {
     pub(super) db: &'a Db,
-    pub(super) engine: &'a dyn Engine,
+    pub(super) engine: &'a dyn PartitionsEngine,
 }
 
 impl Erasures<'_> {
-    fn d(&self) -> Dialect {
+    fn d(self) -> Dialect {
         self.db.dialect()
     }
 
@@ -216,7 +219,7 @@ impl Erasures<'_> {
     /// followed), and their suppression when asked. From its commit on,
     /// processing drops their events.
     pub async fn request(
-        &self,
+        self,
         job: &Job,
         asked: &Person,
         window: Window,
@@ -260,7 +263,7 @@ impl Erasures<'_> {
     }
 
     /// One erasure.
-    pub async fn get(&self, id: JobId) -> Result<Option<ErasureRecord>> {
+    pub async fn get(self, id: JobId) -> Result<Option<ErasureRecord>> {
         let Some(r) = self
             .db
             .read_opt(
@@ -300,7 +303,7 @@ impl Erasures<'_> {
     /// the person again (identities linked since the request, and by
     /// `identify` events still waiting), holds those too, and records the
     /// tenant's last inbox row once.
-    pub async fn settle(&self, rec: &ErasureRecord) -> Result<Settled> {
+    pub async fn settle(self, rec: &ErasureRecord) -> Result<Settled> {
         let d = self.d();
         let tenant = rec.tenant_id;
         let known = rec.person.clone().unwrap_or_default();
@@ -376,7 +379,7 @@ impl Erasures<'_> {
     /// The tenant's first inbox row of `[from, to]` still waiting for
     /// processing; `None` once processing has passed `to`.
     pub async fn inbox_waiting(
-        &self,
+        self,
         tenant: TenantId,
         (from, to): (i64, i64),
     ) -> Result<Option<i64>> {
@@ -396,7 +399,7 @@ impl Erasures<'_> {
     }
 
     /// Writes the report (after work outside the database).
-    pub async fn save_report(&self, id: JobId, report: &Value) -> Result<()> {
+    pub async fn save_report(self, id: JobId, report: &Value) -> Result<()> {
         self.db
             .execute(
                 Q::new("UPDATE erasures SET report = $2 WHERE id = $1")
@@ -410,7 +413,7 @@ impl Erasures<'_> {
     /// Records what the erasure did (or is about to do) to one object of a
     /// store outside the database: `entry` replaces what was recorded.
     pub async fn record_object(
-        &self,
+        self,
         id: JobId,
         store: &str,
         path: &str,
@@ -432,7 +435,7 @@ impl Erasures<'_> {
     }
 
     /// Every object the erasure recorded: (store, path, entry).
-    pub async fn objects(&self, id: JobId) -> Result<Vec<(String, String, Value)>> {
+    pub async fn objects(self, id: JobId) -> Result<Vec<(String, String, Value)>> {
         self.db
             .read(
                 Q::new(
@@ -448,7 +451,7 @@ impl Erasures<'_> {
     }
 
     /// The partitions of `tracked_events`, oldest first.
-    pub async fn partitions(&self) -> Result<Vec<PartitionKey>> {
+    pub async fn partitions(self) -> Result<Vec<PartitionKey>> {
         self.engine.partition_keys().await
     }
 
@@ -457,7 +460,7 @@ impl Erasures<'_> {
     /// `tracked_events` takes a month's range across its classes; SQLite's
     /// tables are a month and a class each), cut to `window`.
     async fn months(
-        &self,
+        self,
         window: Window,
     ) -> Result<Vec<(Month, String, (DateTime<Utc>, DateTime<Utc>))>> {
         let mut out: Vec<(Month, String, (DateTime<Utc>, DateTime<Utc>))> = Vec::new();
@@ -477,7 +480,7 @@ impl Erasures<'_> {
     /// {tail}`: the month's time range on the statement (the partition
     /// key), the person's contacts through the contact index.
     fn in_month(
-        &self,
+        self,
         verb: &str,
         tail: &str,
         tenant: TenantId,
@@ -504,7 +507,7 @@ impl Erasures<'_> {
     /// since; then writes `report(events by month, traits)` — one
     /// transaction. Returns the events removed by month.
     pub async fn erase_events(
-        &self,
+        self,
         id: JobId,
         tenant: TenantId,
         person: &Person,
@@ -549,7 +552,7 @@ impl Erasures<'_> {
     /// Deletes the person's contacts and identities, then writes
     /// `report(contacts, identities)` — one transaction.
     pub async fn erase_contacts(
-        &self,
+        self,
         id: JobId,
         tenant: TenantId,
         person: &Person,
@@ -592,7 +595,7 @@ impl Erasures<'_> {
     /// Drops the person's quarantined events, then writes `report(n)` —
     /// one transaction. Returns how many (with `act` false, only counts).
     pub async fn erase_quarantine(
-        &self,
+        self,
         id: JobId,
         tenant: TenantId,
         matcher: &Matcher,
@@ -640,7 +643,7 @@ impl Erasures<'_> {
     /// a claimed batch ([`OutboxScrub::busy`]): its files are being written
     /// from the rows as they were. With `act` false, only counts.
     pub async fn cancel_outbox(
-        &self,
+        self,
         id: JobId,
         tenant: TenantId,
         matcher: &Matcher,
@@ -729,7 +732,7 @@ impl Erasures<'_> {
     /// those still pending are not sent. Then `report(cancelled,
     /// scrubbed)` — one transaction. With `act` false, only counts.
     pub async fn scrub_deliveries(
-        &self,
+        self,
         id: JobId,
         tenant: TenantId,
         person: &Person,
@@ -787,7 +790,7 @@ impl Erasures<'_> {
     /// Events of the person's the tenant's inbox still holds in `[from,
     /// to]` (none once processing has passed it).
     async fn inbox_matches(
-        &self,
+        self,
         tenant: TenantId,
         (from, to): (i64, i64),
         matcher: &Matcher,
@@ -815,7 +818,7 @@ impl Erasures<'_> {
     /// Looks for the person everywhere in the database, changing nothing:
     /// the verification pass.
     pub async fn search(
-        &self,
+        self,
         tenant: TenantId,
         person: &Person,
         window: Window,
@@ -888,7 +891,7 @@ impl Erasures<'_> {
     }
 
     /// Events of a running erasure's people that processing dropped.
-    pub async fn dropped(&self, id: JobId) -> Result<u64> {
+    pub async fn dropped(self, id: JobId) -> Result<u64> {
         let r = self
             .db
             .read_one(
@@ -902,12 +905,12 @@ impl Erasures<'_> {
         Ok(r.int("n")?.max(0) as u64)
     }
 
-    /// Ends an erasure's job (as `Storage::finish_job`, only while this
+    /// Ends an erasure's job (as ``Jobs::finish``, only while this
     /// runner holds it) and, in the same transaction, lifts its holds,
     /// forgets the identifiers' values and writes `announce` (the
     /// `core.contact.erased` event) for the sinks of `announce_to`.
     pub(crate) async fn finish(
-        &self,
+        self,
         job: &Job,
         node: NodeId,
         emit: &Emit,
@@ -922,7 +925,7 @@ impl Erasures<'_> {
         tx.execute(Q::new("UPDATE erasures SET request = NULL WHERE id = $1").bind(job.id.0))
             .await?;
         if let Some((entry, to)) = announce {
-            outbox::write(&mut tx, vec![entry], to).await?;
+            emit::write(&mut tx, vec![entry], to).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -930,7 +933,7 @@ impl Erasures<'_> {
 
     /// Writes an export job's result (and its document) again: its stored
     /// result was rewritten by an erasure.
-    pub async fn rewrite_result(&self, job: &Job) -> Result<()> {
+    pub async fn rewrite_result(self, job: &Job) -> Result<()> {
         use job::Column as C;
         use sea_orm::sea_query::Expr;
         job::Entity::update_many()
@@ -945,7 +948,7 @@ impl Erasures<'_> {
     /// A tenant's jobs of one kind (in one status), newest first, at most
     /// `limit`: its erasure requests, or the exports an erasure rewrites.
     pub async fn jobs(
-        &self,
+        self,
         tenant: TenantId,
         kind: JobKind,
         status: Option<JobStatus>,
@@ -970,7 +973,7 @@ impl Erasures<'_> {
 
     /// A tenant's suppressions, newest first; of one identifier when given.
     pub async fn suppressions(
-        &self,
+        self,
         tenant: TenantId,
         only: Option<&Subject>,
         limit: u32,
@@ -1009,7 +1012,7 @@ impl Erasures<'_> {
     }
 
     /// Lifts a suppression; whether there was one.
-    pub async fn lift(&self, tenant: TenantId, subject: &Subject) -> Result<bool> {
+    pub async fn lift(self, tenant: TenantId, subject: &Subject) -> Result<bool> {
         let Some(kind) = subject.kind.identity() else {
             return Ok(false);
         };

@@ -6,16 +6,48 @@
 //! transaction. A backend may try a cheaper statement first (PostgreSQL's
 //! plain insert when every key is new) and come here when a key exists.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    time::Instant,
+};
 
 use uuid::Uuid;
 
-use fastack_entities::EventId;
+use async_trait::async_trait;
+use fastack_entities::{EventId, TenantId};
 
 use super::{
-    Fence, IngestRow, KeepFn, TakenKey,
-    sql::{Col, Dialect, ListKind, Q, Row, Tx},
+    IngestRow, TakenKey,
+    db::{Col, Db, Dialect, ListKind, Q, Row, Tx},
 };
+
+/// What the idempotency fence said about one row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fence {
+    /// The key is new: this row's event id now owns it.
+    Fresh,
+    /// The key was already taken, by this event id and fingerprint.
+    Taken {
+        event_id: EventId,
+        fingerprint: [u8; 32],
+    },
+}
+
+/// Given the fence result of every row, says which fresh rows to keep. A row
+/// not kept is rolled back (its key is released) inside the same transaction:
+/// this is how one conflicting item rejects its whole batch request without
+/// failing the other requests of the group commit.
+pub type KeepFn<'a> = &'a (dyn Fn(&[Fence]) -> Vec<bool> + Sync);
+
+impl TakenKey {
+    /// What the fence says to a row meeting this key.
+    pub fn fence(&self) -> Fence {
+        Fence::Taken {
+            event_id: self.event_id,
+            fingerprint: self.fingerprint,
+        }
+    }
+}
 use crate::error::{Error, Result};
 
 /// Which of `keys` the tenant already used (read [`taken_from`] each row).
@@ -211,4 +243,60 @@ pub(crate) async fn commit(
     .await?;
     tx.commit().await?;
     Ok(fences)
+}
+
+/// The group commit as a backend runs it (it may try a cheaper statement
+/// before [`commit`]).
+#[async_trait]
+pub(crate) trait IngestEngine: Send + Sync {
+    /// See [`Ingest::commit`].
+    async fn commit_ingest(
+        &self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Fence>>;
+}
+
+/// The group commit and the keys it fenced (see the module doc).
+#[derive(Clone, Copy)]
+pub struct Ingest<'a> {
+    pub(super) db: &'a Db,
+    pub(super) engine: &'a dyn IngestEngine,
+}
+
+impl Ingest<'_> {
+    /// The group commit: records idempotency keys and, for the rows `keep`
+    /// accepts, their inbox rows, in one durable transaction. Returns the
+    /// fence result of every row (in input order).
+    ///
+    /// Nothing commits once `deadline` has passed: a group that reaches
+    /// the store too late (a network that held the statement back, a
+    /// writer busy until then) fails with [`Error::Deadline`] and stores
+    /// nothing. The caller answers `503` at the deadline whatever the
+    /// store is doing; this guard is what makes that answer true.
+    ///
+    /// [`Error::Deadline`]: crate::Error::Deadline
+    pub async fn commit(
+        self,
+        rows: &[IngestRow],
+        keep: KeepFn<'_>,
+        deadline: Instant,
+    ) -> Result<Vec<Fence>> {
+        self.engine.commit_ingest(rows, keep, deadline).await
+    }
+
+    /// Which of `keys` the tenant already used: the event each answered and
+    /// its fingerprint.
+    pub async fn taken_keys(self, tenant: TenantId, keys: &[String]) -> Result<Vec<TakenKey>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.db
+            .read(taken_query(self.db.dialect(), tenant.0, keys.to_vec()))
+            .await?
+            .iter()
+            .map(taken_from)
+            .collect()
+    }
 }

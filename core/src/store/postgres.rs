@@ -11,9 +11,14 @@ use std::time::{Duration as StdDuration, Instant};
 use async_trait::async_trait;
 
 use super::{
-    processing::{self, Layout},
-    sql::Tx,
-    sql_store::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
+    db::Tx,
+    engine::Engine,
+    events::EventsEngine,
+    events::{EVENT_COLUMNS, event_from},
+    ingest::IngestEngine,
+    partitions::{KnownPartitions, drop_counted},
+    partitions::{Layout, PartitionsEngine},
+    processing::{self, ProcessingEngine},
 };
 use chrono::{DateTime, Utc};
 use fastack_entities::{StoredEvent, TenantId};
@@ -202,10 +207,6 @@ impl Layout for PgStore {
 
 #[async_trait]
 impl Engine for PgStore {
-    fn layout(&self) -> &dyn Layout {
-        self
-    }
-
     async fn migrate(&self) -> Result<()> {
         // Serialise migrations of several nodes starting at once.
         let mut conn = self.pool.acquire().await?;
@@ -222,7 +223,10 @@ impl Engine for PgStore {
             .await?;
         result
     }
+}
 
+#[async_trait]
+impl IngestEngine for PgStore {
     async fn commit_ingest(
         &self,
         rows: &[IngestRow],
@@ -237,7 +241,10 @@ impl Engine for PgStore {
         self.commit_conns.give_back(conn, &result);
         result
     }
+}
 
+#[async_trait]
+impl ProcessingEngine for PgStore {
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
         // A skip scan over the primary key's index, one descent per tenant:
         // `DISTINCT` would read the whole heap, dead rows included, which
@@ -294,6 +301,59 @@ impl Engine for PgStore {
         )
         .await
     }
+}
+
+#[async_trait]
+impl EventsEngine for PgStore {
+    async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>> {
+        let contacts: Option<Vec<Uuid>> = q
+            .contact_ids
+            .as_ref()
+            .map(|ids| ids.iter().map(|c| c.0).collect());
+        let (after_at, after_id) = match q.after {
+            Some((at, id)) => (Some(at), Some(id.0)),
+            None => (None, None),
+        };
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS} FROM tracked_events \
+             WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3 \
+               AND ($4::uuid[] IS NULL OR contact_id = ANY($4)) \
+               AND ($5::text IS NULL OR event = $5) \
+               AND ($6::timestamptz IS NULL OR (occurred_at, id) > ($6, $7::uuid)) \
+             ORDER BY occurred_at, id LIMIT $8"
+        )))
+        .bind(q.tenant_id.0)
+        .bind(q.range.from)
+        .bind(q.range.to)
+        .bind(contacts)
+        .bind(q.event.as_deref())
+        .bind(after_at)
+        .bind(after_id)
+        .bind(q.limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| event_from(&super::db::Row::Pg(r)))
+            .collect()
+    }
+
+    async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM tracked_events WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3",
+        )
+        .bind(tenant.0)
+        .bind(range.from)
+        .bind(range.to)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+}
+
+#[async_trait]
+impl PartitionsEngine for PgStore {
+    fn layout(&self) -> &dyn Layout {
+        self
+    }
 
     async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
         let missing = self.partitions.missing(keys);
@@ -328,49 +388,6 @@ impl Engine for PgStore {
         tx.commit().await?;
         self.partitions.add(missing);
         Ok(())
-    }
-
-    async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>> {
-        let contacts: Option<Vec<Uuid>> = q
-            .contact_ids
-            .as_ref()
-            .map(|ids| ids.iter().map(|c| c.0).collect());
-        let (after_at, after_id) = match q.after {
-            Some((at, id)) => (Some(at), Some(id.0)),
-            None => (None, None),
-        };
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {EVENT_COLUMNS} FROM tracked_events \
-             WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3 \
-               AND ($4::uuid[] IS NULL OR contact_id = ANY($4)) \
-               AND ($5::text IS NULL OR event = $5) \
-               AND ($6::timestamptz IS NULL OR (occurred_at, id) > ($6, $7::uuid)) \
-             ORDER BY occurred_at, id LIMIT $8"
-        )))
-        .bind(q.tenant_id.0)
-        .bind(q.range.from)
-        .bind(q.range.to)
-        .bind(contacts)
-        .bind(q.event.as_deref())
-        .bind(after_at)
-        .bind(after_id)
-        .bind(q.limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|r| event_from(&super::sql::Row::Pg(r)))
-            .collect()
-    }
-
-    async fn count_events(&self, tenant: TenantId, range: TimeRange) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM tracked_events WHERE tenant_id = $1 AND occurred_at >= $2 AND occurred_at < $3",
-        )
-        .bind(tenant.0)
-        .bind(range.from)
-        .bind(range.to)
-        .fetch_one(&self.pool)
-        .await?)
     }
 
     async fn partition_keys(&self) -> Result<Vec<PartitionKey>> {

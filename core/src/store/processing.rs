@@ -13,39 +13,107 @@ use std::{
 };
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, NewEvent, TenantId};
+use chrono::{DateTime, Duration, Utc};
+use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId, TenantId};
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    Emit, Month, PartitionKey, ProcessOutcome, ProcessRequest, Topic, annotations, decode_payload,
+    Emit, Month, PartitionKey, Topic, annotations,
+    db::{Col, Db, Dialect, ListKind, Q, Row, Tx},
+    decode_payload, emit,
     encoding::{TrackedView, json_text, tracked_body_of},
     erasures::SCREEN,
+    event_record::write_record,
     outbox,
-    record::write_record,
-    sql::{Col, Db, Dialect, ListKind, Q, Row, Tx},
+    partitions::Layout,
 };
+
+/// Whether an enabled endpoint of the tenant (`$1`) subscribes to
+/// `core.event.tracked`: the same SQL on both backends.
+pub(crate) const TRACKED_SUBSCRIBED: &str = "EXISTS (SELECT 1 FROM webhook_endpoints e \
+     WHERE e.tenant_id = $1 AND e.enabled AND (',' || e.events || ',') LIKE '%,core.event.tracked,%')";
+
+/// Work for one processing transaction.
+#[derive(Clone, Debug)]
+pub struct ProcessRequest {
+    pub tenant_id: TenantId,
+    pub node_id: NodeId,
+    pub retention_class: i16,
+    pub limit: u32,
+    pub now: DateTime<Utc>,
+    pub lease_ttl: Duration,
+    /// The sinks that take every `core.event.tracked` (the AMQP relay
+    /// when streaming is on).
+    pub tracked: Emit,
+    /// The sinks that take `core.event.tracked` when an enabled endpoint of
+    /// the tenant subscribes to it (the webhook fan-out). Decided inside the
+    /// transaction, from the endpoints as they are then: an endpoint added
+    /// before the transaction starts gets its events, on every node.
+    pub tracked_if_subscribed: Emit,
+    /// Read only inbox rows whose `seq` is above this (`None`: from the
+    /// tenant's oldest row). Lets a processor start its index scan near the
+    /// live rows instead of walking every row deleted since the last vacuum.
+    pub after_seq: Option<i64>,
+    /// Faults a test armed (none in production).
+    pub faults: crate::faults::SharedFaults,
+}
+
+impl ProcessRequest {
+    /// The sinks this transaction's events are written for, given whether
+    /// the tenant's endpoints take them.
+    pub(crate) fn emit_tracked(&self, subscribed: bool) -> Emit {
+        if subscribed {
+            self.tracked.and(&self.tracked_if_subscribed)
+        } else {
+            self.tracked.clone()
+        }
+    }
+
+    /// Fails the transaction when a test armed a fault for one of these
+    /// events (called by every backend once the batch is read, so the
+    /// rollback is the real one).
+    pub fn check_faults(&self, events: &[(EventId, NewEvent, DateTime<Utc>)]) -> Result<()> {
+        self.faults
+            .check_processing(events.iter().map(|(_, e, _)| e.idempotency_key.as_str()))
+    }
+}
+
+/// What one processing transaction did.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessOutcome {
+    /// Inbox rows consumed (processed now or already processed before).
+    pub consumed: usize,
+    /// Events appended to `tracked_events` by this transaction.
+    pub appended: Vec<(EventId, DateTime<Utc>)>,
+    /// Rows skipped by the second fence (processed by an earlier attempt).
+    pub already_processed: usize,
+    /// Oldest `received_at` among consumed rows, for the lag metric.
+    pub received: Vec<DateTime<Utc>>,
+    /// Highest inbox `seq` consumed.
+    pub last_seq: Option<i64>,
+    /// Outbox rows written for sinks woken at commit (events on their way
+    /// to relayed sinks; a grouped sink's rows wait for its timer and are
+    /// not counted).
+    pub outboxed: usize,
+    /// Webhook deliveries created (the fan-out, in the same transaction).
+    pub deliveries: usize,
+    /// Events consumed without being stored: their identifier is
+    /// suppressed.
+    pub suppressed: usize,
+    /// Events consumed without being stored: they belong to a running
+    /// erasure's people.
+    pub held: usize,
+    /// Inbox rows (`seq`) this transaction processed but left in the inbox:
+    /// the caller passes them to [`Processing::consume`] once it has
+    /// acted on the commit (empty where the transaction deleted them).
+    pub to_consume: Vec<i64>,
+}
 use crate::{
     domain::sha256_hex,
     error::Result,
     identity::{self, Snapshot},
 };
-
-/// How a backend lays out `tracked_events`.
-#[async_trait]
-pub(crate) trait Layout: Send + Sync {
-    /// Makes the partitions of `keys` exist before rows go in.
-    async fn prepare(&self, tx: &mut Tx<'_>, keys: &[PartitionKey]) -> Result<()>;
-    /// The table rows of partition `key` are inserted into.
-    fn table(&self, key: &PartitionKey) -> String;
-    /// An insert was refused (a partition dropped meanwhile, possibly on
-    /// another node): forget which partitions exist, so the retry makes
-    /// them again.
-    fn forget(&self);
-    /// The transaction that prepared `keys` committed.
-    fn created(&self, keys: &[PartitionKey]);
-}
 
 /// How a round takes its inbox rows, and where they are deleted.
 #[derive(Debug)]
@@ -371,7 +439,7 @@ pub(crate) async fn run(
                     }
                 })
                 .collect();
-            let written = outbox::write(&mut tx, entries, &emit).await?;
+            let written = emit::write(&mut tx, entries, &emit).await?;
             outcome.outboxed = written.outboxed;
             outcome.deliveries = written.deliveries;
         }
@@ -756,4 +824,116 @@ async fn apply_plan(
         .await?;
     }
     Ok(())
+}
+
+/// What a backend does its own way in processing: find the tenants with a
+/// backlog, open and commit the processing transaction, delete consumed
+/// inbox rows where they live apart.
+#[async_trait]
+pub(crate) trait ProcessingEngine: Send + Sync {
+    /// See [`Processing::backlog_tenants`].
+    async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>>;
+    /// See [`Processing::run`].
+    async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome>;
+    /// Deletes inbox rows a processing transaction left (see
+    /// [`ProcessOutcome::to_consume`]); nothing where it deletes them itself.
+    async fn consume_inbox(&self, _tenant: TenantId, _seqs: &[i64]) -> Result<()> {
+        Ok(())
+    }
+    /// A tenant's inbox rows were deleted or added outside the group
+    /// commit (quarantine, a quarantined event put back).
+    fn inbox_rewritten(&self, _tenant: TenantId) {}
+}
+
+/// Leases, the inbox's backlog and the processing transaction (see the module doc).
+#[derive(Clone, Copy)]
+pub struct Processing<'a> {
+    pub(super) db: &'a Db,
+    pub(super) engine: &'a dyn ProcessingEngine,
+}
+
+impl Processing<'_> {
+    /// Takes or renews the tenant's processing lease for this node.
+    pub async fn try_lease(
+        self,
+        tenant: TenantId,
+        node: NodeId,
+        now: DateTime<Utc>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let holder = self
+            .db
+            .write_opt(
+                Q::new(
+                    "INSERT INTO tenant_leases (tenant_id, node_id, expires_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (tenant_id) DO UPDATE SET node_id = excluded.node_id, \
+                         expires_at = excluded.expires_at \
+                     WHERE tenant_leases.node_id = excluded.node_id OR tenant_leases.expires_at < $4 \
+                     RETURNING node_id",
+                )
+                .bind(tenant.0)
+                .bind(node.0)
+                .bind(now + ttl)
+                .bind(now),
+            )
+            .await?;
+        Ok(holder.map(|r| r.uuid("node_id")).transpose()? == Some(node.0))
+    }
+
+    pub async fn release_lease(self, tenant: TenantId, node: NodeId) -> Result<()> {
+        self.db
+            .execute(
+                Q::new("DELETE FROM tenant_leases WHERE tenant_id = $1 AND node_id = $2")
+                    .bind(tenant.0)
+                    .bind(node.0),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Tenants with unprocessed inbox rows.
+    pub async fn backlog_tenants(self, limit: u32) -> Result<Vec<TenantId>> {
+        self.engine.backlog_tenants(limit).await
+    }
+
+    /// Unprocessed inbox rows and the oldest `received_at` among them.
+    pub async fn inbox_stats(self) -> Result<(i64, Option<DateTime<Utc>>)> {
+        let row = self
+            .db
+            .read_one(Q::new(
+                "SELECT count(*) AS n, min(received_at) AS oldest FROM inbox",
+            ))
+            .await?;
+        Ok((row.int("n")?, row.opt_time("oldest")?))
+    }
+
+    /// Whether any inbox row is unprocessed. Cheap while rows wait (one
+    /// descent from the newest end of the key index), unlike
+    /// [`Processing::inbox_stats`], which counts them all: for pollers.
+    pub async fn inbox_empty(self) -> Result<bool> {
+        let newest = self
+            .db
+            .read_opt(Q::new(
+                "SELECT seq FROM inbox ORDER BY tenant_id DESC, seq DESC LIMIT 1",
+            ))
+            .await?;
+        Ok(newest.is_none())
+    }
+
+    /// One processing transaction: lease check, second fence, identity
+    /// resolution, append to `tracked_events`, inbox rows consumed (or
+    /// listed in [`ProcessOutcome::to_consume`]).
+    pub async fn run(self, req: &ProcessRequest) -> Result<ProcessOutcome> {
+        self.engine.process_batch(req).await
+    }
+
+    /// Deletes inbox rows whose processing has committed. Losing this
+    /// (a crash) is harmless: the rows are read again and skipped by the
+    /// second fence.
+    pub async fn consume(self, tenant: TenantId, seqs: &[i64]) -> Result<()> {
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        self.engine.consume_inbox(tenant, seqs).await
+    }
 }

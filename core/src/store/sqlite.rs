@@ -40,9 +40,14 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
-    processing::{self, Layout},
-    sql::Tx,
-    sql_store::{EVENT_COLUMNS, Engine, KnownPartitions, drop_counted, event_from},
+    db::Tx,
+    engine::Engine,
+    events::EventsEngine,
+    events::{EVENT_COLUMNS, event_from},
+    ingest::IngestEngine,
+    partitions::{KnownPartitions, drop_counted},
+    partitions::{Layout, PartitionsEngine},
+    processing::{self, ProcessingEngine},
     sqlite_handoff::Handoff,
     sqlite_inbox::{InboxWriter, WAL_SIZE_LIMIT, us},
 };
@@ -159,7 +164,7 @@ const WRITER_CACHE: &str = "-65536";
 
 /// Prepared statements the main writer keeps (sqlx's default is 100): its
 /// own statements, and up to ten bulk-insert sizes for each table it
-/// inserts into ([`super::sql::Dialect::insert`]), so that none is
+/// inserts into ([`super::db::Dialect::insert`]), so that none is
 /// compiled again after eviction.
 const WRITER_STATEMENTS: usize = 400;
 
@@ -324,8 +329,8 @@ impl SqliteStore {
     }
 
     /// The connections, for the records written once ([`super::shared`]).
-    pub(crate) fn db(&self) -> super::sql::Db {
-        super::sql::Db::Lite {
+    pub(crate) fn db(&self) -> super::db::Db {
+        super::db::Db::Lite {
             writer: self.writer.clone(),
             reader: self.reader.clone(),
             relaxed: self.relaxed.clone(),
@@ -572,10 +577,6 @@ impl Layout for SqliteStore {
 
 #[async_trait]
 impl Engine for SqliteStore {
-    fn layout(&self) -> &dyn Layout {
-        self
-    }
-
     async fn migrate(&self) -> Result<()> {
         let conn = SqlxSqliteConnector::from_sqlx_sqlite_pool(self.writer.clone());
         super::newer_schema(
@@ -586,7 +587,10 @@ impl Engine for SqliteStore {
         self.inbox.start_handoff().await?;
         self.load_partitions().await
     }
+}
 
+#[async_trait]
+impl IngestEngine for SqliteStore {
     async fn commit_ingest(
         &self,
         rows: &[IngestRow],
@@ -598,7 +602,10 @@ impl Engine for SqliteStore {
         }
         self.inbox.commit(rows, keep, deadline).await
     }
+}
 
+#[async_trait]
+impl ProcessingEngine for SqliteStore {
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
         let ids: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT tenant_id FROM inbox LIMIT $1")
             .bind(limit as i64)
@@ -674,21 +681,10 @@ impl Engine for SqliteStore {
             ahead.rows.abort();
         }
     }
+}
 
-    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
-        let missing = self.partitions.missing(keys);
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.writer.begin().await?;
-        for key in &missing {
-            create_partition(&mut tx, key).await?;
-        }
-        tx.commit().await?;
-        self.partitions.add(missing);
-        Ok(())
-    }
-
+#[async_trait]
+impl EventsEngine for SqliteStore {
     async fn query_events(&self, q: &EventQuery) -> Result<Vec<StoredEvent>> {
         let tables = self.tables_for(&q.range);
         if tables.is_empty() {
@@ -749,7 +745,7 @@ impl Engine for SqliteStore {
         }
         let rows = query.fetch_all(&self.reader).await?;
         rows.into_iter()
-            .map(|r| event_from(&super::sql::Row::Lite(r)))
+            .map(|r| event_from(&super::db::Row::Lite(r)))
             .collect()
     }
 
@@ -767,6 +763,27 @@ impl Engine for SqliteStore {
             total += n;
         }
         Ok(total)
+    }
+}
+
+#[async_trait]
+impl PartitionsEngine for SqliteStore {
+    fn layout(&self) -> &dyn Layout {
+        self
+    }
+
+    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
+        let missing = self.partitions.missing(keys);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.writer.begin().await?;
+        for key in &missing {
+            create_partition(&mut tx, key).await?;
+        }
+        tx.commit().await?;
+        self.partitions.add(missing);
+        Ok(())
     }
 
     async fn partition_keys(&self) -> Result<Vec<PartitionKey>> {

@@ -6,7 +6,7 @@
 //! mutex on every allocation to keep `sqlite3_memory_used` current. Under
 //! load the embedded store's connection threads spent about 8 % of the
 //! node's CPU there (glibc's `malloc`, `free`, `malloc_consolidate` and
-//! that mutex; benches/README.md). Nothing in fastack reads SQLite's
+//! that mutex; benches/HISTORY.md). Nothing in fastack reads SQLite's
 //! memory statistics or sets a soft heap limit, which are all the
 //! statistics serve.
 //!

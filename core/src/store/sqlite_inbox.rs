@@ -7,7 +7,7 @@
 //! five hand-offs between the tokio task and sqlx's connection thread (pool
 //! acquire, `BEGIN`, the key insert, the inbox insert, `COMMIT`), each a
 //! wake-up on a busy two-core box, and a group commit took 1.45 ms of which
-//! the disk's sync was a fraction (benches/README.md, "The embedded group
+//! the disk's sync was a fraction (benches/HISTORY.md, "The embedded group
 //! commit on a thread of its own"). Here a group commit is one hand-off
 //! each way, its statements are prepared once (constant text, one row per
 //! execution) and nothing else queues for the connection's pool.

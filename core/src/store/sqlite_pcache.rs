@@ -9,7 +9,7 @@
 //! (1 GiB / page size + 1, never a real page) as a temporary key; from then
 //! on `pcache1` believes a page that high may be cached, and each commit's
 //! truncate walks every hash bucket and cached page. Under `track` load
-//! that was 3–4 % of the server's samples (benches/README.md, "SQLite's
+//! that was 3–4 % of the server's samples (benches/HISTORY.md, "SQLite's
 //! page cache walked on every commit"), on the inbox writer and on the main
 //! writer, whose random-key inserts split pages taken from the free list.
 //!

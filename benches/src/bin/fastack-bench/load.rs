@@ -1551,10 +1551,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 /// are (`None` after two minutes): whether processing keeps up. The rows
 /// are counted once; the wait polls a check that does not scan them, so
 /// the measurement does not slow the drain it measures.
-async fn inbox_drain(store: &dyn store::Storage) -> Option<(i64, Option<f64>)> {
+async fn inbox_drain(store: &store::Storage) -> Option<(i64, Option<f64>)> {
     let start = Instant::now();
-    let at_end = store.inbox_stats().await.ok()?.0;
-    while !store.inbox_empty().await.ok()? {
+    let at_end = store.processing().inbox_stats().await.ok()?.0;
+    while !store.processing().inbox_empty().await.ok()? {
         if start.elapsed() > Duration::from_secs(120) {
             return Some((at_end, None));
         }

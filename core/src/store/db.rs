@@ -34,7 +34,7 @@ use sea_orm::{
     RuntimeErr, Statement,
 };
 use sea_query_sqlx::SqlxValues;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sqlx::{
     AssertSqlSafe, PgPool, Postgres, Row as _, Sqlite, SqlitePool, Transaction, postgres::PgRow,
     sqlite::SqliteRow,
@@ -262,7 +262,7 @@ const MAX_BULK_ROWS: usize = 512;
 /// parsed and compiled once and then reused from the connection's
 /// statement cache; with a text for every row count SQLite compiled most
 /// processing rounds' inserts anew (14 % of the writer thread's time under
-/// `track` load, benches/README.md).
+/// `track` load, benches/HISTORY.md).
 fn bulk_rows(left: usize, cap: usize) -> usize {
     if left >= cap { cap } else { 1 << left.ilog2() }
 }
@@ -995,5 +995,56 @@ impl Tx<'_> {
         rows.iter()
             .map(|r| M::from_query_result(r, "").map_err(Error::from))
             .collect()
+    }
+}
+
+/// Stored models as domain values.
+pub(crate) fn domain<M, T>(models: Vec<M>) -> Result<Vec<T>>
+where
+    T: TryFrom<M>,
+    Error: From<T::Error>,
+{
+    models
+        .into_iter()
+        .map(|m| T::try_from(m).map_err(Error::from))
+        .collect()
+}
+
+pub(crate) fn domain_opt<M, T>(model: Option<M>) -> Result<Option<T>>
+where
+    T: TryFrom<M>,
+    Error: From<T::Error>,
+{
+    model
+        .map(|m| T::try_from(m).map_err(Error::from))
+        .transpose()
+}
+
+/// Rows per multi-row insert (SQLite binds at most 32,766 values to one
+/// statement).
+pub(crate) const ROWS_PER_INSERT: usize = 1_000;
+
+/// A unique violation is a conflict with a readable message.
+pub(crate) fn unique_as_conflict(err: Error, what: &str) -> Error {
+    match &err {
+        Error::Database(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+            Error::Conflict(format!("{what} already exists"))
+        }
+        _ => err,
+    }
+}
+
+pub(crate) fn corrupt(e: impl std::fmt::Display) -> Error {
+    Error::Corrupt(e.to_string())
+}
+
+pub(crate) fn u32_of(v: i64) -> u32 {
+    v.clamp(0, i64::from(u32::MAX)) as u32
+}
+
+pub(crate) fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
     }
 }

@@ -17,7 +17,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::{child::ChildSpec, context::Ctx, signal::Wakes, sinks::sink::Sink};
+use crate::{child::ChildSpec, context::Ctx, signal::Wakes, sinks::Sink};
 use fastack_core::backoff::Backoff;
 
 /// How often the depth and lag gauges are refreshed.
@@ -96,7 +96,8 @@ impl<S: Sink> RelayActor<S> {
             None => {
                 let rows = ctx
                     .store
-                    .claim_outbox(S::NAME, ctx.now(), claim_for, S::BATCH)
+                    .outbox()
+                    .claim(S::NAME, ctx.now(), claim_for, S::BATCH)
                     .await?;
                 if rows.is_empty() {
                     return Ok(false);
@@ -106,14 +107,15 @@ impl<S: Sink> RelayActor<S> {
             }
             Some(flush) => {
                 let now = ctx.now();
-                let owed = ctx.store.outbox_owed(S::NAME, flush.rows).await?;
+                let owed = ctx.store.outbox().owed(S::NAME, flush.rows).await?;
                 let due = owed.events >= i64::from(flush.rows)
                     || owed
                         .oldest
                         .is_some_and(|t| (now - t).to_std().unwrap_or_default() >= flush.age);
                 let Some(batch) = ctx
                     .store
-                    .claim_outbox_batch(S::NAME, now, claim_for, due.then_some(flush.rows))
+                    .outbox()
+                    .claim_batch(S::NAME, now, claim_for, due.then_some(flush.rows))
                     .await?
                 else {
                     return Ok(false);
@@ -122,8 +124,8 @@ impl<S: Sink> RelayActor<S> {
             }
         };
         let (sent, more) = sent;
-        ctx.store.complete_outbox(S::NAME, &sent.done).await?;
-        if let Err(error) = ctx.store.release_outbox(S::NAME, &sent.retry).await {
+        ctx.store.outbox().complete(S::NAME, &sent.done).await?;
+        if let Err(error) = ctx.store.outbox().release(S::NAME, &sent.retry).await {
             warn!(sink = %S::NAME, %error, "could not give rows back; they return when their claim expires");
         }
         if let Some(why) = sent.down {
@@ -141,7 +143,7 @@ impl<S: Sink> RelayActor<S> {
         let labels = SinkLabels {
             sink: S::NAME.as_str(),
         };
-        if let Ok(depth) = state.ctx.store.outbox_depth(S::NAME).await {
+        if let Ok(depth) = state.ctx.store.outbox().depth(S::NAME).await {
             state
                 .ctx
                 .metrics
@@ -149,7 +151,7 @@ impl<S: Sink> RelayActor<S> {
                 .get_or_create(&labels)
                 .set(depth);
         }
-        if let Ok(oldest) = state.ctx.store.outbox_oldest(S::NAME).await {
+        if let Ok(oldest) = state.ctx.store.outbox().oldest(S::NAME).await {
             let lag = oldest
                 .and_then(|t| (state.ctx.now() - t).to_std().ok())
                 .unwrap_or_default();

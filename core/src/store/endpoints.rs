@@ -1,0 +1,117 @@
+//! Webhook endpoints (`webhook_endpoints`): registered with a sealed
+//! secret, enabled and disabled (disabling fails what the endpoint still
+//! owes and tells `endpoint.disabled` subscribers, in one transaction), and
+//! their secrets rotated with an overlap.
+
+use chrono::{DateTime, Utc};
+use fastack_entities::{
+    Endpoint, EndpointId, TenantId,
+    db::{Time, webhook_endpoint},
+};
+use sea_orm::{
+    ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QueryTrait, sea_query::Expr,
+};
+
+use super::db::Db;
+
+use crate::error::Result;
+
+/// The webhook endpoints (see the module doc).
+#[derive(Clone, Copy)]
+pub struct Endpoints<'a> {
+    pub(super) db: &'a Db,
+}
+
+impl Endpoints<'_> {
+    pub async fn insert(self, ep: &Endpoint, secret: &[u8]) -> Result<()> {
+        webhook_endpoint::Entity::insert(
+            webhook_endpoint::Model::new(ep, secret).into_active_model(),
+        )
+        .exec_without_returning(self.db)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list(self, tenant: Option<TenantId>) -> Result<Vec<Endpoint>> {
+        use webhook_endpoint::Column as C;
+        let rows = webhook_endpoint::Entity::find()
+            .apply_if(tenant, |q, t| q.filter(C::TenantId.eq(t)))
+            .order_by_asc(C::CreatedAt)
+            .order_by_asc(C::Id)
+            .all(self.db)
+            .await?;
+        Ok(rows.iter().map(Endpoint::from).collect())
+    }
+
+    pub async fn get(self, id: EndpointId) -> Result<Option<Endpoint>> {
+        let row = webhook_endpoint::Entity::find_by_id(id)
+            .one(self.db)
+            .await?;
+        Ok(row.as_ref().map(Endpoint::from))
+    }
+
+    /// Enables or disables an endpoint; disabling fails its pending
+    /// deliveries.
+    pub async fn set_enabled(
+        self,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        use webhook_endpoint::Column as C;
+        let mut tx = self.db.begin().await?;
+        if !enabled
+            && super::deliveries::disable_endpoint(&mut tx, id, reason.unwrap_or("disabled"), now)
+                .await?
+        {
+            tx.commit().await?;
+            return Ok(true);
+        }
+        // Enabling, or disabling one already disabled (its reason changes).
+        let n = tx
+            .run(
+                &webhook_endpoint::Entity::update_many()
+                    .col_expr(C::Enabled, Expr::value(enabled))
+                    .col_expr(
+                        C::DisabledReason,
+                        Expr::value(reason.filter(|_| !enabled).map(str::to_owned)),
+                    )
+                    .col_expr(C::UpdatedAt, Expr::value(Time(now)))
+                    .filter(C::Id.eq(id)),
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
+    /// The current secret becomes the previous one (signing until
+    /// `previous_until`); `secret` becomes current.
+    pub async fn rotate_secret(
+        self,
+        id: EndpointId,
+        secret: &[u8],
+        previous_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        use webhook_endpoint::Column as C;
+        let r = webhook_endpoint::Entity::update_many()
+            .col_expr(C::PreviousSecretEnc, Expr::col(C::SecretEnc))
+            .col_expr(C::PreviousUntil, Expr::value(Time(previous_until)))
+            .col_expr(C::SecretEnc, Expr::value(secret.to_vec()))
+            .col_expr(C::UpdatedAt, Expr::value(Time(now)))
+            .filter(C::Id.eq(id))
+            .exec(self.db)
+            .await?;
+        Ok(r.rows_affected == 1)
+    }
+
+    /// Whether an enabled endpoint of the tenant subscribes to the type.
+    pub async fn subscribed(self, tenant: TenantId, event_type: &str) -> Result<bool> {
+        Ok(self
+            .list(Some(tenant))
+            .await?
+            .iter()
+            .any(|e| e.wants(event_type)))
+    }
+}
