@@ -20,7 +20,7 @@ done
 # The same closed loops driven by wrk (a lighter client than the built-in
 # one, so the ratio to the bare baseline is the stricter figure): track at
 # 32 connections and batches of 100 at 8, each target 8 s after 3 s of
-# warm-up; both figures go in one table in benches/README.md.
+# warm-up; both figures go in one table (benches/table.py).
 if command -v wrk >/dev/null; then
   for backend in sqlite postgres; do
     DURATION=8 run "$backend-track-wrk" --backend "$backend" --profile track --connections 32 --wrk benches/wrk/events.lua

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the results table of benches/README.md from benches/results/*.json."""
+"""Builds a results table (the format of benches/HISTORY.md's full runs) from benches/results/*.json."""
 import glob, json, os
 
 rows = []
