@@ -1117,3 +1117,36 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// The commands get a node's parts from `NodeParts::open`
+    /// (`actors/src/node.rs`), the code that builds a serving node: no file
+    /// of the CLI opens storage, loads keys, makes object storage or routes
+    /// sinks by itself. (The needles are split so this file does not match
+    /// itself.)
+    #[test]
+    fn commands_get_a_nodes_parts_from_the_composition_root() {
+        let files = [
+            ("main.rs", include_str!("main.rs")),
+            ("privacy.rs", include_str!("privacy.rs")),
+            ("taxonomy.rs", include_str!("taxonomy.rs")),
+            ("users.rs", include_str!("users.rs")),
+        ];
+        let wiring = [
+            concat!("store::", "open("),
+            concat!("Keys::", "load("),
+            concat!("Objects::", "from_config("),
+            concat!("Routing::", "for_config("),
+            concat!("JobEnv", " {"),
+        ];
+        for (file, text) in files {
+            for w in wiring {
+                assert!(
+                    !text.contains(w),
+                    "src/{file} builds a node's part itself ({w}): take it from NodeParts::open"
+                );
+            }
+        }
+    }
+}

@@ -1264,9 +1264,8 @@ async fn rolling_upgrade() {
 
     let mut job = None;
     let mut replaced = Vec::new();
-    // What each node's sinks did: (mirror events written, webhook
-    // attempts delivered), read from its metrics before it stops.
-    let mut moved: Vec<(&str, (u64, u64))> = Vec::new();
+    // What each node's sinks did, read from its metrics before it stops.
+    let mut moved: Vec<(&str, SinkFigures)> = Vec::new();
     for i in 0..3 {
         let old = nodes.remove(0);
         let addr = old.addr;
@@ -1441,11 +1440,22 @@ async fn rolling_upgrade() {
     for n in &nodes {
         moved.push(("new", sink_figures(&http, n.addr).await));
     }
-    println!("rolling upgrade, each node's sinks (mirror events, webhook deliveries): {moved:?}");
-    for (release, (mirror, webhooks)) in &moved {
+    println!("rolling upgrade, each node's sinks: {moved:?}");
+    // Every node runs both sinks' relays; which node wins a claim is a
+    // race, so rows moved are counted per release: both releases moved
+    // both sinks' rows.
+    for (release, f) in &moved {
         assert!(
-            *mirror > 0 && *webhooks > 0,
-            "a node of the {release} release moved no mirror or webhook rows: {moved:?}"
+            f.runs_mirror && f.runs_webhooks,
+            "a node of the {release} release does not run both sinks: {moved:?}"
+        );
+    }
+    for release in ["old", "new"] {
+        let of = || moved.iter().filter(|(r, _)| *r == release).map(|(_, f)| f);
+        assert!(
+            of().map(|f| f.mirror_events).sum::<u64>() > 0
+                && of().map(|f| f.webhook_deliveries).sum::<u64>() > 0,
+            "the {release} release moved no mirror or no webhook rows: {moved:?}"
         );
     }
     for n in &nodes {
@@ -1460,7 +1470,17 @@ async fn rolling_upgrade() {
 
 /// A node's sink counters: (events written to the mirror, webhook
 /// attempts delivered).
-async fn sink_figures(http: &reqwest::Client, addr: SocketAddr) -> (u64, u64) {
+/// A node's sinks, from its metrics: rows each moved, and whether its
+/// relays run (each reports its sink's depth).
+#[derive(Debug)]
+struct SinkFigures {
+    mirror_events: u64,
+    webhook_deliveries: u64,
+    runs_mirror: bool,
+    runs_webhooks: bool,
+}
+
+async fn sink_figures(http: &reqwest::Client, addr: SocketAddr) -> SinkFigures {
     let text = http
         .get(format!("http://{addr}/metrics"))
         .send()
@@ -1475,10 +1495,13 @@ async fn sink_figures(http: &reqwest::Client, addr: SocketAddr) -> (u64, u64) {
             .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .map_or(0, |v| v as u64)
     };
-    (
-        value("fastack_mirror_events_written_total "),
-        value("fastack_webhook_attempts_total{outcome=\"delivered\"}"),
-    )
+    let has = |prefix: &str| text.lines().any(|l| l.starts_with(prefix));
+    SinkFigures {
+        mirror_events: value("fastack_mirror_events_written_total "),
+        webhook_deliveries: value("fastack_webhook_attempts_total{outcome=\"delivered\"}"),
+        runs_mirror: has("fastack_outbox_depth{sink=\"mirror\"}"),
+        runs_webhooks: has("fastack_outbox_depth{sink=\"webhooks\"}"),
+    }
 }
 
 /// A tmpfs of `megabytes` mounted on a fresh directory, unmounted when

@@ -26,6 +26,7 @@ use super::{
     OutboxRow, Replayed,
     db::{Db, ListKind, Q, ROWS_PER_INSERT, Tx},
 };
+use crate::error::{Error, Result};
 
 /// A delivery to create from an outbox row.
 #[derive(Clone, Debug)]
@@ -116,7 +117,6 @@ pub enum AttemptOutcome {
         disable: Option<String>,
     },
 }
-use crate::error::{Error, Result};
 
 /// The delivery records people act on (see the module doc).
 #[derive(Clone, Copy)]
@@ -539,6 +539,7 @@ impl Deliveries<'_> {
             .collect())
     }
 
+    /// Gives claimed deliveries back at once, to be claimed again.
     pub async fn release(self, ids: &[DeliveryId]) -> Result<()> {
         use webhook_delivery::Column as C;
         if ids.is_empty() {

@@ -23,6 +23,7 @@ pub struct Endpoints<'a> {
 }
 
 impl Endpoints<'_> {
+    /// A new endpoint with its sealed signing secret.
     pub async fn insert(self, ep: &Endpoint, secret: &[u8]) -> Result<()> {
         webhook_endpoint::Entity::insert(
             webhook_endpoint::Model::new(ep, secret).into_active_model(),
@@ -32,6 +33,7 @@ impl Endpoints<'_> {
         Ok(())
     }
 
+    /// Endpoints, oldest first: a tenant's, or every tenant's.
     pub async fn list(self, tenant: Option<TenantId>) -> Result<Vec<Endpoint>> {
         use webhook_endpoint::Column as C;
         let rows = webhook_endpoint::Entity::find()
@@ -43,6 +45,7 @@ impl Endpoints<'_> {
         Ok(rows.iter().map(Endpoint::from).collect())
     }
 
+    /// One endpoint by id.
     pub async fn get(self, id: EndpointId) -> Result<Option<Endpoint>> {
         let row = webhook_endpoint::Entity::find_by_id(id)
             .one(self.db)

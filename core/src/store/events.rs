@@ -102,14 +102,17 @@ impl Events<'_> {
         )))
     }
 
+    /// Events in a time range, as the query says (its partitions only).
     pub async fn query(self, q: &EventQuery) -> Result<Vec<StoredEvent>> {
         self.engine.query_events(q).await
     }
 
+    /// The contact `id` resolves to (merges followed), with its identities.
     pub async fn contact(self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
         self.load_contact(tenant, id).await
     }
 
+    /// The contact holding an identity (`user_id` or `anonymous_id`).
     pub async fn find_contact(
         self,
         tenant: TenantId,

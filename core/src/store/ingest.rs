@@ -11,15 +11,15 @@ use std::{
     time::Instant,
 };
 
-use uuid::Uuid;
-
 use async_trait::async_trait;
 use fastack_entities::{EventId, TenantId};
+use uuid::Uuid;
 
 use super::{
     IngestRow, TakenKey,
     db::{Col, Db, Dialect, ListKind, Q, Row, Tx},
 };
+use crate::error::{Error, Result};
 
 /// What the idempotency fence said about one row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,7 +48,6 @@ impl TakenKey {
         }
     }
 }
-use crate::error::{Error, Result};
 
 /// Which of `keys` the tenant already used (read [`taken_from`] each row).
 pub(crate) fn taken_query(d: Dialect, tenant: Uuid, keys: Vec<String>) -> Q {

@@ -19,6 +19,7 @@ use super::{
     db::{Db, Q, Tx, corrupt, domain, domain_opt, unique_as_conflict},
     emit, outbox,
 };
+use crate::error::Result;
 
 /// The routing key and CloudEvents id of a job's terminal event.
 pub fn job_event(id: JobId, status: JobStatus) -> (String, String) {
@@ -28,7 +29,6 @@ pub fn job_event(id: JobId, status: JobStatus) -> (String, String) {
         format!("fastack.job.{status}.{id}"),
     )
 }
-use crate::error::Result;
 
 /// The jobs (see the module doc).
 #[derive(Clone, Copy)]
@@ -37,6 +37,7 @@ pub struct Jobs<'a> {
 }
 
 impl Jobs<'_> {
+    /// Queues a job; a second active retention job for one partition is a conflict.
     pub async fn insert(self, j: &Job) -> Result<()> {
         job::Entity::insert(job_model(j))
             .exec_without_returning(self.db)
@@ -45,6 +46,7 @@ impl Jobs<'_> {
         Ok(())
     }
 
+    /// One job of the tenant.
     pub async fn get(self, tenant: TenantId, id: JobId) -> Result<Option<Job>> {
         domain_opt(
             job::Entity::find_by_id(id)
@@ -54,6 +56,7 @@ impl Jobs<'_> {
         )
     }
 
+    /// A tenant's jobs, newest first, of one status when given, up to `limit`.
     pub async fn list(
         self,
         tenant: TenantId,
@@ -113,6 +116,7 @@ impl Jobs<'_> {
         domain_opt(claimed.into_iter().next())
     }
 
+    /// Extends this node's claim on a running job; whether it still holds it.
     pub async fn renew_claim(self, id: JobId, node: NodeId, until: DateTime<Utc>) -> Result<bool> {
         use job::Column as C;
         let r = job::Entity::update_many()

@@ -11,6 +11,7 @@ use sea_orm::{
 };
 
 use super::db::{Db, domain, unique_as_conflict};
+use crate::error::Result;
 
 /// An API key with its tenant, as the front door needs it.
 #[derive(Clone, Debug)]
@@ -18,7 +19,6 @@ pub struct KeyRecord {
     pub key: ApiKey,
     pub tenant: Tenant,
 }
-use crate::error::Result;
 
 /// The API keys (see the module doc).
 #[derive(Clone, Copy)]
@@ -27,6 +27,7 @@ pub struct Keys<'a> {
 }
 
 impl Keys<'_> {
+    /// A new key, stored as `hash` (the SHA-256 of the key shown once).
     pub async fn insert(self, key: &ApiKey, hash: &[u8; 32]) -> Result<()> {
         api_key::Entity::insert(api_key::Model::new(key, hash).into_active_model())
             .exec_without_returning(self.db)
@@ -35,6 +36,7 @@ impl Keys<'_> {
         Ok(())
     }
 
+    /// A tenant's keys, oldest first (revoked ones included).
     pub async fn list(self, tenant: TenantId) -> Result<Vec<ApiKey>> {
         use api_key::Column as C;
         domain(
@@ -47,6 +49,7 @@ impl Keys<'_> {
         )
     }
 
+    /// Revokes a key not yet revoked; whether it did.
     pub async fn revoke(self, id: ApiKeyId, at: DateTime<Utc>) -> Result<bool> {
         use api_key::Column as C;
         let r = api_key::Entity::update_many()
@@ -58,6 +61,7 @@ impl Keys<'_> {
         Ok(r.rows_affected == 1)
     }
 
+    /// The key with this hash and its tenant (the front door, on a cache miss).
     pub async fn lookup(self, hash: &[u8; 32]) -> Result<Option<KeyRecord>> {
         let found = api_key::Entity::find()
             .filter(api_key::Column::KeyHash.eq(hash.to_vec()))

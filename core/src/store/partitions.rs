@@ -11,6 +11,7 @@ use super::{
     TimeRange,
     db::{Db, Q, Row, Tx},
 };
+use crate::error::{Error, Result};
 
 impl TimeRange {
     /// The months this range touches.
@@ -168,7 +169,6 @@ pub enum DropOutcome {
         rows: i64,
     },
 }
-use crate::error::{Error, Result};
 
 /// How a backend lays out `tracked_events`.
 #[async_trait]

@@ -28,6 +28,11 @@ use super::{
     outbox,
     partitions::Layout,
 };
+use crate::{
+    domain::sha256_hex,
+    error::Result,
+    identity::{self, Snapshot},
+};
 
 /// Whether an enabled endpoint of the tenant (`$1`) subscribes to
 /// `core.event.tracked`: the same SQL on both backends.
@@ -109,11 +114,6 @@ pub struct ProcessOutcome {
     /// acted on the commit (empty where the transaction deleted them).
     pub to_consume: Vec<i64>,
 }
-use crate::{
-    domain::sha256_hex,
-    error::Result,
-    identity::{self, Snapshot},
-};
 
 /// How a round takes its inbox rows, and where they are deleted.
 #[derive(Debug)]
@@ -880,6 +880,7 @@ impl Processing<'_> {
         Ok(holder.map(|r| r.uuid("node_id")).transpose()? == Some(node.0))
     }
 
+    /// Gives up the tenant's lease if this node holds it.
     pub async fn release_lease(self, tenant: TenantId, node: NodeId) -> Result<()> {
         self.db
             .execute(

@@ -132,6 +132,7 @@ impl Quarantine<'_> {
         )
     }
 
+    /// One quarantined event of the tenant.
     pub async fn get(self, tenant: TenantId, event: EventId) -> Result<Option<QuarantinedEvent>> {
         domain_opt(
             quarantine::Entity::find_by_id((tenant, event))

@@ -19,6 +19,7 @@ pub struct Tenants<'a> {
 }
 
 impl Tenants<'_> {
+    /// A new tenant; a name already taken is a conflict.
     pub async fn insert(self, t: &Tenant) -> Result<()> {
         tenant::Entity::insert(tenant::Model::from(t).into_active_model())
             .exec_without_returning(self.db)
@@ -27,6 +28,7 @@ impl Tenants<'_> {
         Ok(())
     }
 
+    /// Every tenant, oldest first.
     pub async fn list(self) -> Result<Vec<Tenant>> {
         use tenant::Column as C;
         domain(
@@ -38,10 +40,12 @@ impl Tenants<'_> {
         )
     }
 
+    /// One tenant by id.
     pub async fn get(self, id: TenantId) -> Result<Option<Tenant>> {
         domain_opt(tenant::Entity::find_by_id(id).one(self.db).await?)
     }
 
+    /// One tenant by its (unique) name.
     pub async fn find_by_name(self, name: &str) -> Result<Option<Tenant>> {
         domain_opt(
             tenant::Entity::find()
@@ -51,6 +55,7 @@ impl Tenants<'_> {
         )
     }
 
+    /// Sets a tenant's plan and retention (`None`: the plan's); whether the tenant exists.
     pub async fn update_plan(
         self,
         id: TenantId,
