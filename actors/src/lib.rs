@@ -152,7 +152,7 @@ impl Runtime {
     /// starts the tree.
     pub async fn open(config: &Config, options: RuntimeOptions) -> Result<Self> {
         let parts = NodeParts::open(config, Opening::Serve, &options).await?;
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_counters(&sinks::counters(config)));
         let health = Arc::new(Health::new(&metrics));
         let redis_limiter = match &config.redis_url {
             Some(url) => {

