@@ -256,8 +256,8 @@ pub async fn set_webhook_enabled(
     reason: Option<&str>,
 ) -> Result<fastack_entities::Endpoint> {
     if !store
-        .endpoints()
-        .set_enabled(
+        .deliveries()
+        .set_endpoint_enabled(
             id,
             enabled,
             reason.or(Some("disabled by an operator")),

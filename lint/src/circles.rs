@@ -79,22 +79,18 @@ pub fn circles_in_tree(root: &Path) -> std::io::Result<Vec<Circle>> {
         collect(&src, &mut files)?;
         let mut sources = BTreeMap::new();
         for f in files {
-            sources.insert(
-                mod_path(&src, &f),
-                (is_dir_mod(&f), std::fs::read_to_string(&f)?),
-            );
+            sources.insert(mod_path(&src, &f), std::fs::read_to_string(&f)?);
         }
         out.extend(circles_of(&name, &sources));
     }
     Ok(out)
 }
 
-/// The circles of one crate, from its files' module paths, whether each is
-/// a directory's module (`mod.rs`, `lib.rs`, `main.rs`) and their text.
-pub fn circles_of(krate: &str, sources: &BTreeMap<ModPath, (bool, String)>) -> Vec<Circle> {
+/// The circles of one crate, from its files' module paths and their text.
+pub fn circles_of(krate: &str, sources: &BTreeMap<ModPath, String>) -> Vec<Circle> {
     let texts: BTreeMap<&ModPath, String> = sources
         .iter()
-        .map(|(m, (_, text))| {
+        .map(|(m, text)| {
             (
                 m,
                 COMMENT
@@ -113,7 +109,6 @@ pub fn circles_of(krate: &str, sources: &BTreeMap<ModPath, (bool, String)>) -> V
     }
     let mut edges: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
     for (m, text) in &texts {
-        let dir_mod = sources[*m].0;
         let mut paths: Vec<Vec<String>> = Vec::new();
         for u in USE.captures_iter(text) {
             paths.extend(flatten(&u[1]));
@@ -123,7 +118,7 @@ pub fn circles_of(krate: &str, sources: &BTreeMap<ModPath, (bool, String)>) -> V
         }
         let from = edges.entry((*m).clone()).or_default();
         for p in paths {
-            let Some(target) = resolve(m, dir_mod, &p, sources, &defs) else {
+            let Some(target) = resolve(m, &p, sources, &defs) else {
                 continue;
             };
             // A file's own module, its ancestors (`super::X` re-exported
@@ -254,13 +249,12 @@ fn split_top(s: &str) -> Vec<&str> {
 /// The file a path names, from file `cur`.
 fn resolve(
     cur: &ModPath,
-    cur_is_dir: bool,
     path: &[String],
-    sources: &BTreeMap<ModPath, (bool, String)>,
+    sources: &BTreeMap<ModPath, String>,
     defs: &HashMap<String, BTreeSet<ModPath>>,
 ) -> Option<ModPath> {
-    // The module `self` is: a directory's module is its own path; a file's
-    // module too (`self::` inside it), but its `super` is its parent.
+    // `self` is the file's own module, `super` its parent (a directory's
+    // module is its own path: `mod.rs` of `store` is `store`).
     let (mut m, mut rest): (ModPath, &[String]) = match path.first()?.as_str() {
         "crate" => (Vec::new(), &path[1..]),
         "self" => (cur.clone(), &path[1..]),
@@ -276,7 +270,6 @@ fn resolve(
         }
         _ => return None,
     };
-    let _ = cur_is_dir;
     while let Some(next) = rest.first() {
         let mut deeper = m.clone();
         deeper.push(next.clone());
@@ -373,16 +366,16 @@ fn components(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>>
 mod tests {
     use super::*;
 
-    fn krate(files: &[(&str, bool, &str)]) -> BTreeMap<ModPath, (bool, String)> {
+    fn krate(files: &[(&str, &str)]) -> BTreeMap<ModPath, String> {
         files
             .iter()
-            .map(|(p, dir, text)| {
+            .map(|(p, text)| {
                 let path = if p.is_empty() {
                     Vec::new()
                 } else {
                     p.split('/').map(str::to_owned).collect()
                 };
-                (path, (*dir, (*text).to_owned()))
+                (path, (*text).to_owned())
             })
             .collect()
     }
@@ -390,22 +383,13 @@ mod tests {
     #[test]
     fn a_circle_through_a_reexport_is_found() {
         let files = krate(&[
-            ("", true, "pub mod store;"),
+            ("", "pub mod store;"),
             (
                 "store",
-                true,
                 "mod outbox; mod deliveries; pub use outbox::Row; pub use deliveries::fan_out;",
             ),
-            (
-                "store/outbox",
-                false,
-                "use super::fan_out;\npub struct Row;",
-            ),
-            (
-                "store/deliveries",
-                false,
-                "use super::Row;\npub fn fan_out() {}",
-            ),
+            ("store/outbox", "use super::fan_out;\npub struct Row;"),
+            ("store/deliveries", "use super::Row;\npub fn fan_out() {}"),
         ]);
         let found = circles_of("core", &files);
         assert_eq!(
@@ -420,11 +404,10 @@ mod tests {
     #[test]
     fn one_way_and_tests_and_comments_are_not_circles() {
         let files = krate(&[
-            ("", true, "pub mod a; pub mod b;"),
-            ("a", false, "use crate::b::B;\npub struct A;"),
+            ("", "pub mod a; pub mod b;"),
+            ("a", "use crate::b::B;\npub struct A;"),
             (
                 "b",
-                false,
                 "// crate::a::A is mentioned here only\npub struct B;\n#[cfg(test)]\nmod tests { use crate::a::A; }",
             ),
         ]);
@@ -434,14 +417,10 @@ mod tests {
     #[test]
     fn modules_that_reach_each_other_are_found() {
         let files = krate(&[
-            ("", true, "pub mod relay; pub mod sinks;"),
-            (
-                "relay",
-                false,
-                "use crate::sinks::sink::Sink;\npub struct Relay;",
-            ),
-            ("sinks", true, "pub mod sink; use crate::relay::Relay;"),
-            ("sinks/sink", false, "pub trait Sink {}"),
+            ("", "pub mod relay; pub mod sinks;"),
+            ("relay", "use crate::sinks::sink::Sink;\npub struct Relay;"),
+            ("sinks", "pub mod sink; use crate::relay::Relay;"),
+            ("sinks/sink", "pub trait Sink {}"),
         ]);
         let found = circles_of("actors", &files);
         assert_eq!(found.len(), 1);

@@ -23,7 +23,7 @@ use sea_orm::{
 use serde_json::{Value, json};
 
 use super::{
-    OutboxRow, Replayed,
+    Endpoints, OutboxRow, Replayed,
     db::{Db, ListKind, Q, ROWS_PER_INSERT, Tx},
 };
 use crate::error::{Error, Result};
@@ -124,7 +124,44 @@ pub struct Deliveries<'a> {
     pub(super) db: &'a Db,
 }
 
-impl Deliveries<'_> {
+impl<'a> Deliveries<'a> {
+    fn endpoints(self) -> Endpoints<'a> {
+        Endpoints { db: self.db }
+    }
+
+    /// Enables or disables an endpoint; disabling fails its pending
+    /// deliveries and tells its tenant's `endpoint.disabled` subscribers, in
+    /// one transaction.
+    pub async fn set_endpoint_enabled(
+        self,
+        id: EndpointId,
+        enabled: bool,
+        reason: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        use webhook_endpoint::Column as C;
+        let mut tx = self.db.begin().await?;
+        if !enabled && disable_endpoint(&mut tx, id, reason.unwrap_or("disabled"), now).await? {
+            tx.commit().await?;
+            return Ok(true);
+        }
+        // Enabling, or disabling one already disabled (its reason changes).
+        let n = tx
+            .run(
+                &webhook_endpoint::Entity::update_many()
+                    .col_expr(C::Enabled, Expr::value(enabled))
+                    .col_expr(
+                        C::DisabledReason,
+                        Expr::value(reason.filter(|_| !enabled).map(str::to_owned)),
+                    )
+                    .col_expr(C::UpdatedAt, Expr::value(Time(now)))
+                    .filter(C::Id.eq(id)),
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
     /// Puts one delivery of `tenant` back to pending, due now. A replay is one
     /// more attempt: the attempt count goes on, so a delivery that had used its
     /// three attempts fails again at once if this one fails.
@@ -190,11 +227,10 @@ impl Deliveries<'_> {
 
     /// One endpoint of `tenant` (another tenant's is not found).
     pub async fn tenant_endpoint(self, tenant: TenantId, id: EndpointId) -> Result<Endpoint> {
-        webhook_endpoint::Entity::find_by_id(id)
-            .filter(webhook_endpoint::Column::TenantId.eq(tenant))
-            .one(self.db)
+        self.endpoints()
+            .get(id)
             .await?
-            .map(|e| Endpoint::from(&e))
+            .filter(|e| e.tenant_id == tenant)
             .ok_or(Error::NotFound { what: "endpoint" })
     }
 
@@ -205,11 +241,7 @@ impl Deliveries<'_> {
     ) -> Result<HashMap<EndpointId, DeliveryStatus>> {
         use webhook_delivery::Column as C;
         let mut out = HashMap::new();
-        let endpoints = webhook_endpoint::Entity::find()
-            .filter(webhook_endpoint::Column::TenantId.eq(tenant))
-            .all(self.db)
-            .await?;
-        for ep in endpoints {
+        for ep in self.endpoints().list(Some(tenant)).await? {
             let last: Option<String> = webhook_delivery::Entity::find()
                 .select_only()
                 .column(C::Status)

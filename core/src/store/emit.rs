@@ -26,7 +26,7 @@ pub(crate) struct Written {
 /// the fan-out's deliveries when it takes them, and the outbox rows owed to
 /// every relayed sink.
 pub(crate) async fn write(tx: &mut Tx<'_>, entries: Vec<Entry>, emit: &Emit) -> Result<Written> {
-    let deliveries = if emit.fans_out() && !entries.is_empty() {
+    let deliveries = if emit.fans_out() {
         deliveries::fan_out_entries(tx, &entries).await?
     } else {
         0

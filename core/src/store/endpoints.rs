@@ -53,41 +53,6 @@ impl Endpoints<'_> {
         Ok(row.as_ref().map(Endpoint::from))
     }
 
-    /// Enables or disables an endpoint; disabling fails its pending
-    /// deliveries.
-    pub async fn set_enabled(
-        self,
-        id: EndpointId,
-        enabled: bool,
-        reason: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> Result<bool> {
-        use webhook_endpoint::Column as C;
-        let mut tx = self.db.begin().await?;
-        if !enabled
-            && super::deliveries::disable_endpoint(&mut tx, id, reason.unwrap_or("disabled"), now)
-                .await?
-        {
-            tx.commit().await?;
-            return Ok(true);
-        }
-        // Enabling, or disabling one already disabled (its reason changes).
-        let n = tx
-            .run(
-                &webhook_endpoint::Entity::update_many()
-                    .col_expr(C::Enabled, Expr::value(enabled))
-                    .col_expr(
-                        C::DisabledReason,
-                        Expr::value(reason.filter(|_| !enabled).map(str::to_owned)),
-                    )
-                    .col_expr(C::UpdatedAt, Expr::value(Time(now)))
-                    .filter(C::Id.eq(id)),
-            )
-            .await?;
-        tx.commit().await?;
-        Ok(n == 1)
-    }
-
     /// The current secret becomes the previous one (signing until
     /// `previous_until`); `secret` becomes current.
     pub async fn rotate_secret(

@@ -229,8 +229,8 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
         .unwrap();
     assert!(
         store
-            .endpoints()
-            .set_enabled(endpoint.id, false, Some("operator"), now())
+            .deliveries()
+            .set_endpoint_enabled(endpoint.id, false, Some("operator"), now())
             .await
             .unwrap()
     );
@@ -262,8 +262,8 @@ async fn webhook_fanout_and_deliveries(store: &Store) {
     );
     assert!(
         store
-            .endpoints()
-            .set_enabled(endpoint.id, true, None, now())
+            .deliveries()
+            .set_endpoint_enabled(endpoint.id, true, None, now())
             .await
             .unwrap()
     );
