@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use fastack_actors::{NodeParts, Opening, RuntimeOptions};
-use fastack_core::{Config, admin, config::SETTINGS};
+use fastack_core::{Config, admin};
 use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan};
 use serde::Serialize;
 
@@ -107,9 +107,10 @@ enum AdminCommand {
     /// Retention: archive, verify and drop partitions past their retention.
     #[command(subcommand)]
     Retention(RetentionCommand),
-    /// The Parquet mirror (FASTACK_MIRROR_URL).
-    #[command(subcommand)]
-    Mirror(MirrorCommand),
+    /// Write a tenant's stored events of [from, to) that a sink neither
+    /// holds nor owes (events stored before it was switched on), as a
+    /// `backfill` job, here, with a progress bar.
+    Backfill(BackfillArgs),
     /// Webhook endpoints (only here and on the admin listener, never
     /// through the tenant API).
     #[command(subcommand)]
@@ -267,29 +268,25 @@ enum RetentionCommand {
     },
 }
 
-#[derive(Subcommand)]
-enum MirrorCommand {
-    /// Write a tenant's stored events of [from, to) that the mirror neither
-    /// holds nor owes (events stored before it was switched on), as a
-    /// `backfill` job, here, with a progress bar; with --rewrite, replace
-    /// the files of the hours the range touches instead.
-    Backfill {
-        /// Tenant id or name.
-        #[arg(long)]
-        tenant: String,
-        /// Start of the range (RFC 3339, by when events occurred).
-        #[arg(long)]
-        from: chrono::DateTime<chrono::Utc>,
-        /// End of the range, excluded.
-        #[arg(long)]
-        to: chrono::DateTime<chrono::Utc>,
-        /// Replace the mirror's files of every hour the range touches with
-        /// files of what storage holds (events the live mirror still owes
-        /// are left to it); refused for an hour holding events storage no
-        /// longer has.
-        #[arg(long)]
-        rewrite: bool,
-    },
+#[derive(clap::Args)]
+struct BackfillArgs {
+    /// The sink (`mirror`: the Parquet lake).
+    sink: String,
+    /// Tenant id or name.
+    #[arg(long)]
+    tenant: String,
+    /// Start of the range (RFC 3339, by when events occurred).
+    #[arg(long)]
+    from: chrono::DateTime<chrono::Utc>,
+    /// End of the range, excluded.
+    #[arg(long)]
+    to: chrono::DateTime<chrono::Utc>,
+    /// Replace what the sink holds for the range instead (the mirror: the
+    /// files of every hour the range touches, written again from what
+    /// storage holds, events the live mirror still owes left to it;
+    /// refused for an hour holding events storage no longer has).
+    #[arg(long)]
+    rewrite: bool,
 }
 
 #[derive(Subcommand)]
@@ -584,12 +581,7 @@ async fn admin_command(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Retention(RetentionCommand::Run { dry_run }) => {
             retention_run(&node, json, dry_run).await
         }
-        AdminCommand::Mirror(MirrorCommand::Backfill {
-            tenant,
-            from,
-            to,
-            rewrite,
-        }) => mirror_backfill(&node, json, &tenant, (from, to), rewrite).await,
+        AdminCommand::Backfill(args) => backfill(&node, json, args).await,
         AdminCommand::Key(KeyCommand::Revoke { key }) => {
             let key = key_to_revoke(store, &key).await?;
             admin::revoke_key(store, key).await?;
@@ -934,33 +926,28 @@ pub(crate) async fn run_jobs_here(
     Ok(ended)
 }
 
-/// Queues a backfill job and runs it here (with every other queued
+/// Queues a sink's backfill job and runs it here (with every other queued
 /// backfill: a node's job runner takes any this command leaves), then
 /// prints its result.
-async fn mirror_backfill(
-    node: &NodeParts,
-    json: bool,
-    tenant: &str,
-    (from, to): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>),
-    rewrite: bool,
-) -> anyhow::Result<()> {
-    use fastack_actors::sinks::mirror;
+async fn backfill(node: &NodeParts, json: bool, args: BackfillArgs) -> anyhow::Result<()> {
+    use fastack_actors::sinks::{self, BackfillRequest};
     use fastack_core::store::TimeRange;
     use fastack_entities::JobKind;
 
     let (config, store) = (&node.config, &node.store);
-    if config.mirror_url.is_none() {
-        anyhow::bail!(
-            "the mirror is off: run this with the server's FASTACK_MIRROR_URL (and FASTACK_S3_* settings)"
-        );
-    }
-    let Some(range) = TimeRange::new(from, to) else {
+    let (sink, work) = sinks::backfill_of(config, &args.sink).map_err(anyhow::Error::msg)?;
+    let Some(range) = TimeRange::new(args.from, args.to) else {
         anyhow::bail!("--to must be after --from");
     };
-    let t = admin::resolve_tenant(store.as_ref(), tenant).await?;
-    let queued = mirror::backfill_job(t.id, range, rewrite, chrono::Utc::now());
+    let tenant = admin::resolve_tenant(store.as_ref(), &args.tenant).await?;
+    let request = BackfillRequest {
+        tenant: tenant.id,
+        range,
+        rewrite: args.rewrite,
+    };
+    let queued = sinks::backfill_job(sink, &request, chrono::Utc::now());
     store.jobs().insert(&queued).await?;
-    run_jobs_here(node, json, JobKind::Backfill, "hours").await?;
+    run_jobs_here(node, json, JobKind::Backfill, work.unit()).await?;
     // A node's runner may have taken it first: wait for its end.
     let job = loop {
         match store.jobs().get(queued.tenant_id, queued.id).await? {
@@ -971,19 +958,7 @@ async fn mirror_backfill(
     };
     let document: serde_json::Value = serde_json::from_str(&job.document())?;
     print(json, &document, |d| match d["status"].as_str() {
-        Some("completed") => {
-            let r = &d["result"];
-            format!(
-                "backfill {}: {} events written in {} files, {} already in the mirror, {} files replaced ({} hours, {})",
-                job.id,
-                r["events_written"],
-                r["files"],
-                r["already_mirrored"],
-                r["files_replaced"],
-                r["hours"],
-                r["location"]
-            )
-        }
+        Some("completed") => format!("backfill {}: {}", job.id, work.summary(&d["result"])),
         _ => format!(
             "backfill {} failed: {}",
             job.id,
@@ -998,6 +973,13 @@ async fn mirror_backfill(
     Ok(())
 }
 
+/// The configuration of this process: the product's settings and every
+/// sink's, from the environment (and the file `FASTACK_CONFIG` names).
+fn config() -> anyhow::Result<Config> {
+    Config::load(std::env::vars(), &fastack_actors::sinks::settings())
+        .context("reading configuration")
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Openapi { admin: false } => {
@@ -1010,13 +992,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Config { defaults: true } => {
             out!("| variable | default | meaning |\n|---|---|---|")?;
-            for (name, default, meaning) in SETTINGS {
-                out!("| `{name}` | {default} | {meaning} |")?;
+            for doc in Config::docs(&fastack_actors::sinks::settings()) {
+                out!("| `{}` | {} | {} |", doc.name, doc.default, doc.meaning)?;
             }
             Ok(())
         }
         Command::Config { defaults: false } => {
-            let rows = Config::in_force(std::env::vars()).context("reading configuration")?;
+            let rows = Config::in_force(std::env::vars(), &fastack_actors::sinks::settings())
+                .context("reading configuration")?;
             out!("| variable | in force | default | meaning |\n|---|---|---|---|")?;
             for row in rows {
                 let in_force = if row.set.is_empty() {
@@ -1030,15 +1013,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 };
                 out!(
                     "| `{}` | {in_force} | {} | {} |",
-                    row.setting,
-                    row.default,
-                    row.meaning
+                    row.doc.name,
+                    row.doc.default,
+                    row.doc.meaning
                 )?;
             }
             Ok(())
         }
         Command::Serve => {
-            let config = Config::from_env().context("reading configuration")?;
+            let config = config()?;
             init_logging(&config.log);
             let server = fastack_api::start(config, fastack_api::StartOptions::default())
                 .await
@@ -1047,7 +1030,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate => {
-            let config = Config::from_env().context("reading configuration")?;
+            let config = config()?;
             init_logging(&config.log);
             NodeParts::open(&config, Opening::Migrate, &RuntimeOptions::default())
                 .await
@@ -1056,7 +1039,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Keys(KeysCommand::ExternalHmac { tenant }) => {
-            let config = Config::from_env().context("reading configuration")?;
+            let config = config()?;
             init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
             // The keys of an existing node only: never a new master key.
             let node = NodeParts::open(&config, Opening::Tool, &RuntimeOptions::default()).await?;
@@ -1071,7 +1054,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Admin(args) => {
-            let config = Config::from_env().context("reading configuration")?;
+            let config = config()?;
             init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
             admin_command(&config, args).await
         }

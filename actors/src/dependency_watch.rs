@@ -20,14 +20,16 @@ use crate::{context::Ctx, periodic::Periodic};
 
 #[derive(Clone)]
 pub struct DependencyWatch {
-    /// The lake's storage, when the mirror is on.
-    lake: Option<Objects>,
+    /// The lake's storage and settings, when a sink keeping one is on.
+    lake: Option<(Objects, &'static str)>,
 }
 
 impl DependencyWatch {
     pub fn new(config: &Config) -> Self {
         DependencyWatch {
-            lake: crate::sinks::mirror::lake_objects(config).and_then(Result::ok),
+            lake: crate::sinks::lake(config)
+                .and_then(Result::ok)
+                .map(|lake| (lake.objects, lake.settings)),
         }
     }
 }
@@ -73,8 +75,11 @@ impl Periodic for DependencyWatch {
             Err(_) => health.down(Dependency::Database, "did not answer in time"),
         }
         let node = ctx.node_id.to_string();
-        let stores = std::iter::once((Dependency::ObjectStorage, &ctx.objects))
-            .chain(self.lake.iter().map(|l| (Dependency::Lake, l)));
+        let stores = std::iter::once((Dependency::ObjectStorage, &ctx.objects)).chain(
+            self.lake
+                .iter()
+                .map(|(l, settings)| (Dependency::Lake(settings), l)),
+        );
         for (dep, objects) in stores {
             match health::probe_objects(objects, &node).await {
                 Ok(()) => health.up(dep, Some(objects.location.clone())),

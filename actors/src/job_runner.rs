@@ -1,4 +1,4 @@
-//! JobRunnerActor: runs jobs (exports; retention archives; mirror
+//! JobRunnerActor: runs jobs (exports; retention archives; erasures; sinks'
 //! backfills) claimed from the `jobs` table. A claim is a lease renewed
 //! while the job runs; a job whose runner died is claimed again by any node
 //! once its lease expires. The
@@ -227,10 +227,10 @@ async fn work(env: &JobEnv<'_>, job: &Job, progress: Progress<'_>) -> Result<Val
             Ok(report.result_json())
         }
         JobKind::Backfill => {
-            crate::sinks::mirror::backfill(env.store.as_ref(), env.config, job, progress).await
+            crate::sinks::run_backfill(env.store.as_ref(), env.config, job, progress).await
         }
         JobKind::Erasure => {
-            let lake = match crate::sinks::mirror::MirrorLake::new(env.config) {
+            let lake = match crate::sinks::lake(env.config) {
                 Some(Ok(lake)) => Some(lake),
                 Some(Err(e)) => return Err(jobs::error_chain(&e)),
                 None => None,
@@ -241,7 +241,7 @@ async fn work(env: &JobEnv<'_>, job: &Job, progress: Progress<'_>) -> Result<Val
                 store: env.store.as_ref(),
                 objects: env.objects,
                 keys: env.keys,
-                lake: lake.as_ref().map(|l| l as &dyn erasure::Lake),
+                lake: lake.as_ref().map(|l| l.files.as_ref()),
                 now: &now,
                 progress,
             };

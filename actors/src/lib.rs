@@ -4,16 +4,17 @@
 //! Root (children from one table, root.rs)
 //! ├── IngestWriter                  group commit of accepted events
 //! ├── TenantRegistry ── TenantSupervisor(tenant) ── Processor(tenant)
-//! ├── JobRunner                     exports, retention archives, erasures, mirror backfills
+//! ├── JobRunner                     exports, retention archives, erasures, sinks' backfills
 //! ├── Periodic<Repairer>            re-emits terminal events still marked pending
 //! ├── Periodic<PartitionManager>    partitions ahead, retention jobs scheduled
 //! ├── Periodic<PlanRefresher>       tracking plans installed on any node, in force here
 //! ├── Periodic<ClockWatch>          warns while the machine's clock moved from the node's
 //! ├── Periodic<DependencyWatch>     dependencies checked for /readyz
 //! ├── WebhookDispatcher ── EndpointWorker(endpoint)   retries at ~2 s and ~8 s
-//! └── Relay<Sink>, one per sink     webhooks (fan-out to deliveries); amqp (RabbitMQ,
-//!                                   publisher confirms; with a broker); mirror
-//!                                   (Parquet lake; with FASTACK_MIRROR_URL)
+//! └── Relay<Sink>, one per sink on  each sink a file of sinks/, listed once in
+//!                                   sinks::SINKS: webhooks (fan-out to deliveries),
+//!                                   amqp (RabbitMQ, publisher confirms), the
+//!                                   Parquet lake's
 //! ```
 //!
 //! Actors do not hold each other's references: they raise [`Signal`]s
@@ -115,7 +116,7 @@ impl Default for RuntimeOptions {
 /// What a node checks before it serves, so that a misconfiguration fails
 /// the start with the setting named instead of the first job hours later:
 /// object storage (a probe object written, read back and deleted), the
-/// lake's storage when the mirror is on, RabbitMQ (connected, exchanges
+/// lake's storage when a sink keeping one is on, RabbitMQ (connected, exchanges
 /// declared) when streaming is on, and the data directory's disk.
 async fn check_at_start(config: &Config, health: &Health, objects: &Objects) -> Result<()> {
     let node = config.node_id.to_string();
@@ -123,12 +124,13 @@ async fn check_at_start(config: &Config, health: &Health, objects: &Objects) -> 
         .await
         .map_err(|e| health::unusable(Dependency::ObjectStorage, &objects.location, e))?;
     health.up(Dependency::ObjectStorage, Some(objects.location.clone()));
-    if let Some(lake) = sinks::mirror::lake_objects(config) {
+    if let Some(lake) = sinks::lake(config) {
         let lake = lake?;
-        health::probe_objects(&lake, &node)
+        let dep = Dependency::Lake(lake.settings);
+        health::probe_objects(&lake.objects, &node)
             .await
-            .map_err(|e| health::unusable(Dependency::Lake, &lake.location, e))?;
-        health.up(Dependency::Lake, Some(lake.location.clone()));
+            .map_err(|e| health::unusable(dep, &lake.objects.location, e))?;
+        health.up(dep, Some(lake.objects.location.clone()));
     }
     match &config.amqp_url {
         Some(url) => {

@@ -5,7 +5,7 @@
 # pair and verified again) and a Parquet lake of 30 days (one file an hour,
 # the person's event and 150 others in each, every file rewritten). Fills a
 # fresh PostgreSQL database, archives January 2020 with `fastack admin
-# retention run`, writes the lake with `fastack admin mirror backfill`, then
+# retention run`, writes the lake with `fastack admin backfill mirror`, then
 # runs `fastack admin erasure request --here` and prints the erasure's
 # per-store times (its `erasure pass done` log line) and the certificate's
 # counts.
@@ -57,7 +57,7 @@ echo "archiving January 2020 (1,000,000 rows)"
 from=$(date -u -d '31 days ago' +%FT%TZ)
 to=$(date -u +%FT%TZ)
 echo "writing the lake (30 days, a file an hour)"
-"$bin" admin mirror backfill --tenant shop --from "$from" --to "$to" >/dev/null
+"$bin" admin backfill mirror --tenant shop --from "$from" --to "$to" >/dev/null
 echo "lake files: $(find "$dir/lake" -name '*.parquet' | wc -l)"
 echo "erasing bench-person"
 FASTACK_LOG=fastack_core::erasure=debug /usr/bin/time -v "$bin" admin --json erasure request --tenant shop --user-id bench-person --here \

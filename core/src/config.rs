@@ -12,335 +12,374 @@ use std::{
 
 use fastack_entities::{NodeId, Plan, PlanLimits};
 
-use crate::error::{Error, Result};
-
-/// Every setting, with its environment name, default and meaning. The README
-/// configuration table is generated from the same list (`fastack config`).
-pub const SETTINGS: &[(&str, &str, &str)] = &[
-    (
-        "FASTACK_DATABASE_URL",
-        "(embedded SQLite)",
-        "`postgres://…` switches storage to PostgreSQL; unset uses SQLite under the data dir",
-    ),
-    (
-        "FASTACK_DATA_DIR",
-        "./fastack-data",
-        "embedded database, bootstrap key and local object storage",
-    ),
-    (
-        "FASTACK_REDIS_URL",
-        "(in-process)",
-        "`redis://…` moves rate limits to Redis, shared by all nodes",
-    ),
-    (
-        "FASTACK_REDIS_PREFIX",
-        "fastack",
-        "prefix of every Redis key this deployment writes",
-    ),
-    (
-        "FASTACK_LISTEN",
-        "127.0.0.1:8080",
-        "tenant API and ops endpoints",
-    ),
-    (
-        "FASTACK_ADMIN_LISTEN",
-        "127.0.0.1:8081",
-        "admin listener (only started when FASTACK_ADMIN_TOKEN is set)",
-    ),
-    (
-        "FASTACK_ADMIN_TOKEN",
-        "(unset: admin listener off)",
-        "bearer token of the admin listener; at least 24 characters",
-    ),
-    (
-        "FASTACK_CONSOLE_LISTEN",
-        "(unset: console off)",
-        "the account console's listener (sign-in pages for tenants' users), e.g. 127.0.0.1:8082",
-    ),
-    (
-        "FASTACK_CONSOLE_URL",
-        "http://<FASTACK_CONSOLE_LISTEN>",
-        "the console's address as browsers reach it (sign-in links; `https://…` marks cookies Secure)",
-    ),
-    (
-        "FASTACK_HEADER_TIMEOUT_MS",
-        "10000",
-        "a request's headers must arrive within this, from its first byte",
-    ),
-    (
-        "FASTACK_BODY_TIMEOUT_MS",
-        "30000",
-        "a request's body must arrive within this (408 `request_timeout`)",
-    ),
-    (
-        "FASTACK_IDLE_TIMEOUT_MS",
-        "60000",
-        "a keep-alive connection with no request in flight is closed after this",
-    ),
-    (
-        "FASTACK_MAX_CONNECTIONS",
-        "4096",
-        "open connections per listener; further clients wait in the accept queue",
-    ),
-    (
-        "FASTACK_UNAUTH_RPS",
-        "50",
-        "requests per second per client address without a valid API key (then 429)",
-    ),
-    (
-        "FASTACK_AMQP_URL",
-        "(unset: streaming off)",
-        "RabbitMQ for job and event streams",
-    ),
-    (
-        "FASTACK_JOB_EVENTS_EXCHANGE",
-        "fastack.job.events",
-        "topic exchange of job.completed / job.failed",
-    ),
-    (
-        "FASTACK_CORE_EVENTS_EXCHANGE",
-        "fastack.core.events",
-        "topic exchange of core.event.tracked",
-    ),
-    (
-        "FASTACK_CLOUDEVENTS_SOURCE",
-        "(none)",
-        "ce-source of every emitted CloudEvent; required with AMQP",
-    ),
-    (
-        "FASTACK_ENC_KEY",
-        "(embedded: generated)",
-        "base64 master key (>= 32 bytes) for encryption and HMAC keys",
-    ),
-    (
-        "FASTACK_STORAGE_URL",
-        "(data dir)",
-        "object storage for exports and archives",
-    ),
-    (
-        "FASTACK_S3_ENDPOINT / _REGION / _ACCESS_KEY_ID / _SECRET_ACCESS_KEY",
-        "(none)",
-        "S3-compatible storage for `FASTACK_STORAGE_URL=s3://bucket/prefix`",
-    ),
-    (
-        "FASTACK_MIRROR_URL",
-        "(unset: mirror off)",
-        "Parquet mirror of every event: `s3://bucket/prefix` (with the `FASTACK_S3_*` settings) or `file:///path`",
-    ),
-    (
-        "FASTACK_MIRROR_FLUSH_ROWS",
-        "100000",
-        "the mirror writes its next files once this many events wait",
-    ),
-    (
-        "FASTACK_MIRROR_FLUSH_SECS",
-        "60",
-        "… or once the oldest waiting event has waited this long",
-    ),
-    (
-        "FASTACK_SINGLE_TENANT",
-        "false",
-        "single-tenant deployment: events carry `ce-tenantid: single-tenant`",
-    ),
-    ("FASTACK_JOB_CONCURRENCY", "2", "jobs a node runs at once"),
-    (
-        "FASTACK_PARTITION_INTERVAL_MS",
-        "3600000",
-        "how often partitions are created ahead and retention is scheduled",
-    ),
-    (
-        "FASTACK_REPAIR_INTERVAL_MS",
-        "30000",
-        "how often the repairer re-emits terminal events whose marker is still set",
-    ),
-    (
-        "FASTACK_PLAN_REFRESH_MS",
-        "1000",
-        "how often a node reads which tracking plan version is the latest of each tenant",
-    ),
-    (
-        "FASTACK_WEBHOOK_CLAIM_MS",
-        "60000",
-        "how long a node holds a webhook delivery it is attempting (a node that dies releases it after this)",
-    ),
-    (
-        "FASTACK_WEBHOOK_MAX_CONCURRENCY",
-        "64",
-        "most requests in flight to one webhook endpoint (the limit adapts below it)",
-    ),
-    (
-        "FASTACK_WEBHOOK_ALLOW_PRIVATE",
-        "false",
-        "allow webhook endpoints on private/loopback addresses",
-    ),
-    (
-        "FASTACK_WEBHOOK_PROXY",
-        "(none: direct)",
-        "egress proxy for webhook deliveries; the proxy then enforces which addresses are reachable (environment proxies are ignored)",
-    ),
-    (
-        "FASTACK_NODE_ID",
-        "(random per start)",
-        "this node's id in processing leases",
-    ),
-    (
-        "FASTACK_BOOTSTRAP",
-        "true",
-        "on a database without tenants (either backend), one starting node creates tenant `default` and a key, written to `<data dir>/bootstrap-key`",
-    ),
-    (
-        "FASTACK_PROCESSING",
-        "true",
-        "false makes an accept-only node: it queues events but leaves processing to other nodes",
-    ),
-    (
-        "FASTACK_LOG",
-        "info",
-        "log filter (tracing EnvFilter syntax)",
-    ),
-    (
-        "FASTACK_KEY_CACHE_TTL_MS",
-        "2000",
-        "how long a looked-up API key is trusted; bounds revocation delay",
-    ),
-    (
-        "FASTACK_DEPENDENCY_CHECK_MS",
-        "15000",
-        "how often a node checks its dependencies (database, object storage, the lake, Redis, disk) for `/readyz`",
-    ),
-    (
-        "FASTACK_POLL_INTERVAL_MS",
-        "1000",
-        "how often a processor checks its tenant's inbox besides being woken",
-    ),
-    (
-        "FASTACK_PROCESS_GATHER_MS",
-        "25",
-        "a woken processor waits at most this long after its previous round, so many small rounds become fewer bigger ones",
-    ),
-    (
-        "FASTACK_LEASE_TTL_MS",
-        "10000",
-        "processing lease lifetime; a dead node's tenants move after this",
-    ),
-    (
-        "FASTACK_PROCESS_BATCH",
-        "8000",
-        "inbox rows a processor handles per transaction",
-    ),
-    (
-        "FASTACK_PROCESS_MAX_ATTEMPTS",
-        "5",
-        "an event that fails processing this many times moves to quarantine",
-    ),
-    (
-        "FASTACK_TENANT_IDLE_SECS",
-        "300",
-        "an idle tenant's actors stop after this and restart on demand",
-    ),
-    (
-        "FASTACK_INGEST_BUDGET_MS",
-        "1000",
-        "`track`, `identify` and `batch` answer within this once their body is read: 202, a 4xx, or 503 `unavailable` with nothing accepted",
-    ),
-    (
-        "FASTACK_INGEST_MAX_ROWS",
-        "4000",
-        "most rows in one group commit",
-    ),
-    (
-        "FASTACK_INGEST_CONCURRENCY",
-        "(PostgreSQL cores/2 in 2..4, SQLite 2)",
-        "most group commits in flight at once",
-    ),
-    (
-        "FASTACK_INGEST_SPLIT_ROWS",
-        "16",
-        "a group commit beyond the first starts only when this many rows wait (0: at once)",
-    ),
-    (
-        "FASTACK_PLAN_<PLAN>_RPS / _BURST / _RETENTION_MONTHS",
-        "see Plans",
-        "override the plan table (PLAN = FREE, PRO, ENTERPRISE)",
-    ),
-    (
-        "FASTACK_CONFIG",
-        "(none)",
-        "TOML file with the same settings in lowercase without the prefix",
-    ),
-];
+pub use crate::settings::redact_url;
+use crate::{
+    error::{Error, Result},
+    settings::{self, AnySection, Extension, Section, Sections, SettingDoc, check, parse},
+};
 
 /// The smallest answer budget: a group commit needs a few round trips
 /// inside it, and the accept path keeps a margin for the answer itself.
 pub const MIN_INGEST_BUDGET: Duration = Duration::from_millis(250);
 
-/// How and where the node runs. `Debug` prints secrets as `[redacted]`.
-#[derive(Clone)]
-pub struct Config {
-    pub database_url: Option<String>,
-    pub data_dir: PathBuf,
-    pub redis_url: Option<String>,
-    pub redis_prefix: String,
-    pub listen: SocketAddr,
-    pub admin_listen: SocketAddr,
-    pub admin_token: Option<String>,
-    pub console_listen: Option<SocketAddr>,
-    pub console_url: Option<String>,
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub max_connections: usize,
-    pub unauth_rps: u32,
-    pub amqp_url: Option<String>,
-    pub job_events_exchange: String,
-    pub core_events_exchange: String,
-    pub cloudevents_source: Option<String>,
-    pub enc_key: Option<String>,
-    pub storage_url: Option<String>,
-    pub s3: S3Settings,
-    pub mirror_url: Option<String>,
-    pub mirror_flush_rows: u32,
-    pub mirror_flush: Duration,
-    pub single_tenant: bool,
-    pub job_concurrency: usize,
-    pub repair_interval: Duration,
-    pub plan_refresh_interval: Duration,
-    pub partition_interval: Duration,
-    pub webhook_allow_private: bool,
-    pub webhook_max_concurrency: usize,
-    pub webhook_claim: Duration,
-    pub webhook_proxy: Option<String>,
-    pub node_id: NodeId,
-    pub bootstrap: bool,
-    pub processing: bool,
-    pub log: String,
-    pub key_cache_ttl: Duration,
-    pub poll_interval: Duration,
-    pub dependency_check: Duration,
-    pub process_gather: Duration,
-    pub lease_ttl: Duration,
-    pub process_batch: u32,
-    pub process_max_attempts: u32,
-    pub tenant_idle: Duration,
-    /// The answer budget of the accept path (see `FASTACK_INGEST_BUDGET_MS`).
-    pub ingest_budget: Duration,
-    pub ingest_max_rows: usize,
-    pub ingest_concurrency: Option<usize>,
-    pub ingest_split_rows: usize,
-    pub plans: PlanTable,
+/// The admin token guards every tenant; a short one is guessable.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 24;
+
+crate::settings! {
+    /// How and where the node runs: every setting of the product except
+    /// those a sink declares in its own file (loaded with these, see
+    /// [`Config::load`]). `Debug` prints secrets as `[redacted]`.
+    pub struct Config {
+        /// `postgres://…` switches storage to PostgreSQL; unset uses SQLite under the data dir
+        pub database_url: Option<String> = "FASTACK_DATABASE_URL" {
+            default: "",
+            shown: "(embedded SQLite)",
+            parse: parse::optional_text,
+            check: database_url,
+            show: url,
+        },
+        /// embedded database, bootstrap key and local object storage
+        pub data_dir: PathBuf = "FASTACK_DATA_DIR" {
+            default: "./fastack-data",
+            parse: parse::path,
+        },
+        /// `redis://…` moves rate limits to Redis, shared by all nodes
+        pub redis_url: Option<String> = "FASTACK_REDIS_URL" {
+            default: "",
+            shown: "(in-process)",
+            parse: parse::optional_text,
+            show: url,
+        },
+        /// prefix of every Redis key this deployment writes
+        pub redis_prefix: String = "FASTACK_REDIS_PREFIX" {
+            default: "fastack",
+            parse: parse::text,
+        },
+        /// tenant API and ops endpoints
+        pub listen: SocketAddr = "FASTACK_LISTEN" {
+            default: "127.0.0.1:8080",
+            parse: parse::from_str,
+        },
+        /// admin listener (only started when FASTACK_ADMIN_TOKEN is set)
+        pub admin_listen: SocketAddr = "FASTACK_ADMIN_LISTEN" {
+            default: "127.0.0.1:8081",
+            parse: parse::from_str,
+        },
+        /// bearer token of the admin listener; at least 24 characters
+        pub admin_token: Option<String> = "FASTACK_ADMIN_TOKEN" {
+            default: "",
+            shown: "(unset: admin listener off)",
+            parse: parse::optional_text,
+            check: admin_token,
+            show: secret,
+        },
+        /// the account console's listener (sign-in pages for tenants' users), e.g. 127.0.0.1:8082
+        pub console_listen: Option<SocketAddr> = "FASTACK_CONSOLE_LISTEN" {
+            default: "",
+            shown: "(unset: console off)",
+            parse: parse::optional,
+        },
+        /// the console's address as browsers reach it (sign-in links; `https://…` marks cookies Secure)
+        pub console_url: Option<String> = "FASTACK_CONSOLE_URL" {
+            default: "",
+            shown: "http://<FASTACK_CONSOLE_LISTEN>",
+            parse: |v: &str| {
+                parse::optional_text(v).map(|u| u.map(|u| u.trim_end_matches('/').to_owned()))
+            },
+        },
+        /// a request's headers must arrive within this, from its first byte
+        pub header_timeout: Duration = "FASTACK_HEADER_TIMEOUT_MS" {
+            default: "10000",
+            parse: parse::millis,
+        },
+        /// a request's body must arrive within this (408 `request_timeout`)
+        pub body_timeout: Duration = "FASTACK_BODY_TIMEOUT_MS" {
+            default: "30000",
+            parse: parse::millis,
+        },
+        /// a keep-alive connection with no request in flight is closed after this
+        pub idle_timeout: Duration = "FASTACK_IDLE_TIMEOUT_MS" {
+            default: "60000",
+            parse: parse::millis,
+        },
+        /// open connections per listener; further clients wait in the accept queue
+        pub max_connections: usize = "FASTACK_MAX_CONNECTIONS" {
+            default: "4096",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// requests per second per client address without a valid API key (then 429)
+        pub unauth_rps: u32 = "FASTACK_UNAUTH_RPS" {
+            default: "50",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// RabbitMQ for job and event streams
+        pub amqp_url: Option<String> = "FASTACK_AMQP_URL" {
+            default: "",
+            shown: "(unset: streaming off)",
+            parse: parse::optional_text,
+            show: url,
+        },
+        /// topic exchange of job.completed / job.failed
+        pub job_events_exchange: String = "FASTACK_JOB_EVENTS_EXCHANGE" {
+            default: "fastack.job.events",
+            parse: parse::text,
+        },
+        /// topic exchange of core.event.tracked
+        pub core_events_exchange: String = "FASTACK_CORE_EVENTS_EXCHANGE" {
+            default: "fastack.core.events",
+            parse: parse::text,
+        },
+        /// ce-source of every emitted CloudEvent; required with AMQP
+        pub cloudevents_source: Option<String> = "FASTACK_CLOUDEVENTS_SOURCE" {
+            default: "",
+            shown: "(none)",
+            parse: parse::optional_text,
+        },
+        /// base64 master key (>= 32 bytes) for encryption and HMAC keys
+        pub enc_key: Option<String> = "FASTACK_ENC_KEY" {
+            default: "",
+            shown: "(embedded: generated)",
+            parse: parse::optional_text,
+            show: secret,
+        },
+        /// object storage for exports and archives
+        pub storage_url: Option<String> = "FASTACK_STORAGE_URL" {
+            default: "",
+            shown: "(data dir)",
+            parse: parse::optional_text,
+        },
+        /// single-tenant deployment: events carry `ce-tenantid: single-tenant`
+        pub single_tenant: bool = "FASTACK_SINGLE_TENANT" {
+            default: "false",
+            parse: parse::boolean,
+        },
+        /// jobs a node runs at once
+        pub job_concurrency: usize = "FASTACK_JOB_CONCURRENCY" {
+            default: "2",
+            parse: parse::from_str,
+        },
+        /// how often partitions are created ahead and retention is scheduled
+        pub partition_interval: Duration = "FASTACK_PARTITION_INTERVAL_MS" {
+            default: "3600000",
+            parse: parse::millis,
+        },
+        /// how often the repairer re-emits terminal events whose marker is still set
+        pub repair_interval: Duration = "FASTACK_REPAIR_INTERVAL_MS" {
+            default: "30000",
+            parse: parse::millis,
+        },
+        /// how often a node reads which tracking plan version is the latest of each tenant
+        pub plan_refresh_interval: Duration = "FASTACK_PLAN_REFRESH_MS" {
+            default: "1000",
+            parse: parse::millis,
+        },
+        /// how long a node holds a webhook delivery it is attempting (a node that dies releases it after this)
+        pub webhook_claim: Duration = "FASTACK_WEBHOOK_CLAIM_MS" {
+            default: "60000",
+            parse: parse::millis,
+        },
+        /// most requests in flight to one webhook endpoint (the limit adapts below it)
+        pub webhook_max_concurrency: usize = "FASTACK_WEBHOOK_MAX_CONCURRENCY" {
+            default: "64",
+            parse: parse::from_str,
+        },
+        /// allow webhook endpoints on private/loopback addresses
+        pub webhook_allow_private: bool = "FASTACK_WEBHOOK_ALLOW_PRIVATE" {
+            default: "false",
+            parse: parse::boolean,
+        },
+        /// egress proxy for webhook deliveries; the proxy then enforces which addresses are reachable (environment proxies are ignored)
+        pub webhook_proxy: Option<String> = "FASTACK_WEBHOOK_PROXY" {
+            default: "",
+            shown: "(none: direct)",
+            parse: parse::optional_text,
+            show: url,
+        },
+        /// this node's id in processing leases
+        pub node_id: NodeId = "FASTACK_NODE_ID" {
+            default: "",
+            shown: "(random per start)",
+            parse: |v: &str| {
+                if v.trim().is_empty() { Ok(NodeId::new()) } else { parse::from_str(v) }
+            },
+        },
+        /// on a database without tenants (either backend), one starting node creates tenant `default` and a key, written to `<data dir>/bootstrap-key`
+        pub bootstrap: bool = "FASTACK_BOOTSTRAP" {
+            default: "true",
+            parse: parse::boolean,
+        },
+        /// false makes an accept-only node: it queues events but leaves processing to other nodes
+        pub processing: bool = "FASTACK_PROCESSING" {
+            default: "true",
+            parse: parse::boolean,
+        },
+        /// log filter (tracing EnvFilter syntax)
+        pub log: String = "FASTACK_LOG" {
+            default: "info",
+            parse: parse::text,
+        },
+        /// how long a looked-up API key is trusted; bounds revocation delay
+        pub key_cache_ttl: Duration = "FASTACK_KEY_CACHE_TTL_MS" {
+            default: "2000",
+            parse: parse::millis,
+        },
+        /// how often a node checks its dependencies (database, object storage, the lake, Redis, disk) for `/readyz`
+        pub dependency_check: Duration = "FASTACK_DEPENDENCY_CHECK_MS" {
+            default: "15000",
+            parse: parse::millis,
+            check: |d: &Duration| {
+                if *d < Duration::from_millis(100) { Err("must be at least 100".to_owned()) } else { Ok(()) }
+            },
+        },
+        /// how often a processor checks its tenant's inbox besides being woken
+        pub poll_interval: Duration = "FASTACK_POLL_INTERVAL_MS" {
+            default: "1000",
+            parse: parse::millis,
+        },
+        /// a woken processor waits at most this long after its previous round, so many small rounds become fewer bigger ones
+        pub process_gather: Duration = "FASTACK_PROCESS_GATHER_MS" {
+            default: "25",
+            parse: parse::millis,
+        },
+        /// processing lease lifetime; a dead node's tenants move after this
+        pub lease_ttl: Duration = "FASTACK_LEASE_TTL_MS" {
+            default: "10000",
+            parse: parse::millis,
+        },
+        /// inbox rows a processor handles per transaction
+        pub process_batch: u32 = "FASTACK_PROCESS_BATCH" {
+            default: "8000",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// an event that fails processing this many times moves to quarantine
+        pub process_max_attempts: u32 = "FASTACK_PROCESS_MAX_ATTEMPTS" {
+            default: "5",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// an idle tenant's actors stop after this and restart on demand
+        pub tenant_idle: Duration = "FASTACK_TENANT_IDLE_SECS" {
+            default: "300",
+            parse: parse::secs,
+        },
+        /// `track`, `identify` and `batch` answer within this once their body is read: 202, a 4xx, or 503 `unavailable` with nothing accepted
+        pub ingest_budget: Duration = "FASTACK_INGEST_BUDGET_MS" {
+            default: "1000",
+            parse: parse::millis,
+            check: |d: &Duration| {
+                if *d < MIN_INGEST_BUDGET {
+                    Err(format!(
+                        "must be at least {} (the group commit needs room inside it)",
+                        MIN_INGEST_BUDGET.as_millis()
+                    ))
+                } else {
+                    Ok(())
+                }
+            },
+        },
+        /// most rows in one group commit
+        pub ingest_max_rows: usize = "FASTACK_INGEST_MAX_ROWS" {
+            default: "4000",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// most group commits in flight at once
+        pub ingest_concurrency: Option<usize> = "FASTACK_INGEST_CONCURRENCY" {
+            default: "",
+            shown: "(PostgreSQL cores/2 in 2..4, SQLite 2)",
+            parse: parse::optional,
+        },
+        /// a group commit beyond the first starts only when this many rows wait (0: at once)
+        pub ingest_split_rows: usize = "FASTACK_INGEST_SPLIT_ROWS" {
+            default: "16",
+            parse: parse::from_str,
+        },
+    }
+    nested {
+        /// The S3-compatible storage behind `s3://` URLs.
+        pub s3: S3Settings,
+        /// Plan limits in force.
+        pub plans: PlanTable,
+    }
+    internal {
+        /// The sections declared outside this crate (a sink's), by type.
+        pub sections: Sections,
+    }
 }
 
-/// Credentials of an S3-compatible bucket. `Debug` hides the secret.
+fn database_url(url: &Option<String>) -> std::result::Result<(), String> {
+    match url {
+        Some(url)
+            if !(url.starts_with("postgres://")
+                || url.starts_with("postgresql://")
+                || url.starts_with("sqlite:")) =>
+        {
+            Err("must start with postgres://, postgresql:// or sqlite:".to_owned())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn admin_token(token: &Option<String>) -> std::result::Result<(), String> {
+    match token {
+        Some(token) if token.chars().count() < MIN_ADMIN_TOKEN_CHARS => Err(format!(
+            "must be at least {MIN_ADMIN_TOKEN_CHARS} characters \
+             (e.g. `head -c 24 /dev/urandom | base64`)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+crate::settings! {
+    /// Credentials of an S3-compatible bucket. `Debug` hides the secret.
+    pub struct S3Settings {
+        /// endpoint of the S3-compatible storage behind `s3://…` URLs (`FASTACK_STORAGE_URL`, a sink's); unset: AWS
+        pub endpoint: Option<String> = "FASTACK_S3_ENDPOINT" {
+            default: "",
+            shown: "(none)",
+            parse: parse::optional_text,
+        },
+        /// region of that storage
+        pub region: Option<String> = "FASTACK_S3_REGION" {
+            default: "",
+            shown: "(none)",
+            parse: parse::optional_text,
+        },
+        /// access key id for it (unset: the `AWS_*` environment's credentials)
+        pub access_key_id: Option<String> = "FASTACK_S3_ACCESS_KEY_ID" {
+            default: "",
+            shown: "(none)",
+            parse: parse::optional_text,
+        },
+        /// secret access key for it
+        pub secret_access_key: Option<String> = "FASTACK_S3_SECRET_ACCESS_KEY" {
+            default: "",
+            shown: "(none)",
+            parse: parse::optional_text,
+            show: secret,
+        },
+    }
+    internal {
+        /// The environment's `AWS_*` variables (the S3 client's usual chain:
+        /// keys, a web identity token, container credentials, a region), read
+        /// with the rest of the configuration; the `FASTACK_S3_*` settings win.
+        pub aws_environment: AwsEnvironment,
+    }
+}
+
+/// The environment's `AWS_*` variables. `Debug` shows their names only.
 #[derive(Clone, Default)]
-pub struct S3Settings {
-    pub endpoint: Option<String>,
-    pub region: Option<String>,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
-    /// The environment's `AWS_*` variables (the S3 client's usual chain:
-    /// keys, a web identity token, container credentials, a region), read
-    /// with the rest of the configuration; the `FASTACK_S3_*` settings win.
-    pub aws_environment: Vec<(String, String)>,
+pub struct AwsEnvironment(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for AwsEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| k))
+            .finish()
+    }
 }
 
 /// Plan limits in force (defaults overridable per deployment).
@@ -386,61 +425,61 @@ impl PlanTable {
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            database_url: None,
-            data_dir: PathBuf::from("./fastack-data"),
-            redis_url: None,
-            redis_prefix: "fastack".to_owned(),
-            listen: "127.0.0.1:8080".parse().expect("static address"),
-            admin_listen: "127.0.0.1:8081".parse().expect("static address"),
-            admin_token: None,
-            console_listen: None,
-            console_url: None,
-            header_timeout: Duration::from_millis(10_000),
-            body_timeout: Duration::from_millis(30_000),
-            idle_timeout: Duration::from_millis(60_000),
-            max_connections: 4096,
-            unauth_rps: 50,
-            amqp_url: None,
-            job_events_exchange: "fastack.job.events".to_owned(),
-            core_events_exchange: "fastack.core.events".to_owned(),
-            cloudevents_source: None,
-            enc_key: None,
-            storage_url: None,
-            s3: S3Settings::default(),
-            mirror_url: None,
-            mirror_flush_rows: 100_000,
-            mirror_flush: Duration::from_secs(60),
-            single_tenant: false,
-            job_concurrency: 2,
-            repair_interval: Duration::from_millis(30_000),
-            plan_refresh_interval: Duration::from_millis(1_000),
-            partition_interval: Duration::from_millis(3_600_000),
-            webhook_allow_private: false,
-            webhook_max_concurrency: 64,
-            webhook_claim: Duration::from_millis(60_000),
-            webhook_proxy: None,
-            node_id: NodeId::new(),
-            bootstrap: true,
-            processing: true,
-            log: "info".to_owned(),
-            key_cache_ttl: Duration::from_millis(2_000),
-            poll_interval: Duration::from_millis(1_000),
-            dependency_check: Duration::from_millis(15_000),
-            process_gather: Duration::from_millis(25),
-            lease_ttl: Duration::from_millis(10_000),
-            process_batch: 8_000,
-            process_max_attempts: 5,
-            tenant_idle: Duration::from_secs(300),
-            ingest_budget: Duration::from_millis(1_000),
-            ingest_max_rows: 4_000,
-            ingest_concurrency: None,
-            ingest_split_rows: 16,
-            plans: PlanTable::default(),
-        }
+/// The plan table's family: `FASTACK_PLAN_<PLAN>_<LIMIT>`, one limit of
+/// one plan, each positive.
+impl Section for PlanTable {
+    fn docs() -> Vec<SettingDoc> {
+        let names = Plan::ALL
+            .into_iter()
+            .flat_map(|plan| {
+                let plan = plan.to_string().to_ascii_uppercase();
+                ["RPS", "BURST", "RETENTION_MONTHS"]
+                    .map(|limit| format!("FASTACK_PLAN_{plan}_{limit}"))
+            })
+            .collect();
+        vec![SettingDoc {
+            name: "FASTACK_PLAN_<PLAN>_RPS / _BURST / _RETENTION_MONTHS",
+            default: "see Plans",
+            meaning: "override the plan table (PLAN = FREE, PRO, ENTERPRISE)".to_owned(),
+            secret: false,
+            names,
+        }]
     }
+
+    fn apply(&mut self, key: &str, value: &str) -> Result<bool> {
+        let Some((plan, limit)) = key
+            .strip_prefix("FASTACK_PLAN_")
+            .and_then(|rest| rest.split_once('_'))
+        else {
+            return Ok(false);
+        };
+        let plan: Plan = plan
+            .to_ascii_lowercase()
+            .parse()
+            .map_err(|e: fastack_entities::UnknownPlan| Error::Config(format!("{key}: {e}")))?;
+        let limits = self.get_mut(plan);
+        let field = match limit {
+            "RPS" => &mut limits.rate_per_sec,
+            "BURST" => &mut limits.burst,
+            "RETENTION_MONTHS" => &mut limits.retention_months,
+            _ => return Ok(false),
+        };
+        let parsed: u32 =
+            parse::from_str(value).map_err(|why| settings::invalid(key, value, why))?;
+        check::positive(&parsed).map_err(|why| settings::refused(key, why))?;
+        *field = parsed;
+        Ok(true)
+    }
+}
+
+/// The configuration file's own row: read before every other setting.
+fn config_file_doc() -> SettingDoc {
+    SettingDoc::one(
+        "FASTACK_CONFIG",
+        "(none)",
+        &["TOML file with the same settings in lowercase without the prefix"],
+        false,
+    )
 }
 
 impl Config {
@@ -458,15 +497,22 @@ impl Config {
         self.console_base_url().starts_with("https://")
     }
 
-    /// Reads the process environment. Call once, in `main`.
-    pub fn from_env() -> Result<Self> {
-        Self::from_vars(std::env::vars())
+    /// The settings this crate declares; [`Config::load`] adds the
+    /// extensions' (a node's: `fastack_actors::sinks::settings()`).
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+        Self::load(vars, &[])
     }
 
     /// Builds a configuration from `FASTACK_*` variables (and the TOML file
-    /// that `FASTACK_CONFIG` names, if any). Unknown `FASTACK_` variables are
-    /// an error: a typo must not silently fall back to a default.
-    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+    /// that `FASTACK_CONFIG` names, if any), with the sections of
+    /// `extensions` besides this crate's. Each value is parsed and checked
+    /// where it is declared; unknown `FASTACK_` variables are an error: a
+    /// typo must not silently fall back to a default. Call once, in `main`
+    /// (with `std::env::vars()`).
+    pub fn load(
+        vars: impl IntoIterator<Item = (String, String)>,
+        extensions: &[Extension],
+    ) -> Result<Self> {
         let vars: Vec<(String, String)> = vars.into_iter().collect();
         let aws_environment = vars
             .iter()
@@ -475,34 +521,54 @@ impl Config {
             .collect();
         let merged = merged(vars)?;
         let mut cfg = Config::default();
-        cfg.s3.aws_environment = aws_environment;
+        cfg.s3.aws_environment = AwsEnvironment(aws_environment);
+        let mut loaded: Vec<Box<dyn AnySection>> = extensions.iter().map(Extension::make).collect();
         for (key, (value, origin)) in merged {
-            if !cfg.apply(&key, value).map_err(|e| origin.qualify(e))? {
-                return Err(unknown_setting(&key, &origin));
+            let mut applied = Section::apply(&mut cfg, &key, &value);
+            for section in &mut loaded {
+                if !matches!(applied, Ok(false)) {
+                    break;
+                }
+                applied = section.apply(&key, &value);
+            }
+            if !applied.map_err(|e| origin.qualify(e))? {
+                return Err(unknown_setting(&key, &origin, extensions));
             }
         }
-        cfg.validate()?;
+        cfg.sections = Sections::from_loaded(loaded);
         Ok(cfg)
+    }
+
+    /// The configuration table: every setting declared here, then the
+    /// extensions', then the file's own.
+    pub fn docs(extensions: &[Extension]) -> Vec<SettingDoc> {
+        let mut docs = <Config as Section>::docs();
+        docs.extend(extensions.iter().flat_map(|e| e.make().docs()));
+        docs.push(config_file_doc());
+        docs
     }
 
     /// What `fastack config` prints: each documented setting, its default,
     /// and the values in force with where each came from (the environment
     /// or the file `FASTACK_CONFIG` names); secrets are shown as set, not
     /// by value. An invalid configuration is the error `serve` would give.
-    pub fn in_force(vars: impl IntoIterator<Item = (String, String)>) -> Result<Vec<InForce>> {
+    pub fn in_force(
+        vars: impl IntoIterator<Item = (String, String)>,
+        extensions: &[Extension],
+    ) -> Result<Vec<InForce>> {
         let vars: Vec<(String, String)> = vars.into_iter().collect();
-        Config::from_vars(vars.clone())?;
+        Config::load(vars.clone(), extensions)?;
         let merged = merged(vars)?;
         let mut out = Vec::new();
-        for (entry, default, meaning) in SETTINGS {
-            let family = family_names(entry);
-            let set = family
+        for doc in Config::docs(extensions) {
+            let set = doc
+                .names
                 .iter()
                 .filter_map(|name| {
                     let (value, origin) = merged.get(name)?;
                     Some(SetValue {
                         name: name.clone(),
-                        shown: shown(name, value),
+                        shown: shown(doc.secret, value),
                         source: match origin {
                             Origin::Env => "environment".to_owned(),
                             Origin::File { path, .. } => format!("file {path}"),
@@ -510,12 +576,7 @@ impl Config {
                     })
                 })
                 .collect();
-            out.push(InForce {
-                setting: entry,
-                default,
-                meaning,
-                set,
-            });
+            out.push(InForce { doc, set });
         }
         Ok(out)
     }
@@ -524,9 +585,7 @@ impl Config {
 /// One documented setting (or family) and what is in force.
 #[derive(Debug)]
 pub struct InForce {
-    pub setting: &'static str,
-    pub default: &'static str,
-    pub meaning: &'static str,
+    pub doc: SettingDoc,
     /// The family's variables that are set; empty: the default is in force.
     pub set: Vec<SetValue>,
 }
@@ -542,10 +601,7 @@ pub struct SetValue {
 }
 
 /// A value as `fastack config` may print it.
-fn shown(name: &str, value: &str) -> String {
-    let secret = ["_TOKEN", "_SECRET", "_PASSWORD", "_MASTER_KEY", "_HMAC_KEY"]
-        .iter()
-        .any(|s| name.ends_with(s));
+fn shown(secret: bool, value: &str) -> String {
     if secret {
         return "(set)".to_owned();
     }
@@ -594,162 +650,6 @@ fn merged(
 }
 
 impl Config {
-    /// Sets one setting; `Ok(false)` when `key` names none.
-    fn apply(&mut self, key: &str, value: String) -> Result<bool> {
-        let non_empty = |v: String| if v.trim().is_empty() { None } else { Some(v) };
-        match key {
-            "FASTACK_DATABASE_URL" => self.database_url = non_empty(value),
-            "FASTACK_DATA_DIR" => self.data_dir = PathBuf::from(value),
-            "FASTACK_REDIS_URL" => self.redis_url = non_empty(value),
-            "FASTACK_REDIS_PREFIX" => self.redis_prefix = value,
-            "FASTACK_LISTEN" => self.listen = parse(key, &value)?,
-            "FASTACK_ADMIN_LISTEN" => self.admin_listen = parse(key, &value)?,
-            "FASTACK_ADMIN_TOKEN" => self.admin_token = non_empty(value),
-            "FASTACK_CONSOLE_LISTEN" => {
-                self.console_listen = match non_empty(value) {
-                    Some(v) => Some(parse(key, &v)?),
-                    None => None,
-                }
-            }
-            "FASTACK_CONSOLE_URL" => {
-                self.console_url = non_empty(value).map(|v| v.trim_end_matches('/').to_owned())
-            }
-            "FASTACK_HEADER_TIMEOUT_MS" => self.header_timeout = millis(key, &value)?,
-            "FASTACK_BODY_TIMEOUT_MS" => self.body_timeout = millis(key, &value)?,
-            "FASTACK_IDLE_TIMEOUT_MS" => self.idle_timeout = millis(key, &value)?,
-            "FASTACK_MAX_CONNECTIONS" => self.max_connections = parse(key, &value)?,
-            "FASTACK_UNAUTH_RPS" => self.unauth_rps = parse(key, &value)?,
-            "FASTACK_AMQP_URL" => self.amqp_url = non_empty(value),
-            "FASTACK_JOB_EVENTS_EXCHANGE" => self.job_events_exchange = value,
-            "FASTACK_CORE_EVENTS_EXCHANGE" => self.core_events_exchange = value,
-            "FASTACK_CLOUDEVENTS_SOURCE" => self.cloudevents_source = non_empty(value),
-            "FASTACK_ENC_KEY" => self.enc_key = non_empty(value),
-            "FASTACK_STORAGE_URL" => self.storage_url = non_empty(value),
-            "FASTACK_S3_ENDPOINT" => self.s3.endpoint = non_empty(value),
-            "FASTACK_S3_REGION" => self.s3.region = non_empty(value),
-            "FASTACK_S3_ACCESS_KEY_ID" => self.s3.access_key_id = non_empty(value),
-            "FASTACK_S3_SECRET_ACCESS_KEY" => self.s3.secret_access_key = non_empty(value),
-            "FASTACK_MIRROR_URL" => self.mirror_url = non_empty(value),
-            "FASTACK_MIRROR_FLUSH_ROWS" => self.mirror_flush_rows = parse(key, &value)?,
-            "FASTACK_MIRROR_FLUSH_SECS" => {
-                self.mirror_flush = Duration::from_secs(parse(key, &value)?)
-            }
-            "FASTACK_SINGLE_TENANT" => self.single_tenant = parse_bool(key, &value)?,
-            "FASTACK_JOB_CONCURRENCY" => self.job_concurrency = parse(key, &value)?,
-            "FASTACK_REPAIR_INTERVAL_MS" => self.repair_interval = millis(key, &value)?,
-            "FASTACK_PLAN_REFRESH_MS" => self.plan_refresh_interval = millis(key, &value)?,
-            "FASTACK_PARTITION_INTERVAL_MS" => self.partition_interval = millis(key, &value)?,
-            "FASTACK_WEBHOOK_ALLOW_PRIVATE" => {
-                self.webhook_allow_private = parse_bool(key, &value)?
-            }
-            "FASTACK_WEBHOOK_PROXY" => self.webhook_proxy = non_empty(value),
-            "FASTACK_WEBHOOK_MAX_CONCURRENCY" => self.webhook_max_concurrency = parse(key, &value)?,
-            "FASTACK_WEBHOOK_CLAIM_MS" => self.webhook_claim = millis(key, &value)?,
-            "FASTACK_NODE_ID" => self.node_id = parse(key, &value)?,
-            "FASTACK_BOOTSTRAP" => self.bootstrap = parse_bool(key, &value)?,
-            "FASTACK_PROCESSING" => self.processing = parse_bool(key, &value)?,
-            "FASTACK_LOG" => self.log = value,
-            "FASTACK_KEY_CACHE_TTL_MS" => self.key_cache_ttl = millis(key, &value)?,
-            "FASTACK_POLL_INTERVAL_MS" => self.poll_interval = millis(key, &value)?,
-            "FASTACK_DEPENDENCY_CHECK_MS" => self.dependency_check = millis(key, &value)?,
-            "FASTACK_PROCESS_GATHER_MS" => self.process_gather = millis(key, &value)?,
-            "FASTACK_LEASE_TTL_MS" => self.lease_ttl = millis(key, &value)?,
-            "FASTACK_PROCESS_BATCH" => self.process_batch = parse(key, &value)?,
-            "FASTACK_PROCESS_MAX_ATTEMPTS" => self.process_max_attempts = parse(key, &value)?,
-            "FASTACK_TENANT_IDLE_SECS" => {
-                self.tenant_idle = Duration::from_secs(parse(key, &value)?)
-            }
-            "FASTACK_INGEST_BUDGET_MS" => self.ingest_budget = millis(key, &value)?,
-            "FASTACK_INGEST_MAX_ROWS" => self.ingest_max_rows = parse(key, &value)?,
-            "FASTACK_INGEST_CONCURRENCY" => self.ingest_concurrency = Some(parse(key, &value)?),
-            "FASTACK_INGEST_SPLIT_ROWS" => self.ingest_split_rows = parse(key, &value)?,
-            other => {
-                if let Some(rest) = other.strip_prefix("FASTACK_PLAN_") {
-                    return self.apply_plan(key, rest, &value);
-                }
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    fn apply_plan(&mut self, key: &str, rest: &str, value: &str) -> Result<bool> {
-        let Some((plan, field)) = rest.split_once('_') else {
-            return Ok(false);
-        };
-        let plan: Plan = plan
-            .to_ascii_lowercase()
-            .parse()
-            .map_err(|e: fastack_entities::UnknownPlan| Error::Config(format!("{key}: {e}")))?;
-        let limits = self.plans.get_mut(plan);
-        match field {
-            "RPS" => limits.rate_per_sec = parse(key, value)?,
-            "BURST" => limits.burst = parse(key, value)?,
-            "RETENTION_MONTHS" => limits.retention_months = parse(key, value)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
-    fn validate(&self) -> Result<()> {
-        if let Some(url) = &self.database_url
-            && !(url.starts_with("postgres://")
-                || url.starts_with("postgresql://")
-                || url.starts_with("sqlite:"))
-        {
-            return Err(Error::Config(
-                "FASTACK_DATABASE_URL must start with postgres://, postgresql:// or sqlite:"
-                    .to_owned(),
-            ));
-        }
-        for plan in Plan::ALL {
-            let limits = self.plans.get(plan);
-            if limits.rate_per_sec == 0 || limits.burst == 0 || limits.retention_months == 0 {
-                return Err(Error::Config(format!(
-                    "plan {plan}: rate, burst and retention must be positive"
-                )));
-            }
-        }
-        if self.ingest_budget < MIN_INGEST_BUDGET {
-            return Err(Error::Config(format!(
-                "FASTACK_INGEST_BUDGET_MS must be at least {} (the group commit needs room \
-                 inside it)",
-                MIN_INGEST_BUDGET.as_millis()
-            )));
-        }
-        if let Some(url) = &self.mirror_url
-            && !(url.starts_with("s3://") || url.starts_with("file://"))
-        {
-            return Err(Error::Config(
-                "FASTACK_MIRROR_URL must start with s3:// (a bucket and prefix) or file:// (a directory)"
-                    .to_owned(),
-            ));
-        }
-        if self.dependency_check < Duration::from_millis(100) {
-            return Err(Error::Config(
-                "FASTACK_DEPENDENCY_CHECK_MS must be at least 100".to_owned(),
-            ));
-        }
-        if self.process_batch == 0 || self.ingest_max_rows == 0 || self.mirror_flush_rows == 0 {
-            return Err(Error::Config("batch sizes must be positive".to_owned()));
-        }
-        if self.process_max_attempts == 0 || self.max_connections == 0 || self.unauth_rps == 0 {
-            return Err(Error::Config(
-                "FASTACK_PROCESS_MAX_ATTEMPTS, FASTACK_MAX_CONNECTIONS and FASTACK_UNAUTH_RPS must be positive"
-                    .to_owned(),
-            ));
-        }
-        if let Some(token) = &self.admin_token
-            && token.chars().count() < MIN_ADMIN_TOKEN_CHARS
-        {
-            return Err(Error::Config(format!(
-                "FASTACK_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_CHARS} characters \
-                 (e.g. `head -c 24 /dev/urandom | base64`)"
-            )));
-        }
-        Ok(())
-    }
-
     /// With AMQP configured, the event contract needs exchange names and a
     /// CloudEvents source: a node refuses to start without them.
     pub fn check_streaming(&self) -> Result<()> {
@@ -795,10 +695,6 @@ impl Config {
     }
 }
 
-/// Variables of fastack's own tooling, not settings of a node: the test
-/// harnesses' (`FASTACK_TEST_*`) and the SDK suites' binary path
-/// (`FASTACK_BIN`). A node ignores them, so a shell or CI job that exports
-/// them can still run `fastack`.
 /// Where a setting's value was written.
 enum Origin {
     Env,
@@ -817,45 +713,19 @@ impl Origin {
     }
 }
 
-/// Every concrete setting name (`SETTINGS` lists some as families).
-fn known_names() -> Vec<String> {
-    SETTINGS
-        .iter()
-        .flat_map(|(entry, _, _)| family_names(entry))
+/// Every concrete setting name.
+fn known_names(extensions: &[Extension]) -> Vec<String> {
+    Config::docs(extensions)
+        .into_iter()
+        .flat_map(|doc| doc.names)
         .collect()
 }
 
-/// The concrete names of one `SETTINGS` entry (`A_X / _Y` is `A_X`, `A_Y`;
-/// `<PLAN>` is each plan).
-fn family_names(entry: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut parts = entry.split(" / ");
-    let Some(first) = parts.next() else {
-        return names;
+fn unknown_setting(name: &str, origin: &Origin, extensions: &[Extension]) -> Error {
+    let known = known_names(extensions);
+    let closest = |name: &str| {
+        crate::validate::closest(name, known.iter().map(String::as_str)).map(str::to_owned)
     };
-    let base = first.rsplit_once('_').map_or(first, |(b, _)| b);
-    let family: Vec<String> = std::iter::once(first.to_owned())
-        .chain(parts.map(|suffix| format!("{base}{suffix}")))
-        .collect();
-    for name in family {
-        if name.contains("<PLAN>") {
-            for plan in Plan::ALL {
-                names.push(name.replace("<PLAN>", &plan.to_string().to_ascii_uppercase()));
-            }
-        } else {
-            names.push(name);
-        }
-    }
-    names
-}
-
-/// The known name closest to `name`, when one is close enough to be a typo.
-fn closest(name: &str) -> Option<String> {
-    let known = known_names();
-    crate::validate::closest(name, known.iter().map(String::as_str)).map(str::to_owned)
-}
-
-fn unknown_setting(name: &str, origin: &Origin) -> Error {
     match origin {
         Origin::Env => {
             let hint = closest(name)
@@ -871,7 +741,7 @@ fn unknown_setting(name: &str, origin: &Origin) -> Error {
             let hint = match key.to_ascii_uppercase().strip_prefix("FASTACK_") {
                 // `FASTACK_LISTEN = …` in the file: the prefix is the mistake.
                 Some(rest)
-                    if known_names()
+                    if known
                         .iter()
                         .any(|k| k.trim_start_matches("FASTACK_") == rest) =>
                 {
@@ -892,130 +762,12 @@ fn unknown_setting(name: &str, origin: &Origin) -> Error {
     }
 }
 
+/// Variables of fastack's own tooling, not settings of a node: the test
+/// harnesses' (`FASTACK_TEST_*`) and the SDK suites' binary path
+/// (`FASTACK_BIN`). A node ignores them, so a shell or CI job that exports
+/// them can still run `fastack`.
 fn is_tooling(name: &str) -> bool {
     name == "FASTACK_BIN" || name.starts_with("FASTACK_TEST_")
-}
-
-/// The admin token guards every tenant; a short one is guessable.
-pub const MIN_ADMIN_TOKEN_CHARS: usize = 24;
-
-const REDACTED: &str = "[redacted]";
-
-/// A URL with its password (if any) replaced, for logs and `Debug`.
-pub fn redact_url(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some(REDACTED));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => REDACTED.to_owned(),
-    }
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secret = |v: &Option<String>| v.as_ref().map(|_| REDACTED);
-        let url = |v: &Option<String>| v.as_deref().map(redact_url);
-        f.debug_struct("Config")
-            .field("database_url", &url(&self.database_url))
-            .field("data_dir", &self.data_dir)
-            .field("redis_url", &url(&self.redis_url))
-            .field("redis_prefix", &self.redis_prefix)
-            .field("listen", &self.listen)
-            .field("admin_listen", &self.admin_listen)
-            .field("admin_token", &secret(&self.admin_token))
-            .field("console_listen", &self.console_listen)
-            .field("console_url", &self.console_url)
-            .field("header_timeout", &self.header_timeout)
-            .field("body_timeout", &self.body_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_connections", &self.max_connections)
-            .field("unauth_rps", &self.unauth_rps)
-            .field("amqp_url", &url(&self.amqp_url))
-            .field("job_events_exchange", &self.job_events_exchange)
-            .field("core_events_exchange", &self.core_events_exchange)
-            .field("cloudevents_source", &self.cloudevents_source)
-            .field("enc_key", &secret(&self.enc_key))
-            .field("storage_url", &self.storage_url)
-            .field("s3", &self.s3)
-            .field("single_tenant", &self.single_tenant)
-            .field("job_concurrency", &self.job_concurrency)
-            .field("repair_interval", &self.repair_interval)
-            .field("plan_refresh_interval", &self.plan_refresh_interval)
-            .field("partition_interval", &self.partition_interval)
-            .field("webhook_allow_private", &self.webhook_allow_private)
-            .field("webhook_max_concurrency", &self.webhook_max_concurrency)
-            .field("webhook_claim", &self.webhook_claim)
-            .field(
-                "webhook_proxy",
-                &self.webhook_proxy.as_deref().map(redact_url),
-            )
-            .field("node_id", &self.node_id)
-            .field("bootstrap", &self.bootstrap)
-            .field("processing", &self.processing)
-            .field("log", &self.log)
-            .field("key_cache_ttl", &self.key_cache_ttl)
-            .field("poll_interval", &self.poll_interval)
-            .field("dependency_check", &self.dependency_check)
-            .field("process_gather", &self.process_gather)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("process_batch", &self.process_batch)
-            .field("process_max_attempts", &self.process_max_attempts)
-            .field("tenant_idle", &self.tenant_idle)
-            .field("ingest_budget", &self.ingest_budget)
-            .field("ingest_max_rows", &self.ingest_max_rows)
-            .field("ingest_concurrency", &self.ingest_concurrency)
-            .field("ingest_split_rows", &self.ingest_split_rows)
-            .field("plans", &self.plans)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for S3Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Settings")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("access_key_id", &self.access_key_id)
-            .field(
-                "secret_access_key",
-                &self.secret_access_key.as_ref().map(|_| REDACTED),
-            )
-            .field(
-                "aws_environment",
-                &self
-                    .aws_environment
-                    .iter()
-                    .map(|(k, _)| k.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .finish()
-    }
-}
-
-fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    value
-        .trim()
-        .parse()
-        .map_err(|e| Error::Config(format!("{key}={value:?}: {e}")))
-}
-
-fn parse_bool(key: &str, value: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(Error::Config(format!(
-            "{key}={value:?}: expected true or false"
-        ))),
-    }
-}
-
-fn millis(key: &str, value: &str) -> Result<Duration> {
-    Ok(Duration::from_millis(parse(key, value)?))
 }
 
 #[cfg(test)]
@@ -1034,14 +786,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("fastack.toml");
         std::fs::write(&file, "listen = \"127.0.0.1:7777\"\nplan_pro_rps = 50\n").unwrap();
-        let rows = Config::in_force(vars(&[
-            ("FASTACK_CONFIG", file.to_str().unwrap()),
-            ("FASTACK_LISTEN", "127.0.0.1:9999"),
-            ("FASTACK_ADMIN_TOKEN", "an-admin-token-of-enough-length"),
-            ("FASTACK_DATABASE_URL", "postgres://app:hunter2@db:5432/x"),
-        ]))
+        let rows = Config::in_force(
+            vars(&[
+                ("FASTACK_CONFIG", file.to_str().unwrap()),
+                ("FASTACK_LISTEN", "127.0.0.1:9999"),
+                ("FASTACK_ADMIN_TOKEN", "an-admin-token-of-enough-length"),
+                ("FASTACK_DATABASE_URL", "postgres://app:hunter2@db:5432/x"),
+            ]),
+            &[],
+        )
         .unwrap();
-        let row = |name: &str| rows.iter().find(|r| r.setting.starts_with(name)).unwrap();
+        let row = |name: &str| rows.iter().find(|r| r.doc.name.starts_with(name)).unwrap();
         let listen = &row("FASTACK_LISTEN").set[0];
         assert_eq!(
             (listen.shown.as_str(), listen.source.as_str()),
@@ -1060,7 +815,33 @@ mod tests {
             "the default is in force"
         );
         // An invalid configuration is the error serve would give.
-        assert!(Config::in_force(vars(&[("FASTACK_LISTN", "x")])).is_err());
+        assert!(Config::in_force(vars(&[("FASTACK_LISTN", "x")]), &[]).is_err());
+    }
+
+    /// Every declared default parses (`Config::default` parses them), and
+    /// `fastack config` shows no secret by value, whatever its name.
+    #[test]
+    fn defaults_parse_and_fastack_config_hides_every_secret() {
+        let cfg = Config::default();
+        assert_eq!(cfg.ingest_budget, Duration::from_millis(1_000));
+        assert_eq!(cfg.s3.endpoint, None);
+        let secrets = [
+            ("FASTACK_ADMIN_TOKEN", "admin-token-abcdefghijklmnop"),
+            (
+                "FASTACK_ENC_KEY",
+                "ZmFzdGFjay10ZXN0LW1hc3Rlci1rZXktMzItYnl0ZXMh",
+            ),
+            ("FASTACK_S3_SECRET_ACCESS_KEY", "s3-secret-789"),
+        ];
+        let rows = Config::in_force(vars(&secrets), &[]).unwrap();
+        for (name, _) in secrets {
+            let row = rows.iter().find(|r| r.doc.name == name).unwrap();
+            assert!(row.doc.secret, "{name}");
+            assert_eq!(row.set[0].shown, "(set)", "{name}");
+        }
+        let docs = Config::docs(&[]);
+        assert_eq!(docs.last().unwrap().name, "FASTACK_CONFIG");
+        assert!(docs.iter().all(|d| !d.meaning.is_empty()));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a node depends on and how each dependency is doing: the database,
-//! object storage (exports and archives), the lake (the Parquet mirror's
-//! storage), RabbitMQ, Redis and the data directory's disk. Each has a
+//! object storage (exports and archives), the lake (the storage of a sink
+//! that keeps files of events), RabbitMQ, Redis and the data directory's disk. Each has a
 //! state (`up`, `warning`, `down`), since when, when it was last checked,
 //! and its last error. The checks at start, the dependency watch and the
 //! sinks (which see a broker's answers first) write it; `/readyz` shows it
@@ -31,7 +31,8 @@ pub const LOW_DISK_BYTES: u64 = 256 * 1024 * 1024;
 pub enum Dependency {
     Database,
     ObjectStorage,
-    Lake,
+    /// With the settings that point at it (the sink keeping it says).
+    Lake(&'static str),
     Amqp,
     Redis,
     Disk,
@@ -42,7 +43,7 @@ impl Dependency {
         match self {
             Dependency::Database => "database",
             Dependency::ObjectStorage => "object_storage",
-            Dependency::Lake => "lake",
+            Dependency::Lake(_) => "lake",
             Dependency::Amqp => "amqp",
             Dependency::Redis => "redis",
             Dependency::Disk => "disk",
@@ -59,10 +60,7 @@ impl Dependency {
                 "FASTACK_STORAGE_URL, FASTACK_S3_ENDPOINT, FASTACK_S3_REGION, \
                  FASTACK_S3_ACCESS_KEY_ID, FASTACK_S3_SECRET_ACCESS_KEY"
             }
-            Dependency::Lake => {
-                "FASTACK_MIRROR_URL, FASTACK_S3_ENDPOINT, FASTACK_S3_REGION, \
-                 FASTACK_S3_ACCESS_KEY_ID, FASTACK_S3_SECRET_ACCESS_KEY"
-            }
+            Dependency::Lake(settings) => settings,
             Dependency::Amqp => "FASTACK_AMQP_URL",
             Dependency::Redis => "FASTACK_REDIS_URL",
             Dependency::Disk => "FASTACK_DATA_DIR",

@@ -26,6 +26,7 @@ pub mod private;
 pub mod ratelimit;
 pub mod redact;
 pub mod retention;
+pub mod settings;
 pub mod store;
 pub mod taxonomy;
 pub mod validate;

@@ -65,7 +65,7 @@ fn say_credential_source(config: &Config, location: &str) {
         }
         said.push(location.to_owned());
     }
-    let has = |name: &str| config.s3.aws_environment.iter().any(|(k, _)| k == name);
+    let has = |name: &str| config.s3.aws_environment.0.iter().any(|(k, _)| k == name);
     let source = [
         ("AWS_ACCESS_KEY_ID", "an access key"),
         ("AWS_WEB_IDENTITY_TOKEN_FILE", "a web identity token"),
@@ -134,7 +134,7 @@ impl Objects {
         };
         let mut b = AmazonS3Builder::new();
         // The environment's chain first; the settings below win over it.
-        for (key, value) in &config.s3.aws_environment {
+        for (key, value) in &config.s3.aws_environment.0 {
             if let Ok(k) = key.to_ascii_lowercase().parse() {
                 b = b.with_config(k, value);
             }

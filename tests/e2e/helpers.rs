@@ -226,7 +226,7 @@ impl TestDb {
             vars.push(("FASTACK_DATABASE_URL".into(), url));
             vars.push(("FASTACK_REDIS_URL".into(), redis_url()));
         }
-        Config::from_vars(vars).expect("test config")
+        Config::load(vars, &fastack_actors::sinks::settings()).expect("test config")
     }
 
     pub fn env(&self) -> Vec<(String, String)> {

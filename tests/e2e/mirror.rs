@@ -28,6 +28,16 @@ use crate::helpers::{
     Backend, Node, S3Bucket, TestDb, answer, eventually, make_tenant, services_required, spawn_on,
 };
 
+/// Turns the mirror on in a node's configuration.
+pub fn mirror_on(c: &mut fastack_core::Config, url: String, flush_rows: u32, flush: Duration) {
+    c.sections
+        .set(fastack_actors::sinks::mirror::MirrorSettings {
+            url: Some(url),
+            flush_rows,
+            flush,
+        });
+}
+
 /// A row of the mirror as read back, with the file it lies in.
 #[derive(Clone, Debug)]
 pub(crate) struct LakeRow {
@@ -311,9 +321,7 @@ async fn writes_typed_partitioned_parquet(backend: Backend) {
     let root = lake(&db);
     let url = format!("file://{}", root.display());
     let app = spawn_on(Arc::new(db), |c| {
-        c.mirror_url = Some(url);
-        c.mirror_flush_rows = 500;
-        c.mirror_flush = Duration::from_secs(1);
+        mirror_on(c, url, 500, Duration::from_secs(1));
     })
     .await;
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
@@ -366,9 +374,7 @@ async fn mirror_to_s3() {
     let app = spawn_on(Arc::new(db), |c| {
         bucket.apply(c);
         c.storage_url = None;
-        c.mirror_url = Some(url.clone());
-        c.mirror_flush_rows = 400;
-        c.mirror_flush = Duration::from_secs(1);
+        mirror_on(c, url.clone(), 400, Duration::from_secs(1));
     })
     .await;
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
@@ -579,10 +585,13 @@ async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
     let app = spawn_on(Arc::new(db), |c| {
         bucket.apply(c);
         c.storage_url = None;
-        c.mirror_url = Some(format!("s3://{}/lake", bucket.bucket));
         c.s3.endpoint = Some(via);
-        c.mirror_flush_rows = 10;
-        c.mirror_flush = Duration::from_secs(1);
+        mirror_on(
+            c,
+            format!("s3://{}/lake", bucket.bucket),
+            10,
+            Duration::from_secs(1),
+        );
         c.dependency_check = Duration::from_millis(200);
     })
     .await;
@@ -633,7 +642,7 @@ async fn a_mirror_that_cannot_write_holds_its_rows_and_shows_its_lag() {
     app.cleanup().await;
 }
 
-/// `fastack admin mirror backfill` on `db` mirroring to `root`:
+/// `fastack admin backfill mirror` on `db` mirroring to `root`:
 /// (succeeded, stdout, stderr).
 fn backfill_cli(
     db: &TestDb,
@@ -653,7 +662,7 @@ fn backfill_cli(
         env,
         &[
             &[
-                "admin", "mirror", "backfill", "--tenant", "acme", "--from", &from, "--to", &to,
+                "admin", "backfill", "mirror", "--tenant", "acme", "--from", &from, "--to", &to,
             ],
             more,
         ]
@@ -690,9 +699,7 @@ async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
 
     let url = format!("file://{}", root.display());
     let app = spawn_on(db.clone(), |c| {
-        c.mirror_url = Some(url);
-        c.mirror_flush_rows = 200;
-        c.mirror_flush = Duration::from_secs(1);
+        mirror_on(c, url, 200, Duration::from_secs(1));
     })
     .await;
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
@@ -701,6 +708,29 @@ async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
     accepted.extend(live);
 
     let to = Utc::now() + chrono::Duration::hours(1);
+    // Only a sink with a backfill, and only with its settings.
+    let (from_text, to_text) = (from.to_rfc3339(), to.to_rfc3339());
+    let args = |sink: &'static str| {
+        ["admin", "backfill", sink, "--tenant", "acme", "--from"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain([from_text.clone(), "--to".to_owned(), to_text.clone()])
+            .collect::<Vec<_>>()
+    };
+    let run = |env: Vec<(String, String)>, args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::helpers::run_cli(&crate::helpers::bin_path(), env, &args)
+    };
+    let (ok, stdout, stderr) = run(db.env(), args("amqp"));
+    assert!(!ok, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("no sink named `amqp` has a backfill (sinks with one: mirror)"),
+        "{stderr}"
+    );
+    let (ok, stdout, stderr) = run(db.env(), args("mirror"));
+    assert!(!ok, "{stdout}{stderr}");
+    assert!(stderr.contains("the mirror sink is off"), "{stderr}");
+
     let (ok, stdout, stderr) = backfill_cli(&db, &root, from, to, &[]);
     assert!(ok, "{stdout}{stderr}");
     assert!(

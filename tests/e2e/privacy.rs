@@ -61,8 +61,7 @@ async fn app(
     let url = format!("file://{}", lake.display());
     let app = spawn_with(db, options, |c| {
         crate::webhooks::tweak(c);
-        c.mirror_url = Some(url);
-        c.mirror_flush_rows = 1;
+        crate::mirror::mirror_on(c, url, 1, std::time::Duration::from_secs(60));
         c.process_max_attempts = 2;
         if let Some(b) = s3 {
             b.apply(c);

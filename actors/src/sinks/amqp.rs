@@ -19,7 +19,7 @@ use lapin::{
 };
 use tracing::{info, warn};
 
-use super::{Sent, Sink};
+use super::{Sent, Sink, Tracked};
 use crate::context::Ctx;
 
 pub struct AmqpSink {
@@ -65,9 +65,18 @@ pub async fn check(config: &Config, url: &str) -> Result<(), String> {
     Ok(())
 }
 
-impl AmqpSink {
-    /// The sink of a node streaming to a broker (`None` without one).
-    pub fn new(ctx: &Ctx) -> Option<Self> {
+#[async_trait]
+impl Sink for AmqpSink {
+    const NAME: SinkName = SinkName("amqp");
+    const JOBS: bool = true;
+    const TRACKED: Tracked = Tracked::Every;
+
+    /// With a broker (`FASTACK_AMQP_URL`).
+    fn on(config: &Config) -> bool {
+        config.amqp_url.is_some()
+    }
+
+    fn open(ctx: &Ctx) -> Option<Self> {
         Some(AmqpSink {
             emitter: ctx.emitter.clone()?,
             url: ctx.config.amqp_url.clone()?,
@@ -75,11 +84,6 @@ impl AmqpSink {
             unroutable: BTreeSet::new(),
         })
     }
-}
-
-#[async_trait]
-impl Sink for AmqpSink {
-    const NAME: SinkName = SinkName("amqp");
 
     fn interval(&self) -> Duration {
         Duration::from_millis(250)

@@ -13,9 +13,13 @@
 //! the same bytes. A failed upload gives the batch back and the link is
 //! retried with backoff; the other sinks never wait for it.
 //!
-//! Backfill ([`backfill`], the `backfill` job): a tenant's stored events of
-//! a time range that the mirror neither holds nor owes, written hour by
-//! hour beside what the live mirror wrote.
+//! Backfill ([`MirrorBackfill`], the `backfill` job with `sink: mirror`): a
+//! tenant's stored events of a time range that the mirror neither holds
+//! nor owes, written hour by hour beside what the live mirror wrote.
+//!
+//! Everything about the mirror is declared here: its settings
+//! ([`MirrorSettings`]), counters, backfill and lake (the files an erasure
+//! reaches, and the `lake` dependency of `/readyz`).
 
 use std::{
     borrow::Cow,
@@ -31,6 +35,7 @@ use fastack_core::{
     Config, erasure,
     metrics::CounterSpec,
     objects::Objects,
+    settings::{Extension, check, parse},
     store::{
         EventQuery, Matcher, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic,
         record_of, records_in,
@@ -53,8 +58,43 @@ use parquet::{
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::{Flush, Sent, Sink};
+use super::{Backfill, BackfillRequest, Flush, Lake, Sent, Sink, Tracked};
 use crate::context::Ctx;
+
+fastack_core::settings! {
+    /// The mirror's settings.
+    pub struct MirrorSettings {
+        /// Parquet mirror of every event: `s3://bucket/prefix` (with the `FASTACK_S3_*` settings) or `file:///path`
+        pub url: Option<String> = "FASTACK_MIRROR_URL" {
+            default: "",
+            shown: "(unset: mirror off)",
+            parse: parse::optional_text,
+            check: |url: &Option<String>| match url {
+                Some(url) if !(url.starts_with("s3://") || url.starts_with("file://")) => Err(
+                    "must start with s3:// (a bucket and prefix) or file:// (a directory)"
+                        .to_owned(),
+                ),
+                _ => Ok(()),
+            },
+        },
+        /// the mirror writes its next files once this many events wait
+        pub flush_rows: u32 = "FASTACK_MIRROR_FLUSH_ROWS" {
+            default: "100000",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// … or once the oldest waiting event has waited this long
+        pub flush: Duration = "FASTACK_MIRROR_FLUSH_SECS" {
+            default: "60",
+            parse: parse::secs,
+        },
+    }
+}
+
+/// The lake's URL with this configuration (`None`: the mirror is off).
+fn lake_url(config: &Config) -> Option<&str> {
+    config.sections.get::<MirrorSettings>()?.url.as_deref()
+}
 
 /// The columns of every file. JSON documents are text (parse them with
 /// `json_extract`, `from_json`, `json.loads`).
@@ -93,30 +133,6 @@ pub struct MirrorSink {
     props: Arc<WriterProperties>,
 }
 
-impl MirrorSink {
-    /// The sink of a node with `FASTACK_MIRROR_URL` set (`None` without).
-    pub fn new(ctx: &Ctx) -> Option<Self> {
-        let url = ctx.config.mirror_url.clone()?;
-        let (schema, props) = match writer() {
-            Ok(writer) => writer,
-            Err(error) => {
-                warn!(%error, "the mirror cannot set up its Parquet writer; mirror off");
-                return None;
-            }
-        };
-        Some(MirrorSink {
-            url,
-            flush: Flush {
-                rows: ctx.config.mirror_flush_rows,
-                age: ctx.config.mirror_flush,
-            },
-            objects: None,
-            schema,
-            props,
-        })
-    }
-}
-
 /// Events written to the lake (a batch written again counts again).
 const EVENTS_WRITTEN: CounterSpec = CounterSpec {
     name: "mirror_events_written",
@@ -131,8 +147,56 @@ const FILES_WRITTEN: CounterSpec = CounterSpec {
 #[async_trait]
 impl Sink for MirrorSink {
     const NAME: SinkName = SinkName("mirror");
+    const JOBS: bool = false;
+    const TRACKED: Tracked = Tracked::Every;
     const GROUPED: bool = true;
     const COUNTERS: &'static [CounterSpec] = &[EVENTS_WRITTEN, FILES_WRITTEN];
+    const SETTINGS: Option<Extension> = Some(Extension::of::<MirrorSettings>());
+    const BACKFILL: Option<&'static dyn Backfill> = Some(&MirrorBackfill);
+
+    /// With `FASTACK_MIRROR_URL` set.
+    fn on(config: &Config) -> bool {
+        lake_url(config).is_some()
+    }
+
+    fn open(ctx: &Ctx) -> Option<Self> {
+        let settings = ctx.config.sections.get::<MirrorSettings>()?;
+        let url = settings.url.clone()?;
+        let (schema, props) = match writer() {
+            Ok(writer) => writer,
+            Err(error) => {
+                warn!(%error, "the mirror cannot set up its Parquet writer; mirror off");
+                return None;
+            }
+        };
+        Some(MirrorSink {
+            url,
+            flush: Flush {
+                rows: settings.flush_rows,
+                age: settings.flush,
+            },
+            objects: None,
+            schema,
+            props,
+        })
+    }
+
+    fn lake(config: &Config) -> Option<fastack_core::Result<Lake>> {
+        let url = lake_url(config)?;
+        Some(Objects::at(config, url).and_then(|objects| {
+            let (schema, props) = writer().map_err(fastack_core::Error::Storage)?;
+            Ok(Lake {
+                objects: objects.clone(),
+                settings: "FASTACK_MIRROR_URL, FASTACK_S3_ENDPOINT, FASTACK_S3_REGION, \
+                           FASTACK_S3_ACCESS_KEY_ID, FASTACK_S3_SECRET_ACCESS_KEY",
+                files: Box::new(MirrorLake {
+                    objects,
+                    schema,
+                    props,
+                }),
+            })
+        }))
+    }
 
     fn interval(&self) -> Duration {
         Duration::from_secs(1)
@@ -356,24 +420,6 @@ fn hour_dir(tenant: &str, at: DateTime<Utc>) -> String {
     )
 }
 
-/// A queued backfill of the tenant's events of `[from, to)`: an
-/// operator's job, like retention's (the tenant does not see it in its job
-/// list; its terminal event goes to the operator's streams).
-pub fn backfill_job(tenant: TenantId, range: TimeRange, rewrite: bool, now: DateTime<Utc>) -> Job {
-    Job::queued(
-        fastack_core::retention::SYSTEM_TENANT,
-        fastack_entities::JobKind::Backfill,
-        json!({
-            "tenant": tenant.to_string(),
-            "from": range.from.to_rfc3339(),
-            "to": range.to.to_rfc3339(),
-            "rewrite": rewrite,
-        }),
-        serde_json::Map::new(),
-        now,
-    )
-}
-
 /// Events read per page while backfilling.
 const BACKFILL_PAGE: u32 = 5_000;
 /// Rows per backfill file.
@@ -399,31 +445,52 @@ const BACKFILL_FILE_ROWS: usize = 500_000;
 /// batch completes after the first list is in a file of the second. Until
 /// the deletes an hour holds both; a rewrite stopped in between (the job is
 /// run again) leaves duplicates its next run removes.
-pub async fn backfill(
+pub struct MirrorBackfill;
+
+#[async_trait]
+impl Backfill for MirrorBackfill {
+    fn unit(&self) -> &'static str {
+        "hours"
+    }
+
+    async fn run(
+        &self,
+        store: &Storage,
+        config: &Config,
+        job: &Job,
+        request: &BackfillRequest,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Value, String> {
+        backfill(store, config, job, request, progress).await
+    }
+
+    fn summary(&self, r: &Value) -> String {
+        format!(
+            "{} events written in {} files, {} already in the mirror, {} files replaced ({} hours, {})",
+            r["events_written"],
+            r["files"],
+            r["already_mirrored"],
+            r["files_replaced"],
+            r["hours"],
+            r["location"]
+        )
+    }
+}
+
+async fn backfill(
     store: &Storage,
     config: &Config,
     job: &Job,
+    request: &BackfillRequest,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Value, String> {
-    let url = config
-        .mirror_url
-        .as_deref()
-        .ok_or("the mirror is off: set FASTACK_MIRROR_URL")?;
+    let url = lake_url(config).ok_or("the mirror is off: set FASTACK_MIRROR_URL")?;
     let objects = Objects::at(config, url).map_err(|e| e.to_string())?;
-    let time = |field: &str| -> Result<DateTime<Utc>, String> {
-        job.params[field]
-            .as_str()
-            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-            .map(|t| t.with_timezone(&Utc))
-            .ok_or_else(|| format!("backfill job {} has no `{field}`", job.id))
-    };
-    let (from, to) = (time("from")?, time("to")?);
-    let rewrite = job.params["rewrite"].as_bool().unwrap_or(false);
-    let tenant: TenantId = job.params["tenant"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("backfill job {} has no `tenant`", job.id))?;
-    let range = TimeRange::new(from, to).ok_or("the range is empty: `to` must be after `from`")?;
+    let BackfillRequest {
+        tenant,
+        range,
+        rewrite,
+    } = request.clone();
     let (schema, props) = writer()?;
     let first = range
         .from
@@ -514,31 +581,10 @@ pub async fn backfill(
 /// holding a person's events is written again under its own name without
 /// them (the same schema and writer properties), or deleted when nothing
 /// else is left in it.
-/// The lake's storage, when the mirror is on (`FASTACK_MIRROR_URL`).
-pub fn lake_objects(config: &Config) -> Option<fastack_core::Result<Objects>> {
-    let url = config.mirror_url.as_deref()?;
-    Some(Objects::at(config, url))
-}
-
 pub struct MirrorLake {
     objects: Objects,
     schema: Arc<Type>,
     props: Arc<WriterProperties>,
-}
-
-impl MirrorLake {
-    /// The lake of a deployment with `FASTACK_MIRROR_URL` set (`None`
-    /// without).
-    pub fn new(config: &Config) -> Option<fastack_core::Result<Self>> {
-        Some(lake_objects(config)?.and_then(|objects| {
-            let (schema, props) = writer().map_err(fastack_core::Error::Storage)?;
-            Ok(MirrorLake {
-                objects,
-                schema,
-                props,
-            })
-        }))
-    }
 }
 
 /// The columns an erasure decides by.

@@ -4,8 +4,9 @@
 //! complete what it took and give back the rest. A sink that reports its
 //! link down is reconnected after a capped backoff.
 //!
-//! Adding a sink: a file here implementing [`Sink`], and a line in
-//! [`enabled`]. Outbox rows then record it by name; no migration. A sink
+//! Adding a sink: a file here implementing [`Sink`] (its settings,
+//! counters, backfill and lake declared there), and its line in
+//! [`SINKS`]. Outbox rows then record it by name; no migration. A sink
 //! that writes files says so with [`Sink::batches`]: it is then sent named
 //! batches that come back whole after a crash.
 
@@ -15,25 +16,50 @@ pub mod relay;
 pub mod sink;
 pub mod webhooks;
 
+use chrono::{DateTime, Utc};
 use fastack_core::{
     Config,
     metrics::CounterSpec,
-    store::{Emit, SinkName},
+    settings::Extension,
+    store::{Emit, SinkName, TimeRange},
 };
+use fastack_entities::{Job, JobKind, TenantId};
+use serde_json::json;
 
+use crate::child::ChildSpec;
 pub use crate::routing::Routing;
-use crate::{child::ChildSpec, context::Ctx};
 use relay::RelayActor;
-pub use sink::{Flush, Sent, Sink};
+pub use sink::{Backfill, BackfillRequest, Flush, Lake, Sent, Sink, Tracked};
 
-/// Which `core.event.tracked` events a sink takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tracked {
-    /// Every one (a stream).
-    Every,
-    /// Those of tenants with an enabled endpoint subscribed to them, as the
-    /// endpoints are when the event is processed.
-    WhenSubscribed,
+/// Every sink of the product, each declared by its file: the one place an
+/// output is added.
+const SINKS: &[SinkKind] = &[
+    SinkKind::of::<webhooks::WebhookSink>(),
+    SinkKind::of::<amqp::AmqpSink>(),
+    SinkKind::of::<mirror::MirrorSink>(),
+];
+
+/// A sink as the registry holds it: what its file declares.
+struct SinkKind {
+    name: SinkName,
+    settings: Option<Extension>,
+    backfill: Option<&'static dyn Backfill>,
+    on: fn(&Config) -> bool,
+    spec: fn() -> SinkSpec,
+    lake: fn(&Config) -> Option<fastack_core::Result<Lake>>,
+}
+
+impl SinkKind {
+    const fn of<S: Sink>() -> SinkKind {
+        SinkKind {
+            name: S::NAME,
+            settings: S::SETTINGS,
+            backfill: S::BACKFILL,
+            on: S::on,
+            spec: SinkSpec::of::<S>,
+            lake: S::lake,
+        }
+    }
 }
 
 /// A sink a node runs, with what it takes.
@@ -51,32 +77,31 @@ pub struct SinkSpec {
 }
 
 impl SinkSpec {
-    fn of<S: Sink>(jobs: bool, tracked: Tracked, make: fn(&Ctx) -> Option<S>) -> SinkSpec {
+    fn of<S: Sink>() -> SinkSpec {
         SinkSpec {
             name: S::NAME,
-            jobs,
-            tracked,
+            jobs: S::JOBS,
+            tracked: S::TRACKED,
             grouped: S::GROUPED,
             counters: S::COUNTERS,
-            child: RelayActor::<S>::child(make),
+            child: RelayActor::<S>::child(S::open),
         }
     }
 }
 
 /// The sinks of a node with this configuration.
 pub fn enabled(config: &Config) -> Vec<SinkSpec> {
-    let mut sinks = vec![SinkSpec::of(
-        true,
-        Tracked::WhenSubscribed,
-        webhooks::WebhookSink::new,
-    )];
-    if config.amqp_url.is_some() {
-        sinks.push(SinkSpec::of(true, Tracked::Every, amqp::AmqpSink::new));
-    }
-    if config.mirror_url.is_some() {
-        sinks.push(SinkSpec::of(false, Tracked::Every, mirror::MirrorSink::new));
-    }
-    sinks
+    SINKS
+        .iter()
+        .filter(|k| (k.on)(config))
+        .map(|k| (k.spec)())
+        .collect()
+}
+
+/// The sinks' settings sections: load the configuration with them
+/// (`Config::load`), so every setting is known, documented and checked.
+pub fn settings() -> Vec<Extension> {
+    SINKS.iter().filter_map(|k| k.settings).collect()
 }
 
 /// The counters of the sinks of a node with this configuration.
@@ -85,6 +110,116 @@ pub fn counters(config: &Config) -> Vec<CounterSpec> {
         .iter()
         .flat_map(|s| s.counters.iter().copied())
         .collect()
+}
+
+/// The lake of a node with this configuration: the files of the first sink
+/// on that keeps some (`None`: no sink keeping files is on).
+pub fn lake(config: &Config) -> Option<fastack_core::Result<Lake>> {
+    SINKS
+        .iter()
+        .filter(|k| (k.on)(config))
+        .find_map(|k| (k.lake)(config))
+}
+
+/// The sinks that have a backfill, by name.
+pub fn with_backfill() -> Vec<SinkName> {
+    SINKS
+        .iter()
+        .filter(|k| k.backfill.is_some())
+        .map(|k| k.name)
+        .collect()
+}
+
+/// The sink `name` and its backfill, if it is on with this configuration.
+pub fn backfill_of(
+    config: &Config,
+    name: &str,
+) -> Result<(SinkName, &'static dyn Backfill), String> {
+    let names = with_backfill()
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (kind, backfill) = SINKS
+        .iter()
+        .filter(|k| k.name.0 == name)
+        .find_map(|k| Some((k, k.backfill?)))
+        .ok_or_else(|| {
+            format!("no sink named `{name}` has a backfill (sinks with one: {names})")
+        })?;
+    if !(kind.on)(config) {
+        return Err(format!(
+            "the {name} sink is off: run this with the server's settings (`fastack config` lists them)"
+        ));
+    }
+    Ok((kind.name, backfill))
+}
+
+/// A queued backfill for sink `sink` of the tenant's events of `[from,
+/// to)`: an operator's job, like retention's (the tenant does not see it in
+/// its job list; its terminal event goes to the operator's streams).
+pub fn backfill_job(sink: SinkName, request: &BackfillRequest, now: DateTime<Utc>) -> Job {
+    Job::queued(
+        fastack_core::retention::SYSTEM_TENANT,
+        JobKind::Backfill,
+        json!({
+            "sink": sink.0,
+            "tenant": request.tenant.to_string(),
+            "from": request.range.from.to_rfc3339(),
+            "to": request.range.to.to_rfc3339(),
+            "rewrite": request.rewrite,
+        }),
+        serde_json::Map::new(),
+        now,
+    )
+}
+
+/// Runs a `backfill` job: its sink's backfill of what its params ask. A
+/// job without `sink` (queued by a release before sinks named theirs) is
+/// the one sink's that has a backfill.
+pub async fn run_backfill(
+    store: &fastack_core::store::Storage,
+    config: &Config,
+    job: &Job,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<serde_json::Value, String> {
+    let (_, backfill) = backfill_of(config, &sink_of(job)?)?;
+    backfill
+        .run(store, config, job, &backfill_request(job)?, progress)
+        .await
+}
+
+/// The sink a backfill job is for.
+fn sink_of(job: &Job) -> Result<String, String> {
+    match job.params["sink"].as_str() {
+        Some(name) => Ok(name.to_owned()),
+        None => match with_backfill().as_slice() {
+            [only] => Ok(only.0.to_owned()),
+            _ => Err(format!("backfill job {} names no sink", job.id)),
+        },
+    }
+}
+
+/// What a backfill job's params ask.
+fn backfill_request(job: &Job) -> Result<BackfillRequest, String> {
+    let time = |field: &str| -> Result<DateTime<Utc>, String> {
+        job.params[field]
+            .as_str()
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&Utc))
+            .ok_or_else(|| format!("backfill job {} has no `{field}`", job.id))
+    };
+    let tenant: TenantId = job.params["tenant"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("backfill job {} has no `tenant`", job.id))?;
+    let range = TimeRange::new(time("from")?, time("to")?)
+        .ok_or("the range is empty: `to` must be after `from`")?;
+    Ok(BackfillRequest {
+        tenant,
+        range,
+        rewrite: job.params["rewrite"].as_bool().unwrap_or(false),
+    })
 }
 
 impl Routing {
@@ -117,6 +252,131 @@ mod tests {
 
     use super::*;
 
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Each variable is declared once, among the product's settings and
+    /// every sink's. (The README's table is `fastack config --defaults`:
+    /// its examples' run checks it.)
+    #[test]
+    fn every_variable_is_declared_once() {
+        let mut names: Vec<String> = Config::docs(&settings())
+            .into_iter()
+            .flat_map(|d| d.names)
+            .collect();
+        let all = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all, "a variable is declared twice");
+    }
+
+    /// A sink's settings, declared in its file, load like the product's:
+    /// from the environment or the file, checked, with typos caught, in
+    /// `fastack config`, and absent from a configuration loaded without
+    /// the sinks.
+    #[test]
+    fn a_sinks_settings_load_like_the_products() {
+        let cfg = Config::load(
+            vars(&[
+                ("FASTACK_MIRROR_URL", "file:///lake"),
+                ("FASTACK_MIRROR_FLUSH_SECS", "5"),
+            ]),
+            &settings(),
+        )
+        .unwrap();
+        let mirror = cfg.sections.get::<mirror::MirrorSettings>().unwrap();
+        assert_eq!(mirror.url.as_deref(), Some("file:///lake"));
+        assert_eq!(mirror.flush, std::time::Duration::from_secs(5));
+        assert_eq!(mirror.flush_rows, 100_000, "the declared default");
+        assert!(
+            enabled(&cfg)
+                .iter()
+                .any(|s| s.name == mirror::MirrorSink::NAME)
+        );
+        assert!(format!("{cfg:?}").contains("file:///lake"));
+
+        let off = Config::load(vars(&[]), &settings()).unwrap();
+        assert!(
+            !enabled(&off)
+                .iter()
+                .any(|s| s.name == mirror::MirrorSink::NAME)
+        );
+        assert!(lake(&off).is_none());
+
+        let err = |pairs: &[(&str, &str)]| {
+            Config::load(vars(pairs), &settings())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            err(&[("FASTACK_MIRROR_URL", "ftp://x")]).contains(
+                "FASTACK_MIRROR_URL must start with s3:// (a bucket and prefix) or file://"
+            )
+        );
+        assert!(err(&[("FASTACK_MIRROR_FLUSH_ROWS", "0")]).contains("must be positive"));
+        assert!(
+            err(&[("FASTACK_MIRROR_UR", "file:///x")]).contains("did you mean FASTACK_MIRROR_URL?")
+        );
+        // Without the sinks' sections, their settings are unknown.
+        assert!(
+            Config::from_vars(vars(&[("FASTACK_MIRROR_URL", "file:///x")]))
+                .unwrap_err()
+                .to_string()
+                .contains("unknown setting FASTACK_MIRROR_URL")
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("fastack.toml");
+        std::fs::write(&file, "mirror_flush_rows = 7\n").unwrap();
+        let rows = Config::in_force(
+            vars(&[("FASTACK_CONFIG", file.to_str().unwrap())]),
+            &settings(),
+        )
+        .unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r.doc.name == "FASTACK_MIRROR_FLUSH_ROWS")
+            .unwrap();
+        assert_eq!(row.set[0].shown, "7");
+        assert_eq!(row.set[0].source, format!("file {}", file.display()));
+    }
+
+    /// A backfill job names its sink; one queued without (by an earlier
+    /// release) is the one sink's that has a backfill.
+    #[test]
+    fn a_backfill_job_is_its_sinks() {
+        assert_eq!(with_backfill(), vec![mirror::MirrorSink::NAME]);
+        let on =
+            Config::load(vars(&[("FASTACK_MIRROR_URL", "file:///lake")]), &settings()).unwrap();
+        let request = BackfillRequest {
+            tenant: fastack_entities::TenantId::new(),
+            range: TimeRange::new(
+                chrono::Utc::now() - chrono::Duration::hours(2),
+                chrono::Utc::now(),
+            )
+            .unwrap(),
+            rewrite: true,
+        };
+        let mut job = backfill_job(mirror::MirrorSink::NAME, &request, chrono::Utc::now());
+        assert_eq!(sink_of(&job).unwrap(), "mirror");
+        let read = backfill_request(&job).unwrap();
+        assert_eq!((read.tenant, read.rewrite), (request.tenant, true));
+        assert!(backfill_of(&on, "mirror").is_ok());
+        job.params.as_object_mut().unwrap().remove("sink");
+        assert_eq!(sink_of(&job).unwrap(), "mirror");
+        let off = Config::default();
+        assert!(
+            backfill_of(&off, "mirror")
+                .err()
+                .unwrap()
+                .contains("the mirror sink is off")
+        );
+    }
+
     /// `docs/metrics.md`: exposed name -> (type, label names).
     fn documented() -> BTreeMap<String, (String, Vec<String>)> {
         include_str!("../../../docs/metrics.md")
@@ -141,11 +401,15 @@ mod tests {
     /// `docs/metrics.md`, and nothing else is.
     #[test]
     fn the_documented_metrics_are_the_exposed_ones() {
-        let config = Config {
-            amqp_url: Some("amqp://localhost".to_owned()),
-            mirror_url: Some("file:///lake".to_owned()),
-            ..Config::default()
-        };
+        let config = Config::load(
+            [
+                ("FASTACK_AMQP_URL", "amqp://localhost"),
+                ("FASTACK_MIRROR_URL", "file:///lake"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            &settings(),
+        )
+        .unwrap();
         let declared = counters(&config);
         let m = Metrics::with_counters(&declared);
         // One sample in every labelled family, so each is exposed.

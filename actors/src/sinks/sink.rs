@@ -1,16 +1,71 @@
-//! The trait every sink implements, and what it answers: kept apart from
-//! the sinks' registry so the relay that drives a sink imports the trait
-//! alone.
+//! The trait every sink implements, and what it declares and answers:
+//! kept apart from the sinks' registry so the relay that drives a sink
+//! imports the trait alone.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fastack_core::{
+    Config, erasure,
     metrics::CounterSpec,
-    store::{OutboxBatch, OutboxRow, SinkName},
+    objects::Objects,
+    settings::Extension,
+    store::{OutboxBatch, OutboxRow, SinkName, Storage, TimeRange},
 };
+use fastack_entities::{Job, TenantId};
+use serde_json::Value;
 
 use crate::context::Ctx;
+
+/// Which `core.event.tracked` events a sink takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracked {
+    /// Every one (a stream).
+    Every,
+    /// Those of tenants with an enabled endpoint subscribed to them, as the
+    /// endpoints are when the event is processed.
+    WhenSubscribed,
+}
+
+/// Files of events a sink keeps (a lake): checked at start and watched for
+/// `/readyz` as the `lake` dependency, and reached by an erasure.
+pub struct Lake {
+    pub objects: Objects,
+    /// The settings that point at it, named by every error about it.
+    pub settings: &'static str,
+    /// How an erasure rewrites its files.
+    pub files: Box<dyn erasure::Lake>,
+}
+
+/// What a `backfill` job asks of its sink: a tenant's stored events of a
+/// range, written where the sink would have written them.
+#[derive(Clone, Debug)]
+pub struct BackfillRequest {
+    pub tenant: TenantId,
+    pub range: TimeRange,
+    /// Replace what the sink holds for the range instead of adding to it.
+    pub rewrite: bool,
+}
+
+/// A sink's backfill: the `backfill` job's work for it.
+#[async_trait]
+pub trait Backfill: Send + Sync {
+    /// The unit its progress counts (`hours`).
+    fn unit(&self) -> &'static str;
+
+    /// Runs the job; the result becomes the job's.
+    async fn run(
+        &self,
+        store: &Storage,
+        config: &Config,
+        job: &Job,
+        request: &BackfillRequest,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Value, String>;
+
+    /// One line saying what a completed run did (the CLI prints it).
+    fn summary(&self, result: &Value) -> String;
+}
 
 /// What sending a batch did.
 #[derive(Debug, Default)]
@@ -31,10 +86,22 @@ pub struct Flush {
     pub age: Duration,
 }
 
+/// A sink: what it takes, when a node runs it, and how it sends. Its file
+/// declares everything about it (settings, counters, backfill, lake); the
+/// registry (`sinks/mod.rs`) lists it once.
 #[async_trait]
-pub trait Sink: Send + Sync + 'static {
+pub trait Sink: Send + Sync + Sized + 'static {
     /// The name outbox rows owe it under.
     const NAME: SinkName;
+    /// Takes jobs' terminal events (and `core.contact.erased`).
+    const JOBS: bool;
+    /// Which tracked events it takes.
+    const TRACKED: Tracked;
+    /// Its settings, declared in its file with `fastack_core::settings!`
+    /// and loaded, documented and checked with the rest.
+    const SETTINGS: Option<Extension> = None;
+    /// Its `backfill` job's work, where it has one.
+    const BACKFILL: Option<&'static dyn Backfill> = None;
     /// Rows per batch.
     const BATCH: u32 = 500;
     /// Owed one outbox row per writing transaction, holding its events'
@@ -46,6 +113,18 @@ pub trait Sink: Send + Sync + 'static {
     /// The counters it keeps, registered with the node's metrics when the
     /// sink is on (`Metrics::counter` finds them by name).
     const COUNTERS: &'static [CounterSpec] = &[];
+
+    /// Whether a node with this configuration runs it.
+    fn on(config: &Config) -> bool;
+
+    /// The sink of a node it is on for (`None`: it cannot start, and said
+    /// why in the log).
+    fn open(ctx: &Ctx) -> Option<Self>;
+
+    /// The files of events it keeps, when it is on and keeps some.
+    fn lake(_config: &Config) -> Option<fastack_core::Result<Lake>> {
+        None
+    }
 
     /// How often the relay looks without being signalled.
     fn interval(&self) -> Duration;

@@ -8,23 +8,31 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fastack_core::store::{FAN_OUT, OutboxRow, SinkName};
+use fastack_core::{
+    Config,
+    store::{FAN_OUT, OutboxRow, SinkName},
+};
 use tracing::warn;
 
-use super::{Sent, Sink};
+use super::{Sent, Sink, Tracked};
 use crate::context::Ctx;
 
 pub struct WebhookSink;
 
-impl WebhookSink {
-    pub fn new(_ctx: &Ctx) -> Option<Self> {
-        Some(WebhookSink)
-    }
-}
-
 #[async_trait]
 impl Sink for WebhookSink {
     const NAME: SinkName = FAN_OUT;
+    const JOBS: bool = true;
+    const TRACKED: Tracked = Tracked::WhenSubscribed;
+
+    /// Every node: endpoints are the tenants'.
+    fn on(_config: &Config) -> bool {
+        true
+    }
+
+    fn open(_ctx: &Ctx) -> Option<Self> {
+        Some(WebhookSink)
+    }
 
     fn interval(&self) -> Duration {
         Duration::from_millis(100)
