@@ -270,7 +270,10 @@ enum RetentionCommand {
 
 #[derive(clap::Args)]
 struct BackfillArgs {
-    /// The sink (`mirror`: the Parquet lake).
+    /// The sink (one that has a backfill).
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(
+        fastack_actors::sinks::with_backfill().into_iter().map(|s| s.0)
+    ))]
     sink: String,
     /// Tenant id or name.
     #[arg(long)]
@@ -281,10 +284,9 @@ struct BackfillArgs {
     /// End of the range, excluded.
     #[arg(long)]
     to: chrono::DateTime<chrono::Utc>,
-    /// Replace what the sink holds for the range instead (the mirror: the
-    /// files of every hour the range touches, written again from what
-    /// storage holds, events the live mirror still owes left to it;
-    /// refused for an hour holding events storage no longer has).
+    /// Replace what the sink holds for the range with what storage holds,
+    /// instead of adding what it lacks (the sink's documentation says
+    /// what it replaces and when it refuses).
     #[arg(long)]
     rewrite: bool,
 }

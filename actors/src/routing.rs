@@ -15,6 +15,6 @@ pub struct Routing {
     /// `core.event.tracked` of tenants whose endpoints subscribe to it.
     pub tracked_if_subscribed: Emit,
     /// `core.contact.erased`: the sinks of jobs' events (the streams and
-    /// the webhook fan-out), never the mirror.
+    /// the webhook fan-out), never a sink that takes only tracked events.
     pub erased: Emit,
 }

@@ -173,7 +173,8 @@ fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-/// The Parquet lake, as an erasure reaches it (the mirror's files).
+/// The Parquet lake, as an erasure reaches it: the files of events a sink
+/// keeps.
 #[async_trait]
 pub trait Lake: Send + Sync {
     /// Every file of the tenant.
@@ -199,7 +200,7 @@ pub struct Env<'a> {
     pub store: &'a Storage,
     pub objects: &'a Objects,
     pub keys: &'a Keys,
-    /// The lake, where the mirror is on.
+    /// The lake, where a sink keeping one is on.
     pub lake: Option<&'a dyn Lake>,
     pub now: &'a (dyn Fn() -> DateTime<Utc> + Sync),
     /// (steps done, steps).
@@ -318,9 +319,9 @@ pub struct QuarantineReport {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct OutboxReport {
-    /// Rows owed to RabbitMQ or the mirror that will not be sent.
+    /// Rows owed to a sink (RabbitMQ, the lake) that will not be sent.
     pub rows_cancelled: u64,
-    /// Grouped rows (the mirror's) written again without the people.
+    /// Grouped rows (a batching sink's) written again without the people.
     pub rows_rewritten: u64,
     pub events_removed: u64,
 }
@@ -708,7 +709,7 @@ async fn erase_exports(
 }
 
 /// Every lake file of the tenant holding the people's events, written
-/// again without them under its own name (the mirror never shows them
+/// again without them under its own name (the lake never shows them
 /// again, and never twice), or removed when nothing else is left in it.
 async fn erase_lake(
     env: &Env<'_>,
@@ -877,7 +878,7 @@ fn certificate(
         "events_removed": sum(&exports),
         "jobs": listed(&exports, "job_id"),
     });
-    // No lake (the mirror is off): no `lake` member.
+    // No lake (no sink keeping one is on): no `lake` member.
     if env.lake.is_some() {
         stores["lake"] = json!({
             "files_rewritten": files.values().filter(|r| r.rows > 0).count(),

@@ -1,4 +1,4 @@
-//! Jobs: long work (exports, retention archives, mirror backfills) that
+//! Jobs: long work (exports, retention archives, erasures, sinks' backfills) that
 //! ends in exactly one terminal event.
 
 use std::{fmt, str::FromStr};
@@ -14,7 +14,7 @@ use crate::ids::{JobId, TenantId};
 pub enum JobKind {
     Export,
     Retention,
-    /// Writes a tenant's stored events to the Parquet mirror.
+    /// Writes a tenant's stored events to the sink its `sink` param names.
     Backfill,
     /// Removes a person from every store (`POST /v1/core/erasures`).
     Erasure,

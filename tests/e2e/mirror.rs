@@ -724,7 +724,7 @@ async fn backfill_writes_what_the_mirror_lacks(backend: Backend) {
     let (ok, stdout, stderr) = run(db.env(), args("amqp"));
     assert!(!ok, "{stdout}{stderr}");
     assert!(
-        stderr.contains("no sink named `amqp` has a backfill (sinks with one: mirror)"),
+        stderr.contains("invalid value 'amqp'") && stderr.contains("[possible values: mirror]"),
         "{stderr}"
     );
     let (ok, stdout, stderr) = run(db.env(), args("mirror"));

@@ -49,7 +49,7 @@ pub const FAN_OUT: SinkName = SinkName("webhooks");
 /// The sinks an event is written for. The fan-out ([`FAN_OUT`]) takes it
 /// in the writing transaction; every other sink owes an outbox row until it
 /// completes it. A row no relayed sink takes is not written. A grouped
-/// sink (one that only reads its rows back in batches: the mirror) is owed
+/// sink (one that only reads its rows back in batches, as a lake does) is owed
 /// one row per writing transaction holding all its events, not one per
 /// event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
