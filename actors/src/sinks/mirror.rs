@@ -461,7 +461,97 @@ impl Backfill for MirrorBackfill {
         request: &BackfillRequest,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Value, String> {
-        backfill(store, config, job, request, progress).await
+        let url = lake_url(config).ok_or("the mirror is off: set FASTACK_MIRROR_URL")?;
+        let objects = Objects::at(config, url).map_err(|e| e.to_string())?;
+        let BackfillRequest {
+            tenant,
+            range,
+            rewrite,
+        } = request.clone();
+        let (schema, props) = writer()?;
+        let first = range
+            .from
+            .duration_trunc(chrono::Duration::hours(1))
+            .map_err(|e| e.to_string())?;
+        let hours = (range.to - first).num_hours() as u64 + 1;
+        let tenant_text = tenant.to_string();
+        let (mut written, mut held, mut files, mut replaced) = (0u64, 0u64, 0u64, 0u64);
+        for h in 0..hours {
+            progress(h, hours);
+            let start = first + chrono::Duration::hours(h as i64);
+            let end = start + chrono::Duration::hours(1);
+            let Some(hour) = (if rewrite {
+                TimeRange::new(start, end)
+            } else {
+                TimeRange::new(start.max(range.from), end.min(range.to))
+            }) else {
+                continue;
+            };
+            let dir = hour_dir(&tenant_text, start);
+            let before = if rewrite {
+                files_in(&objects, &dir).await?
+            } else {
+                Vec::new()
+            };
+            let stored = read_hour(store, tenant, hour).await?;
+            if stored.is_empty() && before.is_empty() {
+                continue;
+            }
+            let owed = owed_ids(store, tenant).await?;
+            // Ids the live mirror holds or will write: not written here.
+            let mut mirrored = HashSet::new();
+            let (mut stale, mut stale_ids) = (Vec::new(), HashSet::new());
+            for path in files_in(&objects, &dir).await? {
+                let ids = ids_in(&objects, &path).await?;
+                if before.contains(&path) && ids.is_disjoint(&owed) {
+                    stale.push(path);
+                    stale_ids.extend(ids);
+                } else {
+                    mirrored.extend(ids);
+                }
+            }
+            // The mirror may be the only copy left (retention dropped the
+            // partition): a rewrite never deletes what it cannot write again.
+            let kept: HashSet<&str> = stored.iter().map(Event::id).collect();
+            let lost = stale_ids
+                .iter()
+                .filter(|id| !kept.contains(id.as_str()))
+                .count();
+            if lost > 0 {
+                return Err(format!(
+                    "{dir} holds {lost} events storage no longer has (dropped by retention?): \
+                     not rewritten"
+                ));
+            }
+            let (todo, have): (Vec<Event>, Vec<Event>) = stored
+                .into_iter()
+                .partition(|e| !owed.contains(e.id()) && !mirrored.contains(e.id()));
+            held += have.len() as u64;
+            for (n, chunk) in todo.chunks(BACKFILL_FILE_ROWS).enumerate() {
+                let bytes = encode(&tenant_text, chunk, &schema, &props)
+                    .map_err(|e| format!("{dir}: {e}"))?;
+                let path = format!("{dir}/backfill-{}-{}-{n}.parquet", job.id, job.attempts);
+                objects.put(&path, bytes).await.map_err(|e| e.to_string())?;
+                written += chunk.len() as u64;
+                files += 1;
+            }
+            for path in stale {
+                objects.delete(&path).await.map_err(|e| e.to_string())?;
+                replaced += 1;
+            }
+        }
+        progress(hours, hours);
+        Ok(json!({
+            "from": range.from.to_rfc3339(),
+            "to": range.to.to_rfc3339(),
+            "hours": hours,
+            "events_written": written,
+            "already_mirrored": held,
+            "files": files,
+            "files_replaced": replaced,
+            "rewrite": rewrite,
+            "location": objects.location,
+        }))
     }
 
     fn summary(&self, r: &Value) -> String {
@@ -475,106 +565,6 @@ impl Backfill for MirrorBackfill {
             r["location"]
         )
     }
-}
-
-async fn backfill(
-    store: &Storage,
-    config: &Config,
-    job: &Job,
-    request: &BackfillRequest,
-    progress: &(dyn Fn(u64, u64) + Sync),
-) -> Result<Value, String> {
-    let url = lake_url(config).ok_or("the mirror is off: set FASTACK_MIRROR_URL")?;
-    let objects = Objects::at(config, url).map_err(|e| e.to_string())?;
-    let BackfillRequest {
-        tenant,
-        range,
-        rewrite,
-    } = request.clone();
-    let (schema, props) = writer()?;
-    let first = range
-        .from
-        .duration_trunc(chrono::Duration::hours(1))
-        .map_err(|e| e.to_string())?;
-    let hours = (range.to - first).num_hours() as u64 + 1;
-    let tenant_text = tenant.to_string();
-    let (mut written, mut held, mut files, mut replaced) = (0u64, 0u64, 0u64, 0u64);
-    for h in 0..hours {
-        progress(h, hours);
-        let start = first + chrono::Duration::hours(h as i64);
-        let end = start + chrono::Duration::hours(1);
-        let Some(hour) = (if rewrite {
-            TimeRange::new(start, end)
-        } else {
-            TimeRange::new(start.max(range.from), end.min(range.to))
-        }) else {
-            continue;
-        };
-        let dir = hour_dir(&tenant_text, start);
-        let before = if rewrite {
-            files_in(&objects, &dir).await?
-        } else {
-            Vec::new()
-        };
-        let stored = read_hour(store, tenant, hour).await?;
-        if stored.is_empty() && before.is_empty() {
-            continue;
-        }
-        let owed = owed_ids(store, tenant).await?;
-        // Ids the live mirror holds or will write: not written here.
-        let mut mirrored = HashSet::new();
-        let (mut stale, mut stale_ids) = (Vec::new(), HashSet::new());
-        for path in files_in(&objects, &dir).await? {
-            let ids = ids_in(&objects, &path).await?;
-            if before.contains(&path) && ids.is_disjoint(&owed) {
-                stale.push(path);
-                stale_ids.extend(ids);
-            } else {
-                mirrored.extend(ids);
-            }
-        }
-        // The mirror may be the only copy left (retention dropped the
-        // partition): a rewrite never deletes what it cannot write again.
-        let kept: HashSet<&str> = stored.iter().map(Event::id).collect();
-        let lost = stale_ids
-            .iter()
-            .filter(|id| !kept.contains(id.as_str()))
-            .count();
-        if lost > 0 {
-            return Err(format!(
-                "{dir} holds {lost} events storage no longer has (dropped by retention?): \
-                 not rewritten"
-            ));
-        }
-        let (todo, have): (Vec<Event>, Vec<Event>) = stored
-            .into_iter()
-            .partition(|e| !owed.contains(e.id()) && !mirrored.contains(e.id()));
-        held += have.len() as u64;
-        for (n, chunk) in todo.chunks(BACKFILL_FILE_ROWS).enumerate() {
-            let bytes =
-                encode(&tenant_text, chunk, &schema, &props).map_err(|e| format!("{dir}: {e}"))?;
-            let path = format!("{dir}/backfill-{}-{}-{n}.parquet", job.id, job.attempts);
-            objects.put(&path, bytes).await.map_err(|e| e.to_string())?;
-            written += chunk.len() as u64;
-            files += 1;
-        }
-        for path in stale {
-            objects.delete(&path).await.map_err(|e| e.to_string())?;
-            replaced += 1;
-        }
-    }
-    progress(hours, hours);
-    Ok(json!({
-        "from": range.from.to_rfc3339(),
-        "to": range.to.to_rfc3339(),
-        "hours": hours,
-        "events_written": written,
-        "already_mirrored": held,
-        "files": files,
-        "files_replaced": replaced,
-        "rewrite": rewrite,
-        "location": objects.location,
-    }))
 }
 
 /// The mirror's files as an erasure reaches them: each of a tenant's files
