@@ -1315,7 +1315,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     {
         bail!("--wrk runs the closed loop of the track or batch profile on one tenant");
     }
-    let config = Config::from_vars(env.clone())?;
+    let config = server_config(&env)?;
     let tenants = args.tenants.unwrap_or(match args.profile {
         Profile::Mixed => 10,
         _ => 1,
@@ -1647,4 +1647,25 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("fastack-bench-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// The configuration of the server under test, as it loads it (its sinks'
+/// settings included): the load tool opens the same storage.
+fn server_config(env: &[(String, String)]) -> anyhow::Result<Config> {
+    Ok(Config::load(
+        env.iter().cloned(),
+        &fastack_actors::sinks::settings(),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A sink's setting given with `--server-env` is the server's, not an
+    /// unknown one.
+    #[test]
+    fn a_sinks_setting_is_a_server_setting() {
+        let env =
+            [("FASTACK_MIRROR_URL", "file:///tmp/lake")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+        assert!(super::server_config(&env).is_ok());
+    }
 }
