@@ -135,17 +135,16 @@ pub fn backfill_of(
     config: &Config,
     name: &str,
 ) -> Result<(SinkName, &'static dyn Backfill), String> {
-    let names = with_backfill()
-        .iter()
-        .map(|n| n.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
     let (kind, backfill) = SINKS
         .iter()
         .filter(|k| k.name.0 == name)
         .find_map(|k| Some((k, k.backfill?)))
         .ok_or_else(|| {
-            format!("no sink named `{name}` has a backfill (sinks with one: {names})")
+            let names: Vec<&str> = with_backfill().iter().map(|n| n.0).collect();
+            format!(
+                "no sink named `{name}` has a backfill (sinks with one: {})",
+                names.join(", ")
+            )
         })?;
     if !(kind.on)(config) {
         return Err(format!(

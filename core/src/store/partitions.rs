@@ -192,8 +192,21 @@ pub(crate) trait PartitionsEngine: Send + Sync {
     /// Where a partition's rows are (`tracked_events`, or the month's own
     /// table).
     fn layout(&self) -> &dyn Layout;
-    /// Makes sure the partitions exist (idempotent, safe across nodes).
-    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()>;
+    /// The partitions this node knows exist.
+    fn known(&self) -> &KnownPartitions;
+    /// Creates `keys` in one transaction (idempotent, safe across nodes).
+    async fn create_partitions(&self, keys: &[PartitionKey]) -> Result<()>;
+    /// Makes sure the partitions exist: those not known to exist are
+    /// created, then known.
+    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
+        let missing = self.known().missing(keys);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.create_partitions(&missing).await?;
+        self.known().add(missing);
+        Ok(())
+    }
     /// The partitions that exist, sorted.
     async fn partition_keys(&self) -> Result<Vec<PartitionKey>>;
     /// Exact row count of one partition; `None` when it does not exist.

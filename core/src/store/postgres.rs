@@ -355,18 +355,18 @@ impl PartitionsEngine for PgStore {
         self
     }
 
-    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
-        let missing = self.partitions.missing(keys);
-        if missing.is_empty() {
-            return Ok(());
-        }
+    fn known(&self) -> &KnownPartitions {
+        &self.partitions
+    }
+
+    async fn create_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         // One creator at a time across nodes: CREATE ... IF NOT EXISTS is not
         // race-free on its own.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('fastack.partitions'))")
             .execute(&mut *tx)
             .await?;
-        for key in &missing {
+        for key in keys {
             let month = key.month;
             let parent = format!("tracked_events_{}", month.suffix());
             let from = month.start().format("%Y-%m-%d %H:%M:%S+00");
@@ -386,7 +386,6 @@ impl PartitionsEngine for PgStore {
             .await?;
         }
         tx.commit().await?;
-        self.partitions.add(missing);
         Ok(())
     }
 

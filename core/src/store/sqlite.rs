@@ -772,17 +772,16 @@ impl PartitionsEngine for SqliteStore {
         self
     }
 
-    async fn ensure_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
-        let missing = self.partitions.missing(keys);
-        if missing.is_empty() {
-            return Ok(());
-        }
+    fn known(&self) -> &KnownPartitions {
+        &self.partitions
+    }
+
+    async fn create_partitions(&self, keys: &[PartitionKey]) -> Result<()> {
         let mut tx = self.writer.begin().await?;
-        for key in &missing {
+        for key in keys {
             create_partition(&mut tx, key).await?;
         }
         tx.commit().await?;
-        self.partitions.add(missing);
         Ok(())
     }
 
