@@ -56,6 +56,9 @@ pub struct ProcessorState {
     cursor: Option<i64>,
     /// A row that failed processing waits until then for its next attempt.
     retry_at: Option<Instant>,
+    /// Counts this processor in `fastack_processors` while its state lives
+    /// (dropped however the actor ends: stopped, failed or killed).
+    _alive: fastack_core::metrics::Held,
 }
 
 /// Wait before the next attempt of an event that failed `attempts` times:
@@ -284,6 +287,7 @@ impl Actor for ProcessorActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let tenant_id = args.shared.tenant().id;
+        let alive = fastack_core::metrics::Held::new(&args.ctx.metrics.processors);
         Ok(ProcessorState {
             ctx: args.ctx,
             shared: args.shared,
@@ -296,6 +300,7 @@ impl Actor for ProcessorActor {
             gathering: false,
             cursor: None,
             retry_at: None,
+            _alive: alive,
         })
     }
 

@@ -70,6 +70,9 @@ pub struct Metrics {
     pub group_commit_rows: Histogram,
     pub group_commit_seconds: Histogram,
     pub active_tenants: Gauge,
+    /// Tenant processors alive on this node: one per running tenant,
+    /// whatever failed and restarted before.
+    pub processors: Gauge,
     pub actor_restarts: Family<ActorLabels, Counter>,
     pub amqp_published: Counter,
     pub amqp_unroutable: Counter,
@@ -134,6 +137,7 @@ impl Metrics {
         let group_commit_rows = Histogram::new(exponential_buckets(1.0, 2.0, 14));
         let group_commit_seconds = latency_histogram();
         let active_tenants = Gauge::default();
+        let processors = Gauge::default();
         let actor_restarts = Family::<ActorLabels, Counter>::default();
         let amqp_published = Counter::default();
         let amqp_unroutable = Counter::default();
@@ -244,6 +248,11 @@ impl Metrics {
             active_tenants.clone(),
         );
         registry.register(
+            "processors",
+            "tenant processors alive on this node (one per running tenant)",
+            processors.clone(),
+        );
+        registry.register(
             "actor_restarts",
             "children restarted by their supervisor after a failure",
             actor_restarts.clone(),
@@ -313,6 +322,7 @@ impl Metrics {
             group_commit_rows,
             group_commit_seconds,
             active_tenants,
+            processors,
             actor_restarts,
             amqp_published,
             amqp_unroutable,
@@ -351,5 +361,22 @@ impl Metrics {
         let mut out = String::with_capacity(16 * 1024);
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// One in a gauge for as long as it is held: dropped however its holder
+/// ends (an actor's state is dropped when it stops, fails or is killed).
+pub struct Held(Gauge);
+
+impl Held {
+    pub fn new(gauge: &Gauge) -> Held {
+        gauge.inc();
+        Held(gauge.clone())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

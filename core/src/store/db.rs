@@ -706,10 +706,22 @@ impl Db {
         })
     }
 
+    /// A write outside a transaction whose `RETURNING` gives at most one
+    /// row. On SQLite the statement runs to its end: its implicit commit
+    /// happens there, and a commit that fails (a full disk) must fail the
+    /// call. Stopping at the first row, as `fetch_optional` does, returned
+    /// the row of a write that never committed: a lease reported taken
+    /// that processing then found expired, round after round.
     pub async fn write_opt(&self, q: Q) -> Result<Option<Row>> {
         Ok(match self {
             Db::Pg(p) => q.pg().fetch_optional(p).await?.map(Row::Pg),
-            Db::Lite { writer, .. } => q.lite().fetch_optional(writer).await?.map(Row::Lite),
+            Db::Lite { writer, .. } => q
+                .lite()
+                .fetch_all(writer)
+                .await?
+                .into_iter()
+                .next()
+                .map(Row::Lite),
         })
     }
 
@@ -924,10 +936,12 @@ impl ConnectionTrait for Db {
             Db::Lite { writer, reader, .. } => {
                 let stmt = for_sqlite(stmt);
                 let pool = Db::lite_pool(writer, reader, &stmt.sql);
+                // A write runs to its end, so a failed implicit commit
+                // fails the call (see `Db::write_opt`).
                 sqlx_query::<Sqlite>(&stmt)
-                    .fetch_optional(pool)
+                    .fetch_all(pool)
                     .await
-                    .map(|r| r.map(Into::into))
+                    .map(|rows| rows.into_iter().next().map(Into::into))
             }
         }
         .map_err(query_err)
