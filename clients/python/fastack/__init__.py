@@ -21,17 +21,21 @@ from ._errors import (
     ApiError,
     EventTooLarge,
     FastackError,
+    Forbidden,
     ProblemField,
     QueueFull,
     TrackerClosed,
+    TrackerError,
     TransportError,
+    Unauthorized,
+    Undelivered,
 )
 from ._signature import SignatureError
 from ._version import __version__
 
 if TYPE_CHECKING:
     from ._client import AsyncClient, Client
-    from ._tracker import Tracker, TrackerStats
+    from ._tracker import FlushResult, Tracker, TrackerStats
 
 __all__ = [
     "ApiError",
@@ -39,13 +43,18 @@ __all__ = [
     "Client",
     "EventTooLarge",
     "FastackError",
+    "FlushResult",
+    "Forbidden",
     "ProblemField",
     "QueueFull",
     "SignatureError",
     "Tracker",
     "TrackerClosed",
+    "TrackerError",
     "TrackerStats",
     "TransportError",
+    "Unauthorized",
+    "Undelivered",
     "__version__",
 ]
 
@@ -54,6 +63,7 @@ _LAZY = {
     "AsyncClient": "._client",
     "Tracker": "._tracker",
     "TrackerStats": "._tracker",
+    "FlushResult": "._tracker",
 }
 
 

@@ -11,15 +11,27 @@ __all__ = [
     "ApiError",
     "EventTooLarge",
     "FastackError",
+    "Forbidden",
     "ProblemField",
     "QueueFull",
     "TrackerClosed",
+    "TrackerError",
     "TransportError",
+    "Unauthorized",
+    "Undelivered",
 ]
 
 
 class FastackError(Exception):
-    """Base class of every error this SDK raises or reports."""
+    """Base class of every error this SDK raises or reports.
+
+    `kind` names the failure in a word: `unauthorized` (401), `forbidden`
+    (403), `rejected` (another refusal), `unavailable` (408, 429, 5xx),
+    `unreachable` (no answer), `too_large`, `dropped`, `closed`,
+    `undelivered` (the TypeScript SDK's `TrackerError.kind` uses the same
+    words where it has the same case)."""
+
+    kind: str = "error"
 
 
 @dataclass(frozen=True)
@@ -85,9 +97,24 @@ class ApiError(FastackError):
         """429 and 5xx: nothing was accepted, the same request may be sent again."""
         return self.status == 429 or self.status >= 500
 
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        """`unauthorized` (401), `forbidden` (403), `unavailable` (408, 429,
+        5xx: worth retrying) or `rejected`."""
+        if self.status == 401:
+            return "unauthorized"
+        if self.status == 403:
+            return "forbidden"
+        if self.status in (408, 429) or self.status >= 500:
+            return "unavailable"
+        return "rejected"
+
     @classmethod
     def from_response(cls, status: int, headers: Mapping[str, str], body: bytes) -> ApiError:
-        """Builds the error from a non-2xx answer (any body)."""
+        """Builds the error from a non-2xx answer (any body): an
+        `Unauthorized` for a 401, a `Forbidden` for a 403 (both `ApiError`s)."""
+        if cls is ApiError:
+            cls = _BY_STATUS.get(status, ApiError)
         retry_after = parse_retry_after(headers.get("retry-after"))
         doc: Any = None
         try:
@@ -130,16 +157,32 @@ class ApiError(FastackError):
         )
 
 
+class Unauthorized(ApiError):
+    """A `401`: the API key is missing, unknown or revoked. Not transient: a
+    Tracker that gets one stops sending (see the README)."""
+
+
+class Forbidden(ApiError):
+    """A `403`: the key may not do this. Not transient, like `Unauthorized`."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden}
+
+
 class TransportError(FastackError):
     """The request did not get an answer (connection refused or reset, timeout).
 
     The underlying exception (httpx's) is `__cause__`.
     """
 
+    kind = "unreachable"
+
 
 class EventTooLarge(FastackError):
     """Reported by the Tracker (via `on_error`) for an item whose JSON is over
     the server's 32 KiB per-event limit: it could never be accepted."""
+
+    kind = "too_large"
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"event is {size} bytes of JSON; the limit is {limit}")
@@ -151,6 +194,8 @@ class QueueFull(FastackError):
     """Reported by the Tracker (via `on_error`) for an item dropped because its
     queue held `max_queue_size` items. `dropped` is the running total."""
 
+    kind = "dropped"
+
     def __init__(self, dropped: int) -> None:
         super().__init__(f"tracker queue full: item dropped ({dropped} dropped so far)")
         self.dropped = dropped
@@ -158,8 +203,38 @@ class QueueFull(FastackError):
 
 class TrackerClosed(FastackError):
     """Reported by the Tracker (via `on_error`) for items that were not
-    delivered: tracked after `close()`, or still queued or retrying when
-    `close(timeout)` (or the exit handler) ran out of time."""
+    delivered: tracked after `close()` (this class), or still queued or
+    retrying when `close()` (or the exit handler) ran out of time without a
+    spool (`Undelivered`, a subclass)."""
+
+    kind = "closed"
+
+
+class Undelivered(TrackerClosed):
+    """Reported by the Tracker (via `on_error`) for items still queued or
+    retrying when `close()` (or the exit handler) reached its deadline, when
+    no spool is configured. The server may have stored one that was in
+    flight: resending them with the same idempotency keys is safe."""
+
+    kind = "undelivered"
+
+
+class TrackerError(FastackError):
+    """Raised by `Tracker.flush(raise_on_error=True)` /
+    `Tracker.close(raise_on_error=True)` when not everything was delivered.
+
+    `result` is the call's `FlushResult`; `error` the most serious failure
+    behind it (an `Unauthorized` / `Forbidden` first; also `__cause__`);
+    `kind`, `status` and `code` are that error's (`status`/`code` are None
+    when it was not an answer of the server, e.g. a deadline)."""
+
+    def __init__(self, message: str, result: Any, error: FastackError | None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.error = error
+        self.kind = error.kind if error is not None else "undelivered"
+        self.status: int | None = error.status if isinstance(error, ApiError) else None
+        self.code: str | None = error.code if isinstance(error, ApiError) else None
 
 
 def parse_retry_after(value: str | None) -> float | None:

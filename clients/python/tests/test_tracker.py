@@ -70,12 +70,12 @@ def test_close_flushes_everything(server: Server, api_key: str) -> None:
     tracker.identify(user_id="u-0", anonymous_id="a-0", traits={"plan": "pro"}, idempotency_key="ident-u0")
     assert len(set(keys)) == 120
     assert tracker.stats().queued == 121
-    assert tracker.close() is True
+    assert tracker.close()
     st = tracker.stats()
     assert (st.queued, st.in_flight, st.accepted, st.failed, st.dropped) == (0, 0, 121, 0, 0)
     assert st.requests == 1
     assert errors.calls == []
-    assert tracker.close() is True  # idempotent
+    assert tracker.close()  # idempotent
     assert_exactly_once(server, api_key, "Closing", 120)
     with Client(api_key, base_url=server.base_url) as client:
         assert wait_for(lambda: client.find_contact(anonymous_id="a-0").traits.to_dict() == {"plan": "pro"})
@@ -93,7 +93,7 @@ def test_flush_interval_and_flush(server: Server, api_key: str) -> None:
         wait_for(lambda: tracker.stats().accepted == 1, timeout=10, what="timer flush")
         for i in range(1, 1201):  # more than two full batches
             tracker.track("Tick", user_id="u", properties={"seq": i})
-        assert tracker.flush(timeout=60) is True
+        assert tracker.flush(timeout=60)
         st = tracker.stats()
         assert st.accepted == 1201 and st.queued == 0 and st.in_flight == 0
         assert st.requests >= 3
@@ -111,7 +111,7 @@ def test_rate_limited_key_delivers_exactly_once(server: Server) -> None:
         tracker.track("Limited", user_id=f"u-{i % 10}", properties={"seq": i})
         if i % 50 == 0:
             time.sleep(0.01)
-    assert tracker.flush(timeout=120) is True
+    assert tracker.flush(timeout=120)
     st = tracker.stats()
     tracker.close()
     assert errors.calls == []
@@ -153,7 +153,7 @@ def test_sigkill_mid_flush_and_restart_delivers_exactly_once(server_factory: Any
     server.start()
     assert server.port == port
     producer.join()
-    assert tracker.flush(timeout=120) is True
+    assert tracker.flush(timeout=120)
     t1 = time.monotonic()
     st = tracker.stats()
     tracker.close()
@@ -217,7 +217,7 @@ def test_lost_answers_are_resent_and_answered_as_duplicates(server: Server, api_
     try:
         for i in range(500):
             tracker.track("Lost", user_id=f"u-{i % 5}", properties={"seq": i})
-        assert tracker.flush(timeout=60) is True
+        assert tracker.flush(timeout=60)
         st = tracker.stats()
     finally:
         tracker.close()
@@ -264,7 +264,11 @@ def test_items_the_server_can_never_take_go_to_on_error(server: Server, api_key:
     tracker.track("Mixed", user_id="u", properties={"seq": 2})
     tracker.track("Mixed", user_id="u", properties={"seq": 97, "big": 123456789012345678901234567890})
     tracker.track("Mixed", user_id="u", properties={"seq": 3})
-    assert tracker.close() is True
+    # Everything was delivered or reported, but not everything was delivered:
+    # the result says so (1 too large, 3 refused).
+    result = tracker.close()
+    assert not result and result.failed == 4 and result.pending == 0 and result.spooled == 0
+    assert isinstance(result.error, (ApiError, EventTooLarge))
 
     # A repeated member name ({1: .., "1": ..} encodes as {"1":..,"1":..}) is a
     # 400 invalid_json that does not say which item: found by halves.
@@ -273,7 +277,8 @@ def test_items_the_server_can_never_take_go_to_on_error(server: Server, api_key:
     tracker.track("Mixed", user_id="u", properties={"seq": 96, 1: "a", "1": "b"})
     for seq in range(5, 9):
         tracker.track("Mixed", user_id="u", properties={"seq": seq})
-    assert tracker.close() is True
+    result = tracker.close()
+    assert not result and result.failed == 1 and result.error.kind == "rejected"  # type: ignore[union-attr]
     assert tracker.stats().accepted == 5
 
     too_large = errors.items(EventTooLarge)
@@ -305,7 +310,8 @@ def test_full_queue_drops_without_blocking() -> None:
     assert [it["properties"]["seq"] for it in dropped] == list(range(10, 25))
     assert isinstance(errors.calls[-1][0], QueueFull) and errors.calls[-1][0].dropped == 15
     # close() with a timeout gives up and reports what was not delivered.
-    assert tracker.close(timeout=0.5) is False
+    result = tracker.close(timeout=0.5)
+    assert not result and result.timed_out and result.failed == 25 and result.spooled == 0
     undelivered = errors.items(TrackerClosed)
     assert sorted(it["properties"]["seq"] for it in undelivered) == list(range(10))
     assert tracker.stats().failed == 25
@@ -384,7 +390,7 @@ def test_batches_fill_requests_up_to_exactly_4_mib(server: Server, api_key: str)
             occurred_at=AN_HOUR_AGO,
             idempotency_key=f"big-{seq:04d}",
         )
-    assert tracker.close() is True
+    assert tracker.close()
     st = tracker.stats()
     assert errors.calls == [] and st.accepted == len(sizes) and st.requests == 2
     assert_exactly_once(server, api_key, "Big", len(sizes))
@@ -418,7 +424,7 @@ def test_compressed_batches_are_stored_exactly_as_tracked(server: Server, api_ke
         }
         sent[seq] = props
         tracker.track("Squeezed", user_id=f"u-{seq % 5}", properties=props, occurred_at=AN_HOUR_AGO)
-    assert tracker.close() is True
+    assert tracker.close()
     st = tracker.stats()
     assert errors.calls == [] and st.accepted == 400
     assert transport.encodings and set(transport.encodings) == {"gzip"}, transport.encodings
@@ -435,12 +441,12 @@ def test_small_batches_and_compression_none_go_as_is(server: Server, api_key: st
     transport = RecordingTransport()
     small = Tracker(api_key, base_url=server.base_url, flush_interval=60, transport=transport)
     small.track("Tiny", user_id="u")
-    assert small.close() is True
+    assert small.close()
     transport2 = RecordingTransport()
     plain = Tracker(api_key, base_url=server.base_url, flush_interval=60, transport=transport2, compression=None)
     for seq in range(50):
         plain.track("Plain", user_id="u", properties={"seq": seq, "pad": "p" * 100})
-    assert plain.close() is True
+    assert plain.close()
     assert plain.stats().accepted == 50
     assert transport.encodings == [None] and transport2.encodings == [None]
 

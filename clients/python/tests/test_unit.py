@@ -174,7 +174,7 @@ def test_tracker_resends_the_same_bytes_after_429_and_5xx() -> None:
     t = mock_tracker(rec, flush_interval=60, on_error=lambda e, items: errors.append(e))
     for i in range(10):
         t.track("x", user_id="u", properties={"i": i})
-    assert t.close() is True
+    assert t.close()
     assert errors == [] and len(rec.requests) == 4
     assert len({r.content for r in rec.requests}) == 1
     assert rec.times[1] - rec.times[0] >= 1.0  # Retry-After honoured
@@ -193,7 +193,7 @@ def test_tracker_sends_as_is_after_a_415_to_a_compressed_batch() -> None:
     t = mock_tracker(rec, flush_interval=60, max_batch=20, on_error=lambda e, items: errors.append(e))
     for i in range(40):
         t.track("x", user_id="u", properties={"i": i, "pad": "z" * 60})
-    assert t.close() is True
+    assert t.close()
     assert errors == [] and len(rec.requests) == 3
     encodings = [r.headers.get("content-encoding") for r in rec.requests]
     assert encodings == ["gzip", None, None]
@@ -212,6 +212,25 @@ def test_tracker_does_not_retry_other_4xx() -> None:
     t.close()
     assert len(rec.requests) == 1
     assert len(got) == 1 and got[0][0].code == "unauthorized" and len(got[0][1]) == 3
+
+
+def test_tracker_a_403_stops_sending_and_is_raised_when_asked() -> None:
+    from fastack import Forbidden, TrackerError
+
+    rec = Recorder([lambda r: httpx.Response(403, json=problem(403, "forbidden"))])
+    got: list[tuple[Any, list[Any]]] = []
+    t = mock_tracker(rec, flush_interval=60, max_batch=2, max_inflight=1, on_error=lambda e, items: got.append((e, items)))
+    for i in range(5):
+        t.track("x", user_id="u", properties={"i": i})
+    result = t.flush()
+    assert not result and result.failed == 5 and isinstance(result.error, Forbidden)
+    # One request: the rest of the queue failed with the same error, unsent.
+    assert len(rec.requests) == 1
+    assert [(e.kind, len(items)) for e, items in got] == [("forbidden", 2), ("forbidden", 3)]
+    assert isinstance(ApiError.from_response(403, {}, b""), Forbidden)
+    with pytest.raises(TrackerError) as caught:
+        t.close(raise_on_error=True)
+    assert (caught.value.kind, caught.value.status, caught.value.result.failed) == ("forbidden", 403, 0)
 
 
 def test_tracker_isolates_named_items_and_resends_the_rest() -> None:
@@ -259,7 +278,7 @@ def test_tracker_batches_stay_within_limits() -> None:
         t.track("big", user_id="u", properties={"i": i, "pad": pad})
     for i in range(1200):
         t.track("small", user_id="u", properties={"i": i})
-    assert t.close() is True
+    assert t.close()
     sizes = [len(sent_body(r)) for r in rec.requests]
     counts = [len(json.loads(sent_body(r))["batch"]) for r in rec.requests]
     assert max(sizes) <= MAX_REQUEST_BYTES and max(counts) <= 500
@@ -288,7 +307,7 @@ def test_tracker_track_is_cheap_and_never_blocks() -> None:
         t.track("x", user_id="u", properties={"i": i})
     per_call = (time.perf_counter() - started) / 2000
     block.set()
-    assert t.close(timeout=30) is True
+    assert t.close(timeout=30)
     assert per_call < 200e-6  # generous bound for a loaded CI box; the benchmark measures it properly
 
 

@@ -1,7 +1,23 @@
 export { Client } from "./client.js";
 export type { CallOptions, ClientOptions, ContactLookup, ErasureInput, EventsQuery, ExportInput, WaitOptions } from "./client.js";
-export { Tracker, TrackerError, MAX_BATCH_ITEMS, MAX_EVENT_BYTES, MAX_REQUEST_BYTES } from "./tracker.js";
-export type { FlushOptions, TrackerErrorKind, TrackerItem, TrackerOptions, TrackerStats } from "./tracker.js";
+export {
+  Tracker,
+  TrackerError,
+  MAX_BATCH_ITEMS,
+  MAX_EVENT_BYTES,
+  MAX_REQUEST_BYTES,
+  DEFAULT_FLUSH_TIMEOUT_MS,
+  DEFAULT_CLOSE_TIMEOUT_MS,
+} from "./tracker.js";
+export type {
+  DetailedFlushOptions,
+  FlushOptions,
+  FlushResult,
+  TrackerErrorKind,
+  TrackerItem,
+  TrackerOptions,
+  TrackerStats,
+} from "./tracker.js";
 export { ApiError, TimeoutError } from "./errors.js";
 export { verifyWebhook, verifyAmqp, WebhookVerificationError } from "./webhooks.js";
 export type { HeadersLike, RawBody, VerificationFailure, VerifyOptions } from "./webhooks.js";

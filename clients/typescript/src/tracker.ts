@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { ApiError, parseRetryAfter } from "./errors.js";
 import { Transport, withDeadline } from "./http.js";
 import type { Ack, BatchItem, IdentifyInput, TrackInput } from "./types.js";
+import { Spool } from "./spool.js";
 import { batchItem, resolve, type Resolved } from "./wire.js";
 
 /** Most items in one `POST /v1/core/batch`. */
@@ -11,6 +12,9 @@ export const MAX_EVENT_BYTES = 32 * 1024;
 /** Largest request body the server takes. */
 export const MAX_REQUEST_BYTES = 4 * 1024 * 1024;
 const ENVELOPE_BYTES = '{"batch":[]}'.length;
+/** How long `flush()` and `close()` wait by default (ms): an application's shutdown never hangs on its analytics. */
+export const DEFAULT_FLUSH_TIMEOUT_MS = 10_000;
+export const DEFAULT_CLOSE_TIMEOUT_MS = 10_000;
 
 /** An item the tracker took, as it reports it back: key and `occurredAt` filled in. */
 export type TrackerItem =
@@ -19,16 +23,20 @@ export type TrackerItem =
 
 /**
  * Why items reached `onError`:
- * - `rejected`: the server refused them (a 4xx other than 429; `problem` says why). Not retried.
+ * - `unauthorized` / `forbidden`: the server refused the API key (401 / 403; `problem` says why). The
+ *   tracker stops sending: everything it holds and everything tracked later is reported so, unsent.
+ * - `rejected`: the server refused them (another 4xx other than 429; `problem` says why). Not retried.
  * - `invalid`: refused before sending (no event name, no id, not JSON-serialisable).
  * - `too_large`: over 32 KiB serialised; never sent (the rest of its batch is).
  * - `dropped`: the queue was full (`maxQueueSize`); never sent.
  * - `closed`: tracked after `close()`; never sent.
  * - `retries_exhausted`: no 2xx after `maxRetries` retries (5xx, network). They may or may
  *   not be stored: resending them with the same idempotency key is safe.
- * - `undelivered`: `close()` ran out of time. Same as above: resend with the same key.
+ * - `undelivered`: `close()` ran out of time and there is no spool. Same as above: resend with the same key.
  */
 export type TrackerErrorKind =
+  | "unauthorized"
+  | "forbidden"
   | "rejected"
   | "invalid"
   | "too_large"
@@ -42,15 +50,41 @@ export class TrackerError extends Error {
   readonly kind: TrackerErrorKind;
   /** The items concerned (for a resend: `client.batch(items.map(i => ({ type: i.type, ...i.input })))`). */
   readonly items: TrackerItem[];
-  /** The server's answer, for `rejected` (and the last one for `retries_exhausted`, when there was one). */
+  /** The server's answer, for `unauthorized`, `forbidden`, `rejected` (and the last one for `retries_exhausted`, when there was one). */
   readonly problem: ApiError | undefined;
+  /** Set when `flush()` / `close()` rejected with this error (`throwOnError`): what the call did. */
+  readonly result: FlushResult | undefined;
 
-  constructor(kind: TrackerErrorKind, message: string, items: TrackerItem[], problem?: ApiError, cause?: unknown) {
+  constructor(kind: TrackerErrorKind, message: string, items: TrackerItem[], problem?: ApiError, cause?: unknown, result?: FlushResult) {
     super(message, cause === undefined ? undefined : { cause });
     this.kind = kind;
     this.items = items;
     this.problem = problem;
+    this.result = result;
   }
+}
+
+/**
+ * What `close()` (and `flush({ detailed: true })`) did. `ok` only when
+ * everything was delivered. Each failure is counted in one result: the next
+ * after it happened (so one result left unread does not hide it from the
+ * next); after a 401/403 every result carries that error.
+ */
+export interface FlushResult {
+  /** Everything delivered: nothing pending, failed or spooled, no error. */
+  ok: boolean;
+  /** Items tracked before the call still queued or in flight at the deadline (flush(): they stay queued and are retried; close(): always 0). */
+  pending: number;
+  /** Items handed to onError since the previous result: refused (401/403/422/…), invalid, too large, dropped, undelivered at close() without a spool. */
+  failed: number;
+  /** Items close() (or the exit flush) wrote to the spool; a tracker started later on it sends them. */
+  spooled: number;
+  /** The spool file written, if any. */
+  spoolFile: string | undefined;
+  /** The deadline passed before everything was delivered. */
+  timedOut: boolean;
+  /** The most serious failure behind the above (`unauthorized` / `forbidden` first; for a deadline, what the last retry saw). */
+  error: TrackerError | undefined;
 }
 
 export interface TrackerOptions {
@@ -92,6 +126,17 @@ export interface TrackerOptions {
    * Default `"gzip"`.
    */
   compression?: "gzip" | "none";
+  /** How long `flush()` waits when given no `timeoutMs`. Default 10,000 (Infinity: no limit). */
+  flushTimeoutMs?: number;
+  /** How long `close()` waits when given no `timeoutMs`; then what is left is spooled or reported as `undelivered`. Default 10,000. */
+  closeTimeoutMs?: number;
+  /**
+   * A directory (created 0700 if missing): what `close()` or the exit flush
+   * could not deliver by its deadline is written there (JSON lines, 0600,
+   * atomically), and a tracker started later on it sends those items first,
+   * with their idempotency keys: exactly once. Several processes may share it.
+   */
+  spoolDir?: string;
 }
 
 export interface TrackerStats {
@@ -118,8 +163,15 @@ export interface TrackerStats {
 }
 
 export interface FlushOptions {
-  /** Stop waiting after this long (the promise then resolves `false`). Default: no limit. */
+  /** Stop waiting after this long. Default: the tracker's `flushTimeoutMs` / `closeTimeoutMs` (10 s); `Infinity`: no limit. */
   timeoutMs?: number;
+  /** Reject with a `TrackerError` (its `result` set) instead of resolving when not everything was delivered. */
+  throwOnError?: boolean;
+}
+
+/** `flush({ detailed: true })` resolves the `FlushResult` instead of a boolean. */
+export interface DetailedFlushOptions extends FlushOptions {
+  detailed: true;
 }
 
 interface Pending {
@@ -127,6 +179,8 @@ interface Pending {
   json: string;
   bytes: number;
   seq: number;
+  /** Read from the spool (kept for it on a 401/403). */
+  fromSpool?: boolean;
 }
 
 interface Waiter {
@@ -161,6 +215,8 @@ export class Tracker {
   readonly #retryMaxMs: number;
   readonly #requestTimeoutMs: number;
   readonly #exitTimeoutMs: number;
+  readonly #flushTimeoutMs: number;
+  readonly #closeTimeoutMs: number;
   readonly #onError: (error: TrackerError) => void;
   readonly #onDelivered: ((items: TrackerItem[], acks: Ack[]) => void) | undefined;
   #compress: boolean;
@@ -175,9 +231,22 @@ export class Tracker {
   #worker: Promise<void> | undefined;
   #waiters: Waiter[] = [];
   #closed = false;
-  #closing: Promise<void> | undefined;
+  #closing: Promise<FlushResult> | undefined;
   readonly #abort = new AbortController();
   #drops: TrackerItem[] = [];
+  // What results report: failures since the last result, the worst among
+  // them, what the last retry saw, a refused key (sticky).
+  #failedMark = 0;
+  #windowError: TrackerError | undefined;
+  #retryProblem: ApiError | undefined;
+  #retryCause: unknown;
+  #authError: TrackerError | undefined;
+  // The spool: the files this tracker claimed, how many of their items are
+  // not yet delivered or refused, and those a refused key kept for it.
+  readonly #spool: Spool | undefined;
+  #claimed: string[] = [];
+  #spoolOpen = 0;
+  #respool: Pending[] = [];
   readonly #stats = { delivered: 0, duplicates: 0, failed: 0, dropped: 0, requests: 0, retries: 0, rateLimited: 0, bytesSent: 0 };
 
   constructor(options: TrackerOptions) {
@@ -196,6 +265,8 @@ export class Tracker {
     this.#retryMaxMs = nonNegative(options.retryMaxMs, 30_000, "retryMaxMs");
     this.#requestTimeoutMs = nonNegative(options.requestTimeoutMs, 30_000, "requestTimeoutMs");
     this.#exitTimeoutMs = nonNegative(options.exitTimeoutMs, 5_000, "exitTimeoutMs");
+    this.#flushTimeoutMs = nonNegative(options.flushTimeoutMs, DEFAULT_FLUSH_TIMEOUT_MS, "flushTimeoutMs");
+    this.#closeTimeoutMs = nonNegative(options.closeTimeoutMs, DEFAULT_CLOSE_TIMEOUT_MS, "closeTimeoutMs");
     this.#onError = options.onError ?? ((error) => console.warn(`[fastack] ${error.message}`));
     this.#onDelivered = options.onDelivered;
     const compression = options.compression ?? "gzip";
@@ -204,6 +275,24 @@ export class Tracker {
     }
     this.#compress = compression === "gzip" && typeof CompressionStream === "function";
     if (options.flushOnExit ?? true) exitHook.add(this);
+    if (options.spoolDir !== undefined) {
+      this.#spool = new Spool(options.spoolDir);
+      this.#loadSpool(this.#spool);
+    }
+  }
+
+  /** What earlier trackers spooled goes to the front of the queue and is sent at once. */
+  #loadSpool(spool: Spool): void {
+    const { files, lines } = spool.claim(this.#maxQueueSize);
+    if (files.length === 0) return;
+    for (const { json, wire } of lines) {
+      this.#queue.push({ item: itemOfWire(wire), json, bytes: Buffer.byteLength(json, "utf8"), seq: ++this.#seq, fromSpool: true });
+      this.#queuedBytes += Buffer.byteLength(json, "utf8");
+    }
+    this.#claimed = files;
+    this.#spoolOpen = lines.length;
+    if (lines.length === 0) this.#spoolSettled([]);
+    this.#start();
   }
 
   /** Queues a track event; answers its idempotency key (generated when not given). Never throws, never blocks. */
@@ -222,14 +311,112 @@ export class Tracker {
   }
 
   /**
-   * Sends everything queued so far and resolves once each of those items was
-   * delivered or handed to onError: `true`, or `false` when `timeoutMs`
-   * passed first (the items stay queued). Holds the process open meanwhile.
+   * Sends everything queued so far and waits until each of those items was
+   * delivered or handed to onError, at most `timeoutMs` (default the
+   * tracker's `flushTimeoutMs`, 10 s). Resolves `true` only when everything
+   * was delivered: `false` when the deadline passed first (the items stay
+   * queued and keep being retried: flush() neither drops nor spools) or when
+   * items were handed to onError since the previous flush()/close() result
+   * (a 401 included). `{ detailed: true }` resolves the `FlushResult`
+   * instead; `{ throwOnError: true }` rejects with a `TrackerError` instead of
+   * resolving `false`. Holds the process open meanwhile.
    */
-  flush(options: FlushOptions = {}): Promise<boolean> {
+  flush(options: DetailedFlushOptions): Promise<FlushResult>;
+  flush(options?: FlushOptions): Promise<boolean>;
+  flush(options: FlushOptions & { detailed?: boolean } = {}): Promise<boolean | FlushResult> {
     const through = this.#seq;
+    const timeoutMs = options.timeoutMs ?? this.#flushTimeoutMs;
+    return this.#wait(through, timeoutMs).then((settled) => {
+      const result = this.#result(settled ? 0 : this.#heldThrough(through), !settled);
+      if (!result.ok) console.warn(`[fastack] flush(): ${describeResult(result)}${result.pending ? " (still queued, retried)" : ""}`);
+      if (options.throwOnError && !result.ok) throw resultError("flush()", result);
+      return options.detailed ? result : result.ok;
+    });
+  }
+
+  /**
+   * Flushes, then stops, within `timeoutMs` (default the tracker's
+   * `closeTimeoutMs`, 10 s). What is not delivered by then is given up (a
+   * request in flight is aborted): written to the spool when there is one
+   * (`spoolDir`), otherwise reported as `undelivered`. Resolves a
+   * `FlushResult` (`ok` only when everything was delivered) and writes a
+   * console.warn line when not; `{ throwOnError: true }` rejects with a
+   * `TrackerError` instead. Later `track()` calls are reported (`closed`).
+   * Idempotent: a second call answers the first call's result.
+   */
+  close(options: FlushOptions = {}): Promise<FlushResult> {
+    if (!this.#closing) {
+      this.#closed = true;
+      exitHook.delete(this);
+      this.#closing = this.#shutdown(options.timeoutMs ?? this.#closeTimeoutMs);
+    }
+    if (!options.throwOnError) return this.#closing;
+    return this.#closing.then((result) => {
+      if (!result.ok) throw resultError("close()", result);
+      return result;
+    });
+  }
+
+  async #shutdown(timeoutMs: number): Promise<FlushResult> {
+    const started = Date.now();
+    const settled = await this.#wait(this.#seq, timeoutMs);
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    let left: Pending[] = [];
+    if (!settled) {
+      this.#abort.abort();
+      left = [...this.#inflight, ...this.#queue.slice(this.#head)].sort((a, b) => a.seq - b.seq);
+      this.#inflight.clear();
+      this.#queue = [];
+      this.#head = 0;
+      this.#queuedBytes = 0;
+    }
+    const keep = this.#respool;
+    this.#respool = [];
+    let claimed = this.#claimed;
+    this.#claimed = [];
+    let spooled = 0;
+    let spoolFile: string | undefined;
+    if (left.length > 0 || keep.length > 0) {
+      const why = `not delivered within close()'s ${timeoutMs} ms deadline${this.#lastRetryError()}`;
+      if (this.#spool) {
+        try {
+          spoolFile = this.#spool.write([...keep, ...left].map((p) => p.json));
+          spooled = keep.length + left.length;
+        } catch (err) {
+          console.error(`[fastack] cannot write the spool ${this.#spool.dir}: ${(err as Error).message}`);
+          this.#spool.release(claimed); // what came from there stays there
+          claimed = [];
+          this.#fail("undelivered", left.map((p) => p.item), `${why}; the spool could not be written: ${(err as Error).message}`);
+        }
+      } else {
+        this.#fail(
+          "undelivered",
+          left.map((p) => p.item),
+          `close() gave up: ${left.length} item(s) ${why} (one in flight may have been stored: resend with the same idempotency key)`,
+          this.#retryProblem,
+          this.#retryCause,
+        );
+      }
+    }
+    if (claimed.length > 0) this.#spool?.remove(claimed);
+    this.#checkWaiters();
+    const result = this.#result(0, !settled, spooled, spoolFile);
+    if (!result.ok) console.warn(`[fastack] close() after ${((Date.now() - started) / 1000).toFixed(1)} s: ${describeResult(result)}`);
+    return result;
+  }
+
+  /** @internal beforeExit: the process is about to end with items still held. */
+  exitFlush(): void {
+    if (this.#oldestHeld() !== Infinity || this.#respool.length > 0 || this.#claimed.length > 0) {
+      void this.close({ timeoutMs: this.#exitTimeoutMs });
+    }
+  }
+
+  /** Resolves true once every item numbered up to `through` is delivered or reported, false after `timeoutMs`. */
+  #wait(through: number, timeoutMs: number): Promise<boolean> {
     if (this.#oldestHeld() > through) return Promise.resolve(true);
-    return new Promise<boolean>((settleFlush) => {
+    return new Promise<boolean>((settleWait) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const waiter: Waiter = {
         through,
@@ -237,53 +424,47 @@ export class Tracker {
           if (timer) clearTimeout(timer);
           this.#waiters = this.#waiters.filter((w) => w !== waiter);
           if (!this.#holdOpen()) this.#sleeping?.unref();
-          settleFlush(ok);
+          settleWait(ok);
         },
       };
-      const timeoutMs = options.timeoutMs;
-      if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
-        timer = setTimeout(() => waiter.settle(false), Math.max(0, timeoutMs));
-      }
+      if (Number.isFinite(timeoutMs)) timer = setTimeout(() => waiter.settle(false), Math.max(0, timeoutMs));
       this.#waiters.push(waiter);
       this.#sleeping?.ref();
       this.#start();
     });
   }
 
-  /**
-   * Flushes, then stops: later `track()` calls are reported (`closed`). With
-   * `timeoutMs`, whatever is still held then is abandoned (a request in
-   * flight is aborted) and reported as `undelivered`. Idempotent.
-   */
-  close(options: FlushOptions = {}): Promise<void> {
-    if (this.#closing) return this.#closing;
-    this.#closed = true;
-    exitHook.delete(this);
-    this.#closing = (async () => {
-      const ok = await this.flush(options);
-      if (this.#timer) clearTimeout(this.#timer);
-      this.#timer = undefined;
-      if (ok) return;
-      this.#abort.abort();
-      const left = [...this.#inflight, ...this.#queue.slice(this.#head)].sort((a, b) => a.seq - b.seq);
-      this.#inflight.clear();
-      this.#queue = [];
-      this.#head = 0;
-      this.#queuedBytes = 0;
-      this.#fail(
-        "undelivered",
-        left.map((p) => p.item),
-        `close() gave up after ${options.timeoutMs} ms with ${left.length} item(s) undelivered ` +
-          "(one in flight may have been stored: resend with the same idempotency key)",
-      );
-      this.#checkWaiters();
-    })();
-    return this.#closing;
+  /** Items numbered up to `through` still queued or in flight. */
+  #heldThrough(through: number): number {
+    let n = 0;
+    for (const p of this.#inflight) if (p.seq <= through) n++;
+    for (let i = this.#head; i < this.#queue.length && this.#queue[i]!.seq <= through; i++) n++;
+    return n;
   }
 
-  /** @internal beforeExit: the process is about to end with items still held. */
-  exitFlush(): void {
-    if (this.#oldestHeld() !== Infinity) void this.close({ timeoutMs: this.#exitTimeoutMs });
+  /** The result of a flush()/close(): failures since the previous result; then counting starts again. */
+  #result(pending: number, timedOut: boolean, spooled = 0, spoolFile?: string): FlushResult {
+    const failed = this.#stats.failed - this.#failedMark;
+    this.#failedMark = this.#stats.failed;
+    let error = this.#authError ?? this.#windowError;
+    this.#windowError = undefined;
+    if (!error && (pending > 0 || spooled > 0)) {
+      error = new TrackerError(
+        "undelivered",
+        `${pending + spooled} item(s) not delivered in time${this.#lastRetryError()}`,
+        [],
+        this.#retryProblem,
+        this.#retryCause,
+      );
+    }
+    const ok = pending === 0 && failed === 0 && spooled === 0 && error === undefined;
+    return { ok, pending, failed, spooled, spoolFile, timedOut, error };
+  }
+
+  #lastRetryError(): string {
+    if (this.#retryProblem) return ` (last error: ${this.#retryProblem.message})`;
+    if (this.#retryCause !== undefined) return ` (last error: ${describe(this.#retryCause)})`;
+    return "";
   }
 
   // ---- intake -------------------------------------------------------------
@@ -297,6 +478,12 @@ export class Tracker {
       item = { type, idempotencyKey: key, input: resolved } as TrackerItem;
       if (this.#closed) {
         this.#failSoon("closed", item, "tracked after close(): not sent");
+        return key;
+      }
+      if (this.#authError) {
+        // A refused key: fail fast with the same error, never sent.
+        const { kind, message, problem } = this.#authError;
+        this.#failSoon(kind, item, message, undefined, problem);
         return key;
       }
       const invalid = check(type, resolved);
@@ -344,7 +531,7 @@ export class Tracker {
   // ---- sending ------------------------------------------------------------
 
   #schedule(): void {
-    if (this.#worker || this.#abort.signal.aborted) return;
+    if (this.#worker || this.#abort.signal.aborted || this.#authError) return;
     const queued = this.#queue.length - this.#head;
     if (queued >= this.#maxBatch || this.#queuedBytes + queued + ENVELOPE_BYTES >= MAX_REQUEST_BYTES || this.#waiters.length) {
       this.#start();
@@ -360,7 +547,7 @@ export class Tracker {
   #start(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (this.#worker || this.#abort.signal.aborted || this.#queue.length === this.#head) return;
+    if (this.#worker || this.#abort.signal.aborted || this.#authError || this.#queue.length === this.#head) return;
     this.#worker = this.#run().finally(() => {
       this.#worker = undefined;
       if (this.#queue.length > this.#head) this.#schedule();
@@ -368,7 +555,7 @@ export class Tracker {
   }
 
   async #run(): Promise<void> {
-    while (this.#queue.length > this.#head && !this.#abort.signal.aborted) {
+    while (this.#queue.length > this.#head && !this.#abort.signal.aborted && !this.#authError) {
       await this.#deliver(this.#take());
     }
   }
@@ -407,6 +594,8 @@ export class Tracker {
         answer = await this.#post(items);
       } catch (err) {
         if (this.#abort.signal.aborted) return;
+        this.#retryProblem = undefined;
+        this.#retryCause = err;
         failures++;
         if (failures > this.#maxRetries) {
           this.#settleFailed("retries_exhausted", items, `no answer after ${failures} attempt(s): ${describe(err)}`, undefined, err);
@@ -429,7 +618,15 @@ export class Tracker {
         console.warn("[fastack] the server refused a gzip batch (415); sending batches uncompressed");
         continue;
       }
+      if (response.status === 401 || response.status === 403) {
+        this.#authFailed(problem, items);
+        return;
+      }
       const retryAfterMs = parseRetryAfter(response.headers.get("retry-after"));
+      if (response.status === 429 || response.status >= 500) {
+        this.#retryProblem = problem;
+        this.#retryCause = undefined;
+      }
       if (response.status === 429) {
         this.#stats.rateLimited++;
         const wait = retryAfterMs ?? this.#backoff(1);
@@ -518,8 +715,51 @@ export class Tracker {
 
   // ---- outcomes -----------------------------------------------------------
 
+  /**
+   * A 401/403: the key is refused, and will be for every later request.
+   * Stop sending; this batch and everything queued are reported at once
+   * (kind `unauthorized` / `forbidden`), as is everything tracked later;
+   * items read from the spool are kept for it instead.
+   */
+  #authFailed(problem: ApiError, items: Pending[]): void {
+    const kind: TrackerErrorKind = problem.status === 401 ? "unauthorized" : "forbidden";
+    const first = this.#authError === undefined;
+    const all = [...items, ...this.#queue.slice(this.#head)];
+    for (const p of items) this.#inflight.delete(p);
+    this.#queue = [];
+    this.#head = 0;
+    this.#queuedBytes = 0;
+    const keep = all.filter((p) => p.fromSpool);
+    const lose = all.filter((p) => !p.fromSpool);
+    this.#respool.push(...keep);
+    this.#spoolSettled(keep);
+    const message =
+      `the server refused the API key (${problem.message}): the tracker stopped sending; ` +
+      "every item it holds or is given from now on is reported, unsent";
+    if (first) console.error(`[fastack] ${message}`);
+    // Reported even with no item (all kept for the spool): the application hears of the key.
+    if (lose.length > 0 || first) {
+      const error = this.#fail(kind, lose.map((p) => p.item), message, problem);
+      this.#authError ??= error;
+    }
+    this.#checkWaiters();
+  }
+
+  /** Items read from the spool are done with (delivered, refused, or kept in #respool): remove the claimed files once all are. */
+  #spoolSettled(items: Pending[]): void {
+    for (const p of items) if (p.fromSpool) this.#spoolOpen--;
+    if (this.#spoolOpen <= 0 && this.#respool.length === 0 && this.#claimed.length > 0) {
+      const files = this.#claimed;
+      this.#claimed = [];
+      this.#spool?.remove(files);
+    }
+  }
+
   #settleDelivered(items: Pending[], acks: Ack[]): void {
     for (const p of items) this.#inflight.delete(p);
+    this.#retryProblem = undefined;
+    this.#retryCause = undefined;
+    this.#spoolSettled(items);
     this.#stats.delivered += items.length;
     for (const ack of acks) if (ack?.duplicate) this.#stats.duplicates++;
     if (this.#onDelivered) {
@@ -538,6 +778,7 @@ export class Tracker {
   #settleFailed(kind: TrackerErrorKind, items: Pending[], message: string, problem?: ApiError, cause?: unknown): void {
     if (items.length === 0) return;
     for (const p of items) this.#inflight.delete(p);
+    this.#spoolSettled(items);
     this.#fail(
       kind,
       items.map((p) => p.item),
@@ -548,18 +789,22 @@ export class Tracker {
     this.#checkWaiters();
   }
 
-  #failSoon(kind: TrackerErrorKind, item: TrackerItem, message: string, cause?: unknown): void {
+  #failSoon(kind: TrackerErrorKind, item: TrackerItem, message: string, cause?: unknown, problem?: ApiError): void {
     // Reported after track() returned, so onError never runs inside it.
-    queueMicrotask(() => this.#fail(kind, [item], message, undefined, cause));
+    queueMicrotask(() => this.#fail(kind, [item], message, problem, cause));
   }
 
-  #fail(kind: TrackerErrorKind, items: TrackerItem[], message: string, problem?: ApiError, cause?: unknown): void {
+  #fail(kind: TrackerErrorKind, items: TrackerItem[], message: string, problem?: ApiError, cause?: unknown): TrackerError {
     this.#stats.failed += items.length;
+    const error = new TrackerError(kind, message, items, problem, cause);
+    // The worst since the last result: a refused key first.
+    if (!this.#windowError || (isAuth(error) && !isAuth(this.#windowError))) this.#windowError = error;
     try {
-      this.#onError(new TrackerError(kind, message, items, problem, cause));
+      this.#onError(error);
     } catch (err) {
       console.error("[fastack] onError threw", err);
     }
+    return error;
   }
 
   /** seq of the oldest item not yet delivered or reported (Infinity when none). */
@@ -577,6 +822,45 @@ export class Tracker {
 }
 
 const PLACEHOLDER = { batch: [] as BatchItem[] };
+
+function isAuth(error: TrackerError): boolean {
+  return error.kind === "unauthorized" || error.kind === "forbidden";
+}
+
+/** "7 item(s) not delivered (7 spooled to …), deadline reached; unauthorized: …" */
+function describeResult(r: FlushResult): string {
+  if (r.ok) return "everything delivered";
+  const parts: string[] = [];
+  if (r.pending) parts.push(`${r.pending} still queued`);
+  if (r.spooled) parts.push(`${r.spooled} spooled to ${r.spoolFile}`);
+  if (r.failed) parts.push(`${r.failed} handed to onError`);
+  let text = `${r.pending + r.failed + r.spooled} item(s) not delivered${parts.length ? ` (${parts.join(", ")})` : ""}`;
+  if (r.timedOut) text += ", deadline reached";
+  if (r.error) text += `; ${r.error.kind}: ${r.error.message}`;
+  return text;
+}
+
+/** What `throwOnError` rejects with: the result's error (kind, problem), the result attached. */
+function resultError(call: string, result: FlushResult): TrackerError {
+  const e = result.error;
+  return new TrackerError(e?.kind ?? "undelivered", `${call}: ${describeResult(result)}`, e?.items ?? [], e?.problem, e, result);
+}
+
+/** A spooled line (the wire item) as the tracker reports items: camelCase input, key and time filled in. */
+function itemOfWire(wire: Record<string, unknown>): TrackerItem {
+  const input: Record<string, unknown> = {};
+  const pairs: [string, string][] = [
+    ["event", "event"],
+    ["user_id", "userId"],
+    ["anonymous_id", "anonymousId"],
+    ["properties", "properties"],
+    ["traits", "traits"],
+    ["occurred_at", "occurredAt"],
+    ["idempotency_key", "idempotencyKey"],
+  ];
+  for (const [from, to] of pairs) if (wire[from] !== undefined) input[to] = wire[from];
+  return { type: wire.type, idempotencyKey: String(wire.idempotency_key ?? ""), input } as unknown as TrackerItem;
+}
 
 /** Smaller batches are sent as is: compressing them saves little. */
 const COMPRESS_FROM = 1024;

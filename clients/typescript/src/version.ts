@@ -1,2 +1,2 @@
 /** This package's version (kept equal to package.json by a test). */
-export const VERSION = "0.1.0";
+export const VERSION = "0.2.0";

@@ -196,14 +196,15 @@ describe("items the server cannot take", () => {
     assert.equal(tracker.stats.delivered, 5);
   });
 
-  test("401: not retried, every item reported with the problem", async () => {
+  test("401: not retried, every item reported with the problem (kind unauthorized)", async () => {
     const errors = [];
     const tracker = new Tracker({ apiKey: "fsk_wrong", baseUrl: server.baseUrl, onError: (e) => errors.push(e) });
     tracker.track({ event: "A", userId: "u" });
     tracker.track({ event: "B", userId: "u" });
-    await tracker.close();
+    const result = await tracker.close();
+    assert.equal(result.ok, false);
     assert.equal(tracker.stats.requests, 1);
-    assert.deepEqual(errors.map((e) => [e.kind, e.problem.code, e.items.length]), [["rejected", "unauthorized", 2]]);
+    assert.deepEqual(errors.map((e) => [e.kind, e.problem.code, e.items.length]), [["unauthorized", "unauthorized", 2]]);
   });
 });
 

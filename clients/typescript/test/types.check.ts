@@ -12,6 +12,7 @@ import {
   type Ack,
   type Contact,
   type Event,
+  type FlushResult,
   type Job,
   type ProblemCode,
   type TrackerItem,
@@ -27,9 +28,29 @@ export async function readme(): Promise<void> {
   const key: string = tracker.track({ event: "Signed Up", userId: "u-1", properties: { plan: "pro" } });
   tracker.identify({ userId: "u-1", anonymousId: "device-9", traits: { email: "ada@example.com" } });
   const done: boolean = await tracker.flush({ timeoutMs: 5_000 });
-  await tracker.close();
+  const detailed: FlushResult = await tracker.flush({ detailed: true });
+  const closed: FlushResult = await tracker.close();
+  if (!closed.ok) console.warn(closed.pending, closed.failed, closed.spooled, closed.spoolFile, closed.timedOut, closed.error?.kind);
   void key;
   void done;
+  void detailed;
+
+  // Deadlines, a spool, and failures that reach the application.
+  const spooling = new Tracker({
+    apiKey: "fsk_…",
+    flushTimeoutMs: 10_000,
+    closeTimeoutMs: 10_000,
+    spoolDir: "/var/spool/myapp/fastack",
+    onError: (err) => {
+      if (err.kind === "unauthorized" || err.kind === "forbidden") console.error("fastack refuses our key:", err.problem?.status);
+    },
+  });
+  try {
+    const result: FlushResult = await spooling.close({ throwOnError: true });
+    void result;
+  } catch (err) {
+    if (err instanceof TrackerError) console.error(err.kind, err.problem?.code, err.result?.spooled);
+  }
 
   // Client
   const client = new Client({ apiKey: "fsk_…" });
