@@ -24,8 +24,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use fastack_actors::{NodeParts, Opening, RuntimeOptions};
-use fastack_core::{Config, admin};
-use fastack_entities::{ApiKeyId, EndpointId, EventId, Plan};
+use fastack_core::{Config, admin, store::Storage};
+use fastack_entities::{ApiKeyId, DeliveryId, EndpointId, EventId, Plan, TenantId};
 use serde::Serialize;
 
 #[derive(Parser)]
@@ -208,6 +208,29 @@ enum WebhookCommand {
         /// The endpoint's id.
         #[arg(long)]
         endpoint: EndpointId,
+    },
+    /// Send a test message (event type webhook.test) to an enabled
+    /// endpoint, whatever it subscribes to; a running server delivers it.
+    Test {
+        /// The endpoint's id.
+        #[arg(long)]
+        endpoint: EndpointId,
+    },
+    /// Deliver again: one delivery (--delivery), or every failed delivery
+    /// of an endpoint since a time (--endpoint and --since). Each keeps its
+    /// webhook-id; a delivery already pending is left alone.
+    #[command(group(clap::ArgGroup::new("what").required(true).args(["delivery", "endpoint"])))]
+    Replay {
+        /// The delivery's id (`fastack admin deliveries --json` lists them).
+        #[arg(long, conflicts_with_all = ["endpoint", "since"])]
+        delivery: Option<DeliveryId>,
+        /// The endpoint's id.
+        #[arg(long, requires = "since")]
+        endpoint: Option<EndpointId>,
+        /// Failed deliveries created at or after this time: RFC 3339, or
+        /// `YYYY-MM-DD HH:MM[:SS]` in UTC.
+        #[arg(long)]
+        since: Option<String>,
     },
 }
 
@@ -780,7 +803,73 @@ async fn webhook_command(node: &NodeParts, json: bool, cmd: WebhookCommand) -> a
             let created = admin::rotate_webhook_secret(store, keys, endpoint).await?;
             print(json, &created, show_secret)
         }
+        WebhookCommand::Test { endpoint } => {
+            let tenant = endpoint_tenant(store, endpoint).await?;
+            let d = store
+                .deliveries()
+                .send_test(tenant, endpoint, chrono::Utc::now())
+                .await?;
+            #[derive(Serialize)]
+            struct Sent {
+                delivery_id: DeliveryId,
+                webhook_id: String,
+            }
+            let sent = Sent {
+                webhook_id: d.id.webhook_id(),
+                delivery_id: d.id,
+            };
+            print(json, &sent, |s| {
+                format!(
+                    "test message queued to endpoint {endpoint}: delivery {} (webhook-id {})",
+                    s.delivery_id, s.webhook_id
+                )
+            })
+        }
+        WebhookCommand::Replay {
+            delivery,
+            endpoint,
+            since,
+        } => {
+            let now = chrono::Utc::now();
+            #[derive(Serialize)]
+            struct Replayed {
+                replayed: u64,
+            }
+            let replayed = match (delivery, endpoint, since) {
+                (Some(id), _, _) => {
+                    let tenant = store.deliveries().tenant_of(id).await?;
+                    let (done, _) = store.deliveries().replay(tenant, id, now).await?;
+                    u64::from(done == fastack_core::domain::Replayed::Queued)
+                }
+                (None, Some(endpoint), Some(since)) => {
+                    let since = admin::parse_time(&since)?;
+                    let tenant = endpoint_tenant(store, endpoint).await?;
+                    store
+                        .deliveries()
+                        .replay_failed_since(tenant, endpoint, since, now)
+                        .await?
+                }
+                _ => anyhow::bail!("name a --delivery, or an --endpoint and --since"),
+            };
+            print(json, &Replayed { replayed }, |r| {
+                match (delivery, r.replayed) {
+                    (Some(id), 0) => format!("delivery {id} is already pending; left as it is"),
+                    (Some(id), _) => format!("delivery {id} queued again (same webhook-id)"),
+                    (None, n) => format!("{n} failed deliveries queued again"),
+                }
+            })
+        }
     }
+}
+
+/// The tenant of an endpoint an operator names by id.
+async fn endpoint_tenant(store: &Storage, id: EndpointId) -> anyhow::Result<TenantId> {
+    Ok(store
+        .endpoints()
+        .get(id)
+        .await?
+        .ok_or(fastack_core::Error::NotFound { what: "endpoint" })?
+        .tenant_id)
 }
 
 /// `admin retention run`: schedules retention jobs for due partitions and

@@ -120,6 +120,17 @@ impl Runtime {
             .await
     }
 
+    /// An endpoint by id, whichever tenant's (operators name endpoints
+    /// alone).
+    pub async fn endpoint(&self, id: EndpointId) -> Result<Endpoint> {
+        self.ctx
+            .store
+            .endpoints()
+            .get(id)
+            .await?
+            .ok_or(fastack_core::Error::NotFound { what: "endpoint" })
+    }
+
     pub async fn set_webhook_enabled(
         &self,
         id: EndpointId,
@@ -179,6 +190,29 @@ impl Runtime {
             self.deliveries_queued();
         }
         Ok(replayed)
+    }
+
+    /// Queues a test message (`webhook.test`) to one of the tenant's
+    /// enabled endpoints; the dispatcher looks at once. Returns the
+    /// delivery's id.
+    pub async fn send_test_webhook(
+        &self,
+        tenant: TenantId,
+        endpoint: EndpointId,
+    ) -> Result<DeliveryId> {
+        let delivery = self
+            .ctx
+            .store
+            .deliveries()
+            .send_test(tenant, endpoint, self.now())
+            .await?;
+        self.deliveries_queued();
+        Ok(delivery.id)
+    }
+
+    /// The tenant a delivery belongs to.
+    pub async fn delivery_tenant(&self, id: DeliveryId) -> Result<TenantId> {
+        self.ctx.store.deliveries().tenant_of(id).await
     }
 
     /// Sends again every failed delivery of an endpoint since `since`;

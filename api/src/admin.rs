@@ -157,6 +157,14 @@ struct NewWebhook {
     events: Option<Value>,
 }
 
+/// Which failed deliveries to replay: those created at or after `since`
+/// (RFC 3339).
+#[derive(Debug, Deserialize, Object)]
+#[serde(deny_unknown_fields)]
+struct ReplaySince {
+    since: chrono::DateTime<chrono::Utc>,
+}
+
 /// Why an endpoint is disabled.
 #[derive(Debug, Default, Deserialize, Object)]
 #[serde(deny_unknown_fields)]
@@ -419,6 +427,91 @@ impl AdminApi {
             .runtime
             .rotate_webhook_secret(id)
             .await?)?))
+    }
+
+    /// Send a test message to a webhook endpoint
+    ///
+    /// Queues one `webhook.test` delivery to the endpoint, whatever event
+    /// types it subscribes to: signed, retried and logged like any other
+    /// delivery (`GET /admin/v1/tenants/{tenant}/deliveries`). Answers its
+    /// `delivery_id` and the `webhook_id` the receiver sees;
+    /// `409 conflict` when the endpoint is disabled.
+    #[oai(
+        path = "/webhooks/:id/test",
+        method = "post",
+        operation_id = "test_webhook",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn test_webhook(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        id: Path<String>,
+    ) -> AdminResult<Queued> {
+        let id: EndpointId = parse_id(&id.0, "endpoint")?;
+        let tenant = state.runtime.endpoint(id).await?.tenant_id;
+        let delivery = state.runtime.send_test_webhook(tenant, id).await?;
+        Ok(Queued::Accepted(Json(json!({
+            "delivery_id": delivery,
+            "webhook_id": delivery.webhook_id(),
+        }))))
+    }
+
+    /// Replay a webhook endpoint's failed deliveries
+    ///
+    /// Puts back in line every delivery to the endpoint that failed and
+    /// was created at or after `since`; each keeps its `webhook-id`, so
+    /// receivers deduplicate it. Answers how many were `replayed`;
+    /// `409 conflict` when the endpoint is disabled.
+    #[oai(
+        path = "/webhooks/:id/replay",
+        method = "post",
+        operation_id = "replay_failed_deliveries",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn replay_failed(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        id: Path<String>,
+        body: JsonBody<ReplaySince>,
+    ) -> AdminResult<Found> {
+        let id: EndpointId = parse_id(&id.0, "endpoint")?;
+        let body: ReplaySince = body_of(&body.bytes)?;
+        let tenant = state.runtime.endpoint(id).await?.tenant_id;
+        let n = state
+            .runtime
+            .replay_failed_since(tenant, id, body.since)
+            .await?;
+        Ok(Found::Ok(Json(json!({"endpoint_id": id, "replayed": n}))))
+    }
+
+    /// Replay one webhook delivery
+    ///
+    /// Puts the delivery back in line, due now, with its `webhook-id`; one
+    /// already pending (a retry or an earlier replay in flight) is left
+    /// alone (`"replayed": false`). A replay is one more attempt. `409
+    /// conflict` when its endpoint is disabled.
+    #[oai(
+        path = "/deliveries/:id/replay",
+        method = "post",
+        operation_id = "replay_delivery",
+        tag = "AdminTag::Webhooks"
+    )]
+    async fn replay_delivery(
+        &self,
+        state: Data<&SharedState>,
+        _token: AdminToken,
+        id: Path<String>,
+    ) -> AdminResult<Found> {
+        let id: fastack_entities::DeliveryId = parse_id(&id.0, "delivery")?;
+        let tenant = state.runtime.delivery_tenant(id).await?;
+        let (done, endpoint) = state.runtime.replay_delivery(tenant, id).await?;
+        Ok(Found::Ok(Json(json!({
+            "delivery_id": id,
+            "endpoint_id": endpoint,
+            "replayed": done == fastack_core::domain::Replayed::Queued,
+        }))))
     }
 
     /// A tenant's webhook deliveries

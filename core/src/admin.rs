@@ -305,3 +305,25 @@ pub async fn drop_quarantined(
         })
     }
 }
+
+/// A time as people type it: RFC 3339, or `YYYY-MM-DD HH:MM[:SS]` in UTC
+/// (a space or `T` between date and time, ` UTC` or `Z` after), as the
+/// console and `fastack admin deliveries` show them.
+pub fn parse_time(raw: &str) -> Result<chrono::DateTime<Utc>> {
+    use chrono::{DateTime, NaiveDateTime};
+    let raw = raw.trim();
+    let plain = raw
+        .trim_end_matches(" UTC")
+        .trim_end_matches('Z')
+        .replacen(' ', "T", 1);
+    let plain = plain.as_str();
+    DateTime::parse_from_rfc3339(raw)
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|_| NaiveDateTime::parse_from_str(plain, "%Y-%m-%dT%H:%M:%S").map(|t| t.and_utc()))
+        .or_else(|_| NaiveDateTime::parse_from_str(plain, "%Y-%m-%dT%H:%M").map(|t| t.and_utc()))
+        .map_err(|_| {
+            Error::InvalidInput(format!(
+                "`{raw}` is not a time: write it as RFC 3339 or YYYY-MM-DD HH:MM[:SS] UTC"
+            ))
+        })
+}

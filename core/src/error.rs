@@ -53,6 +53,9 @@ pub enum Error {
     /// A tracking plan refused at installation (its shape or a schema).
     #[error("tracking plan refused: {0}")]
     InvalidPlan(String),
+    /// A value a person typed that does not parse (a time, say).
+    #[error("{0}")]
+    InvalidInput(String),
     #[error("{what} not found")]
     NotFound { what: &'static str },
     #[error("{0}")]
@@ -187,7 +190,7 @@ impl ServiceError for Error {
         match self {
             Error::NotFound { .. } => 404,
             Error::Conflict(_) => 409,
-            Error::InvalidEndpoint(_) | Error::InvalidPlan(_) => 422,
+            Error::InvalidEndpoint(_) | Error::InvalidPlan(_) | Error::InvalidInput(_) => 422,
             Error::Config(_) | Error::NoDatabase { .. } => 500,
             Error::Corrupt(_) | Error::Protocol(_) | Error::Injected(_) => 500,
             Error::Signature(_) => 401,
@@ -212,6 +215,7 @@ impl ServiceError for Error {
             Error::Conflict(_) => "conflict",
             Error::InvalidEndpoint(_) => "invalid_endpoint",
             Error::InvalidPlan(_) => "invalid_plan",
+            Error::InvalidInput(_) => "invalid_request",
             Error::Config(_)
             | Error::NoDatabase { .. }
             | Error::Corrupt(_)

@@ -27,9 +27,18 @@ pub const ENDPOINT_DISABLED: &str = "endpoint.disabled";
 /// an operational delivery itself (no loops).
 pub const DELIVERY_EXHAUSTED: &str = "delivery.exhausted";
 
-/// Whether an event type is one of the operational notifications.
+/// A test message an operator or a tenant's owner sent to one endpoint
+/// (admin listener, `fastack admin webhook test`, the console): delivered,
+/// signed and retried like any event, whatever the endpoint subscribes to;
+/// not an event type to subscribe to.
+pub const TEST_MESSAGE: &str = "webhook.test";
+
+/// Whether an event type is one of the operational notifications (or a
+/// test message): a failed one never announces itself.
 pub fn is_operational(event_type: &str) -> bool {
-    event_type == ENDPOINT_DISABLED || event_type == DELIVERY_EXHAUSTED
+    event_type == ENDPOINT_DISABLED
+        || event_type == DELIVERY_EXHAUSTED
+        || event_type == TEST_MESSAGE
 }
 /// Subscribed when `--events` is not given.
 pub const DEFAULT_EVENTS: [&str; 2] = ["job.completed", "job.failed"];

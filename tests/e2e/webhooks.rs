@@ -987,3 +987,205 @@ async fn a_crash_between_delivery_and_its_record_redelivers_the_same_webhook_id(
     let _ = node.child.wait().await;
     db.drop_db().await;
 }
+
+/// An operator's test message and replays, on the admin listener and in
+/// the CLI, with the console's rules: a test message goes to the one
+/// endpoint whatever it subscribes to and verifies like any delivery; a
+/// replay keeps the delivery's `webhook-id`, goes only to an enabled
+/// endpoint and leaves a pending delivery alone; replaying every failed
+/// delivery since a time takes exactly those.
+async fn test_message_and_replay(backend: Backend) {
+    let Some(app) = webhook_app(backend).await else {
+        return;
+    };
+    let env = app.db.env();
+    let cli = |args: &[&str]| -> (bool, Value, String) {
+        let mut all = vec!["admin", "--json"];
+        all.extend_from_slice(args);
+        let (ok, out, err) = crate::helpers::run_cli(&bin_path(), env.clone(), &all);
+        (ok, serde_json::from_str(&out).unwrap_or(Value::Null), err)
+    };
+    // The first event's delivery is answered 404: it fails and the
+    // endpoint is disabled.
+    let rx = Receiver::start(&[Reply::Status(404)]).await;
+    let (endpoint, secret) = register(&app, &rx.url(), &["core.event.tracked"]).await;
+
+    // A test message, on the admin listener: one `webhook.test` delivery,
+    // though the endpoint subscribes to `core.event.tracked` only.
+    let rx_ok = Receiver::start(&[]).await;
+    let (other, other_secret) = register(&app, &rx_ok.url(), &["job.failed"]).await;
+    let t = admin_post(&app, &format!("/admin/v1/webhooks/{other}/test"), json!({})).await;
+    assert_eq!(t.status, 202, "{}", t.body);
+    let hit = rx_ok.wait_hits(1, Duration::from_secs(15)).await.remove(0);
+    verify_independently(&other_secret, &hit);
+    assert_eq!(hit.header("webhook-event"), "webhook.test");
+    assert_eq!(
+        hit.header("webhook-id"),
+        t.body["webhook_id"].as_str().unwrap()
+    );
+    let body: Value = serde_json::from_slice(&hit.body).unwrap();
+    assert_eq!(body["type"], "webhook.test");
+    assert_eq!(body["endpoint_id"], other.as_str());
+    let logged = deliveries(&app, &other).await;
+    assert_eq!(logged.len(), 1);
+    assert_eq!(logged[0]["id"], t.body["delivery_id"]);
+    assert_eq!(logged[0]["event_type"], "webhook.test");
+
+    // The same from the CLI.
+    let (ok, sent, err) = cli(&["webhook", "test", "--endpoint", &other]);
+    assert!(ok, "{err}");
+    let hit = rx_ok.wait_hits(2, Duration::from_secs(15)).await.remove(1);
+    verify_independently(&other_secret, &hit);
+    assert_eq!(
+        hit.header("webhook-id"),
+        sent["webhook_id"].as_str().unwrap()
+    );
+    assert_ne!(
+        sent["webhook_id"], t.body["webhook_id"],
+        "each test message is new"
+    );
+
+    // A delivery that failed (404: the endpoint is disabled too).
+    send(&app, "replay-1").await;
+    let first = rx.wait_hits(1, Duration::from_secs(15)).await.remove(0);
+    let failed = eventually("the delivery failed", Duration::from_secs(10), || async {
+        let d = deliveries(&app, &endpoint).await;
+        (d.len() == 1 && d[0]["status"] == "failed").then(|| d[0].clone())
+    })
+    .await;
+    let delivery = failed["id"].as_str().unwrap().to_owned();
+
+    // Nothing goes to a disabled endpoint: not a replay, not a test.
+    let refused = admin_post(
+        &app,
+        &format!("/admin/v1/deliveries/{delivery}/replay"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.body["code"], "conflict");
+    let refused = admin_post(
+        &app,
+        &format!("/admin/v1/webhooks/{endpoint}/test"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    let (ok, _, err) = cli(&["webhook", "replay", "--delivery", &delivery]);
+    assert!(!ok && err.contains("disabled"), "{err}");
+
+    // Enabled again, the failed delivery replayed on the admin listener:
+    // the same webhook-id, verified.
+    let e = admin_post(
+        &app,
+        &format!("/admin/v1/webhooks/{endpoint}/enable"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(e.status, 200, "{}", e.body);
+    let r = admin_post(
+        &app,
+        &format!("/admin/v1/deliveries/{delivery}/replay"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["replayed"], true);
+    let again = rx.wait_hits(2, Duration::from_secs(15)).await.remove(1);
+    verify_independently(&secret, &again);
+    assert_eq!(again.header("webhook-id"), first.header("webhook-id"));
+    assert_eq!(again.body, first.body);
+    eventually("the replay delivered", Duration::from_secs(10), || async {
+        let d = deliveries(&app, &endpoint).await;
+        (d[0]["status"] == "delivered").then_some(())
+    })
+    .await;
+
+    // The CLI replays one delivery too (delivered already: queued again).
+    let (ok, r, err) = cli(&["webhook", "replay", "--delivery", &delivery]);
+    assert!(ok, "{err}");
+    assert_eq!(r["replayed"], 1);
+    let third = rx.wait_hits(3, Duration::from_secs(15)).await.remove(2);
+    assert_eq!(third.header("webhook-id"), first.header("webhook-id"));
+    verify_independently(&secret, &third);
+
+    // Every failed delivery since a time: two events fail (500 three
+    // times each would take ten seconds; 404 fails at once but disables,
+    // so the endpoint is enabled again before the replay).
+    rx.script(&[Reply::Status(404)]);
+    let since = Utc::now();
+    send(&app, "replay-2").await;
+    eventually(
+        "the second delivery failed",
+        Duration::from_secs(15),
+        || async {
+            let d = deliveries(&app, &endpoint).await;
+            d.iter().any(|d| d["status"] == "failed").then_some(())
+        },
+    )
+    .await;
+    admin_post(
+        &app,
+        &format!("/admin/v1/webhooks/{endpoint}/enable"),
+        json!({}),
+    )
+    .await;
+    let bad = admin_post(
+        &app,
+        &format!("/admin/v1/webhooks/{endpoint}/replay"),
+        json!({"since": "yesterday"}),
+    )
+    .await;
+    assert!(
+        bad.status == 400 || bad.status == 422,
+        "{} {}",
+        bad.status,
+        bad.body
+    );
+    let r = admin_post(
+        &app,
+        &format!("/admin/v1/webhooks/{endpoint}/replay"),
+        json!({"since": since.to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["replayed"], 1, "only the delivery failed since then");
+    let hits = rx.wait_hits(5, Duration::from_secs(15)).await;
+    verify_independently(&secret, &hits[4]);
+    assert_eq!(hits[4].header("webhook-id"), hits[3].header("webhook-id"));
+    // Nothing failed since: the CLI's form answers 0, and a time it cannot
+    // read is refused with the forms it takes.
+    let since_text = (Utc::now() + chrono::Duration::seconds(1))
+        .format("%Y-%m-%d %H:%M:%S UTC")
+        .to_string();
+    let (ok, r, err) = cli(&[
+        "webhook",
+        "replay",
+        "--endpoint",
+        &endpoint,
+        "--since",
+        &since_text,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(r["replayed"], 0);
+    let (ok, _, err) = cli(&[
+        "webhook",
+        "replay",
+        "--endpoint",
+        &endpoint,
+        "--since",
+        "soon",
+    ]);
+    assert!(!ok && err.contains("YYYY-MM-DD"), "{err}");
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_test_message_and_replay() {
+    test_message_and_replay(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_test_message_and_replay() {
+    test_message_and_replay(Backend::Sqlite).await;
+}

@@ -9,7 +9,7 @@
 mod guard;
 mod views;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use fastack_core::{
     console::{self, SESSION_ABSOLUTE, SignIn, Token},
     domain::{Replayed, Subject, SubjectKind},
@@ -120,6 +120,10 @@ impl Notice {
                 "That delivery is already pending; it was left as it is.".to_owned()
             }
             "replayed_failed" => format!("{n} failed deliveries queued again."),
+            "test_sent" => {
+                "Test message queued (event type webhook.test); it shows below once sent."
+                    .to_owned()
+            }
             "enabled" => "Endpoint enabled.".to_owned(),
             "disabled" => "Endpoint disabled.".to_owned(),
             "deleted" => "Endpoint deleted.".to_owned(),
@@ -489,6 +493,10 @@ async fn endpoint_action(
             state.runtime.delete_webhook(me.tenant(), id).await?;
             return see_other("/endpoints?notice=deleted");
         }
+        "test" => {
+            state.runtime.send_test_webhook(me.tenant(), id).await?;
+            "test_sent".to_owned()
+        }
         "replay-failed" => {
             let since = parse_since(field(&f, "since"))?;
             let n = state
@@ -513,26 +521,15 @@ fn keep_filter(f: &Fields) -> String {
     }
 }
 
-/// A time as the console shows them (`2026-12-01 09:30:00 UTC`, seconds
-/// and ` UTC` optional, `T` for the space accepted) or RFC 3339.
+/// A time as the console shows them (see [`admin::parse_time`]).
 fn parse_since(raw: &str) -> Result<DateTime<Utc>, Fail> {
-    let raw = raw.trim();
-    let plain = raw
-        .trim_end_matches(" UTC")
-        .trim_end_matches('Z')
-        .replacen(' ', "T", 1);
-    let plain = plain.as_str();
-    DateTime::parse_from_rfc3339(raw)
-        .map(|t| t.with_timezone(&Utc))
-        .or_else(|_| NaiveDateTime::parse_from_str(plain, "%Y-%m-%dT%H:%M:%S").map(|t| t.and_utc()))
-        .or_else(|_| NaiveDateTime::parse_from_str(plain, "%Y-%m-%dT%H:%M").map(|t| t.and_utc()))
-        .map_err(|_| {
-            Fail::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_input",
-                format!("`{raw}` is not a time: write it as the log shows them, YYYY-MM-DD HH:MM[:SS] UTC"),
-            )
-        })
+    fastack_core::admin::parse_time(raw).map_err(|e| {
+        Fail::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            e.to_string(),
+        )
+    })
 }
 
 #[handler]

@@ -337,6 +337,7 @@ pub fn endpoint(
                 div.actions {
                     form method="post" action={"/endpoints/" (e.id) "/rotate"} { (csrf(me)) button type="submit" { "Rotate secret" } }
                     @if e.enabled {
+                        form method="post" action={"/endpoints/" (e.id) "/test"} { (csrf(me)) button type="submit" { "Send test message" } }
                         form method="post" action={"/endpoints/" (e.id) "/disable"} { (csrf(me)) button type="submit" { "Disable" } }
                     } @else {
                         form method="post" action={"/endpoints/" (e.id) "/enable"} { (csrf(me)) button type="submit" { "Enable" } }

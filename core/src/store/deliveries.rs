@@ -14,7 +14,7 @@ use chrono::{DateTime, Duration, Utc};
 use fastack_entities::{
     Attempt, Delivery, DeliveryId, DeliveryStatus, Endpoint, EndpointId, TenantId,
     db::{Time, signed, unsigned, webhook_attempt, webhook_delivery, webhook_endpoint},
-    webhook::{DELIVERY_EXHAUSTED, ENDPOINT_DISABLED, is_operational},
+    webhook::{DELIVERY_EXHAUSTED, ENDPOINT_DISABLED, TEST_MESSAGE, is_operational},
 };
 use sea_orm::{
     ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
@@ -193,6 +193,46 @@ impl<'a> Deliveries<'a> {
         Ok((done, row.endpoint_id))
     }
 
+    /// Queues a test message (`webhook.test`) to one enabled endpoint of
+    /// `tenant`, whatever it subscribes to: a delivery like any other
+    /// (signed, retried, logged), due now. Returns it.
+    pub async fn send_test(
+        self,
+        tenant: TenantId,
+        endpoint: EndpointId,
+        now: DateTime<Utc>,
+    ) -> Result<NewDelivery> {
+        let ep = self.enabled_endpoint(tenant, endpoint).await?;
+        let ce_id = format!(
+            "fastack.webhook.test.{}.{}",
+            ep.id,
+            uuid::Uuid::now_v7().simple()
+        );
+        let body = json!({
+            "type": TEST_MESSAGE,
+            "endpoint_id": ep.id,
+            "tenant_id": ep.tenant_id,
+            "url": ep.url,
+            "sent_at": now,
+        })
+        .to_string();
+        let delivery = NewDelivery::new(ep.id, tenant, TEST_MESSAGE, &ce_id, body, now);
+        let mut tx = self.db.begin().await?;
+        insert_delivery_rows(&mut tx, std::slice::from_ref(&delivery), Time(now)).await?;
+        tx.commit().await?;
+        Ok(delivery)
+    }
+
+    /// The tenant a delivery belongs to (an operator names only the
+    /// delivery).
+    pub async fn tenant_of(self, id: DeliveryId) -> Result<TenantId> {
+        webhook_delivery::Entity::find_by_id(id)
+            .one(self.db)
+            .await?
+            .map(|d| d.tenant_id)
+            .ok_or(Error::NotFound { what: "delivery" })
+    }
+
     /// Replays every failed delivery of one endpoint created at or after
     /// `since`; returns how many went back to pending.
     pub async fn replay_failed_since(
@@ -219,7 +259,7 @@ impl<'a> Deliveries<'a> {
         let ep = self.tenant_endpoint(tenant, id).await?;
         if !ep.enabled {
             return Err(Error::Conflict(
-                "the endpoint is disabled; enable it before replaying to it".to_owned(),
+                "the endpoint is disabled; enable it before replaying or sending to it".to_owned(),
             ));
         }
         Ok(ep)
