@@ -82,6 +82,19 @@ enum KeysCommand {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Rotate the master key: the store's root key is wrapped again under a
+    /// new master key, after which the store opens with the new key only.
+    /// Every key derived from it stays the same (external HMAC keys,
+    /// webhook secrets, exports). Embedded without FASTACK_ENC_KEY: a new
+    /// key replaces the master-key file. Otherwise: --new-key-file, then
+    /// start every node with FASTACK_ENC_KEY set to the new key (running
+    /// nodes go on).
+    Rotate {
+        /// A file holding the new master key (base64, at least 32 bytes:
+        /// `head -c 32 /dev/urandom | base64`).
+        #[arg(long)]
+        new_key_file: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -1142,6 +1155,40 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             };
             out!("{}", hex_encode(&key))?;
+            Ok(())
+        }
+        Command::Keys(KeysCommand::Rotate { new_key_file }) => {
+            use fastack_core::{
+                crypto::{KeySource, MasterKey},
+                keyring,
+            };
+            let config = config()?;
+            init_logging(&format!("warn,{}", config.log.replace("info", "warn")));
+            // Checks the current key against the store first.
+            let node = NodeParts::open(&config, Opening::Tool, &RuntimeOptions::default()).await?;
+            let current = MasterKey::load(&config)?;
+            let now = chrono::Utc::now();
+            match new_key_file {
+                Some(file) => {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading {}", file.display()))?;
+                    let new = MasterKey::from_base64(&text, KeySource::File(file.clone()))?;
+                    keyring::rotate(node.store.as_ref(), &current, &new, now).await?;
+                    out!(
+                        "master key rotated: the store opens with the key in {} only; start every \
+                         node with FASTACK_ENC_KEY set to it (nodes running now go on)",
+                        file.display()
+                    )?;
+                }
+                None => {
+                    let new = keyring::rotate_key_file(node.store.as_ref(), &current, now).await?;
+                    out!(
+                        "master key rotated: {} holds the new key (back it up; the old one no \
+                         longer opens this store)",
+                        new.names()
+                    )?;
+                }
+            }
             Ok(())
         }
         Command::Admin(args) => {

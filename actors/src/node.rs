@@ -69,14 +69,15 @@ impl NodeParts {
                 health::unusable(Dependency::Database, &location, e)
             }
         })?;
+        let clock = options.clock.clone();
         // After the store: a tool in a directory with no node never makes a
-        // master key.
-        let keys = Keys::load(config)?;
+        // master key; and the key is checked against the one the store was
+        // written with.
+        let keys = fastack_core::keyring::open(store.as_ref(), config, clock.now()).await?;
         let objects = match &options.objects {
             Some(o) => o.clone(),
             None => Objects::from_config(config)?,
         };
-        let clock = options.clock.clone();
         if opening == Opening::Serve && config.bootstrap {
             fastack_core::admin::bootstrap_node(store.as_ref(), config).await?;
         }

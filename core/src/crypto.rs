@@ -1,7 +1,16 @@
 //! Keys and cryptography.
 //!
-//! Every key derives from the master key (`FASTACK_ENC_KEY`) by HKDF-SHA256
-//! with a distinct `info` per purpose, so leaking one derived key (say, a
+//! Two levels. The **master key** (`FASTACK_ENC_KEY`, or the embedded
+//! node's `master-key` file; [`MasterKey`]) opens one thing: the store's
+//! **root key**, kept in the store wrapped by it (AES-256-GCM under a key
+//! derived from the master key), with a check value that names the master
+//! key without revealing it (see `keyring`). A store first written by a
+//! release without the root key took the master key itself as its root,
+//! so every key it derived stays the same. Rotating the master key
+//! re-wraps the root key; nothing derived from the root changes.
+//!
+//! Every key in use derives from the root key by HKDF-SHA256 with a
+//! distinct `info` per purpose, so leaking one derived key (say, a
 //! tenant's external HMAC key handed to a consumer) reveals nothing else:
 //!
 //! | purpose | info |
@@ -40,6 +49,10 @@ const INFO_DEPLOYMENT_HMAC: &[u8] = b"fastack/v1/external-hmac/deployment";
 const INFO_WEBHOOK_SECRETS: &[u8] = b"fastack/v1/webhook-secrets";
 const INFO_CONSOLE: &[u8] = b"fastack/v1/console";
 const TENANT_HMAC_PREFIX: &str = "fastack/v1/external-hmac/tenant/";
+/// Of the master key: the key that wraps the root key, and the check value.
+const INFO_WRAP: &[u8] = b"fastack/v1/master-key/wrap";
+const INFO_CHECK: &[u8] = b"fastack/v1/master-key/check";
+const ROOT_AAD: &[u8] = b"fastack root key v1";
 
 /// The derived keys of a deployment.
 #[derive(Clone)]
@@ -58,7 +71,8 @@ impl std::fmt::Debug for Keys {
 }
 
 impl Keys {
-    pub fn from_master(master: &[u8]) -> Result<Self> {
+    /// The keys derived from a store's root key.
+    pub fn from_root(master: &[u8]) -> Result<Self> {
         if master.len() < 32 {
             return Err(Error::Config(
                 "FASTACK_ENC_KEY must decode to at least 32 bytes".to_owned(),
@@ -106,15 +120,67 @@ impl Keys {
     pub fn console_key(&self) -> [u8; 32] {
         self.console
     }
+}
+
+/// The master key: opens the store's root key, and nothing else.
+#[derive(Clone)]
+pub struct MasterKey {
+    bytes: Vec<u8>,
+    /// Where it came from, named in errors.
+    source: KeySource,
+}
+
+/// Where a master key was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// `FASTACK_ENC_KEY`.
+    Setting,
+    /// The embedded node's key file (no `FASTACK_ENC_KEY`).
+    File(std::path::PathBuf),
+}
+
+impl std::fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MasterKey({})", self.names())
+    }
+}
+
+impl MasterKey {
+    /// A master key of `bytes` (at least 32).
+    pub fn new(bytes: Vec<u8>, source: KeySource) -> Result<Self> {
+        if bytes.len() < 32 {
+            return Err(Error::Config(
+                "FASTACK_ENC_KEY must decode to at least 32 bytes".to_owned(),
+            ));
+        }
+        Ok(MasterKey { bytes, source })
+    }
+
+    /// A master key written as base64 (the setting's and the files' form).
+    pub fn from_base64(text: &str, source: KeySource) -> Result<Self> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .map_err(|e| Error::Config(format!("{} is not base64: {e}", source.name())))?;
+        MasterKey::new(bytes, source)
+    }
+
+    /// A new random key.
+    pub fn generate(source: KeySource) -> Self {
+        let mut key = vec![0u8; 32];
+        rand::rng().fill_bytes(&mut key);
+        MasterKey { bytes: key, source }
+    }
+
+    /// The key as its files hold it.
+    pub fn to_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.bytes)
+    }
 
     /// Loads the master key from configuration; embedded mode generates one
     /// under the data dir on first start (with a warning) and keeps it.
     pub fn load(config: &Config) -> Result<Self> {
         if let Some(b64) = &config.enc_key {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(b64.trim())
-                .map_err(|e| Error::Config(format!("FASTACK_ENC_KEY is not base64: {e}")))?;
-            return Keys::from_master(&bytes);
+            return MasterKey::from_base64(b64, KeySource::Setting);
         }
         if !config.is_embedded() {
             return Err(Error::Config(
@@ -123,23 +189,102 @@ impl Keys {
             ));
         }
         let path = config.data_dir.join("master-key");
-        let bytes = match std::fs::read_to_string(&path) {
-            Ok(text) => base64::engine::general_purpose::STANDARD
-                .decode(text.trim())
-                .map_err(|e| Error::Corrupt(format!("{}: {e}", path.display())))?,
+        let source = KeySource::File(path.clone());
+        match std::fs::read_to_string(&path) {
+            Ok(text) => MasterKey::from_base64(&text, source)
+                .map_err(|e| Error::Corrupt(format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut key = [0u8; 32];
-                rand::rng().fill_bytes(&mut key);
-                crate::private::write_secret(
-                    &path,
-                    &base64::engine::general_purpose::STANDARD.encode(key),
-                )?;
+                let key = MasterKey::generate(source);
+                crate::private::write_secret(&path, &key.to_base64())?;
                 warn!(path = %path.display(), "no FASTACK_ENC_KEY: generated a local master key; back it up, exports cannot be decrypted without it");
-                key.to_vec()
+                Ok(key)
             }
-            Err(e) => return Err(Error::io(path.display().to_string(), e)),
-        };
-        Keys::from_master(&bytes)
+            Err(e) => Err(Error::io(path.display().to_string(), e)),
+        }
+    }
+
+    pub fn source(&self) -> &KeySource {
+        &self.source
+    }
+
+    /// The same key, read from `source`.
+    pub fn with_source(self, source: KeySource) -> Self {
+        MasterKey { source, ..self }
+    }
+
+    /// What the key is called in errors: the setting, or its file.
+    pub fn names(&self) -> String {
+        self.source.name()
+    }
+
+    fn derive(&self, info: &[u8]) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        Hkdf::<Sha256>::new(Some(b"fastack"), &self.bytes)
+            .expand(info, &mut out)
+            .expect("32 bytes is a valid HKDF length");
+        out
+    }
+
+    /// Names this key without revealing it: hex of a value derived from it
+    /// one way. Two keys have the same check value only if they are the
+    /// same key.
+    pub fn check_value(&self) -> String {
+        hex::encode(self.derive(INFO_CHECK))
+    }
+
+    /// `root` sealed under this key: nonce ‖ AES-256-GCM ciphertext.
+    pub fn wrap(&self, root: &[u8]) -> Vec<u8> {
+        let cipher = Aes256Gcm::new(&Key::<Aes256Gcm>::from(self.derive(INFO_WRAP)));
+        let mut nonce = [0u8; 12];
+        rand::rng().fill_bytes(&mut nonce);
+        let sealed = cipher
+            .encrypt(
+                &Nonce::from(nonce),
+                aes_gcm::aead::Payload {
+                    msg: root,
+                    aad: ROOT_AAD,
+                },
+            )
+            .expect("AES-GCM encryption of a short key cannot fail");
+        [nonce.as_slice(), &sealed].concat()
+    }
+
+    /// The root key sealed by [`MasterKey::wrap`] under this key.
+    pub fn unwrap(&self, wrapped: &[u8]) -> Result<Vec<u8>> {
+        let bad =
+            || Error::Corrupt("the stored root key does not open with the master key".to_owned());
+        if wrapped.len() < 12 {
+            return Err(bad());
+        }
+        let cipher = Aes256Gcm::new(&Key::<Aes256Gcm>::from(self.derive(INFO_WRAP)));
+        let nonce: [u8; 12] = wrapped[..12].try_into().expect("12 bytes");
+        cipher
+            .decrypt(
+                &Nonce::from(nonce),
+                aes_gcm::aead::Payload {
+                    msg: &wrapped[12..],
+                    aad: ROOT_AAD,
+                },
+            )
+            .map_err(|_| bad())
+    }
+
+    /// The key's own bytes, as a store's first root key (every key an
+    /// earlier release derived came from them).
+    pub fn as_first_root(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl KeySource {
+    fn name(&self) -> String {
+        match self {
+            KeySource::Setting => "FASTACK_ENC_KEY".to_owned(),
+            KeySource::File(path) => format!(
+                "the master key file {} (FASTACK_ENC_KEY unset)",
+                path.display()
+            ),
+        }
     }
 }
 
@@ -275,7 +420,7 @@ mod tests {
     use super::*;
 
     fn keys() -> Keys {
-        Keys::from_master(&[7u8; 32]).unwrap()
+        Keys::from_root(&[7u8; 32]).unwrap()
     }
 
     #[test]
@@ -287,7 +432,7 @@ mod tests {
         assert_eq!(k.tenant_hmac(t1), keys().tenant_hmac(t1));
         assert_ne!(k.storage_key(), k.deployment_hmac());
         assert_ne!(k.deployment_hmac(), k.webhook_secrets_key());
-        assert!(Keys::from_master(&[1u8; 16]).is_err());
+        assert!(Keys::from_root(&[1u8; 16]).is_err());
     }
 
     #[test]

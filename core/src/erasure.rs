@@ -991,7 +991,7 @@ mod tests {
 
     #[test]
     fn a_certificate_is_signed_over_its_sorted_compact_json() {
-        let keys = Keys::from_master(&[7u8; 32]).unwrap();
+        let keys = Keys::from_root(&[7u8; 32]).unwrap();
         let tenant = TenantId::new();
         let cert = json!({"request_id": "r", "stores": {"b": 1, "a": 2}});
         let sig = sign(&keys, tenant, &cert);

@@ -19,6 +19,7 @@ pub mod health;
 pub mod identity;
 pub mod jobs;
 pub mod json;
+pub mod keyring;
 pub mod logging;
 pub mod metrics;
 pub mod objects;

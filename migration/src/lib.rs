@@ -24,6 +24,7 @@ mod m20261205_000012_outbox_batches;
 mod m20261205_000013_outbox_events;
 mod m20261205_000014_outbox_lz4;
 mod m20261205_000015_privacy;
+mod m20261206_000016_master_key;
 
 pub struct Migrator;
 
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000013_outbox_events::Migration),
             Box::new(m20261205_000014_outbox_lz4::Migration),
             Box::new(m20261205_000015_privacy::Migration),
+            Box::new(m20261206_000016_master_key::Migration),
         ]
     }
 }

@@ -16,7 +16,7 @@ use std::{
 };
 
 use chrono::Utc;
-use fastack_core::{admin, crypto::Keys};
+use fastack_core::admin;
 use fastack_entities::Plan;
 use serde_json::Value;
 use tokio::{sync::watch, task::JoinHandle};
@@ -265,7 +265,9 @@ async fn probe_tenant(
     let receiver = Receiver::start(&[]).await;
     admin::add_webhook(
         store.as_ref(),
-        &Keys::load(&db.config()).expect("keys"),
+        &fastack_core::keyring::open(store.as_ref(), &db.config(), Utc::now())
+            .await
+            .expect("keys"),
         probe.tenant.id,
         &receiver.url(),
         Some("core.event.tracked"),

@@ -1051,3 +1051,215 @@ async fn a_backup_in_object_storage_restores_and_a_damaged_one_is_refused() {
     assert!(left.is_empty(), "{left:?}");
     db.drop_db().await;
 }
+
+/// A random master key, base64.
+fn new_master_key() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(uuid::Uuid::new_v4().as_bytes().repeat(2))
+}
+
+/// Deletes the store's record of its master key, as a store written by a
+/// release before the record looks.
+async fn forget_master_key_record(db: &TestDb) {
+    match db.backend {
+        Backend::Postgres => {
+            sqlx::query("DELETE FROM master_key")
+                .execute(&db.pg_pool().await)
+                .await
+                .unwrap();
+        }
+        Backend::Sqlite => {
+            let url = format!("sqlite://{}", db.config().sqlite_path().display());
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            sqlx::query("DELETE FROM master_key")
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+    }
+}
+
+/// The master key is checked at start and rotated without losing what it
+/// protects: a node refuses a key the store was not written with (naming
+/// `FASTACK_ENC_KEY`), also on a store written before the check existed
+/// when the key does not open its webhook secrets; `fastack keys rotate`
+/// moves the store to a new key, after which the old one is refused, and
+/// with the new one the export made before downloads the same bytes, its
+/// HMAC key is unchanged and the endpoint's deliveries still verify with
+/// the secret its receiver kept.
+async fn master_key_checked_and_rotated(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let (key_a, key_b) = (new_master_key(), new_master_key());
+    let env_a = Node::env(
+        &db,
+        &[
+            ("FASTACK_ENC_KEY", key_a.as_str()),
+            ("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ],
+    );
+    let env_b = with(&env_a, &[("FASTACK_ENC_KEY", key_b.as_str())]);
+    let node = Node::start_with(env_a.clone()).await;
+    let store = db.store().await;
+    let tenant = make_tenant(&store, "keyed", Plan::Enterprise, None).await;
+    let rx = crate::webhooks::Receiver::start(&[]).await;
+    let (ok, out, err) = cli(
+        &env_a,
+        &[
+            "admin",
+            "--json",
+            "webhook",
+            "add",
+            "--tenant",
+            "keyed",
+            "--url",
+            &rx.url(),
+            "--events",
+            "core.event.tracked",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let secret = serde_json::from_str::<Value>(&out).unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let http = reqwest::Client::new();
+    assert_eq!(
+        post_track(node.addr, &tenant.key, "before-rotation").await,
+        202
+    );
+    let first = rx.wait_hits(1, Duration::from_secs(20)).await.remove(0);
+    crate::webhooks::verify_independently(&secret, &first);
+    let (export, bytes) = completed_export(&http, node.addr, &tenant.key).await;
+    let (ok, hmac_key, err) = cli(&env_a, &["keys", "external-hmac", "--tenant", "keyed"]).await;
+    assert!(ok, "{err}");
+    drop(node);
+
+    // Another key: refused at start, the setting named.
+    let refusal = refused_start(&env_b);
+    assert!(
+        refusal.contains("FASTACK_ENC_KEY is not the master key this store was written with"),
+        "{refusal}"
+    );
+    // A store written before the record: a key that cannot open its
+    // webhook secrets is refused too; its own key is recorded again.
+    forget_master_key_record(&db).await;
+    let refusal = refused_start(&env_b);
+    assert!(
+        refusal.contains("FASTACK_ENC_KEY is not the master key"),
+        "{refusal}"
+    );
+    let (ok, _, err) = cli(&env_a, &["migrate"]).await;
+    assert!(ok, "{err}");
+
+    // The rotation: from a file holding the new key.
+    let key_file = db.dir.path().join("new-enc-key");
+    std::fs::write(&key_file, &key_b).unwrap();
+    let (ok, out, err) = cli(
+        &env_a,
+        &[
+            "keys",
+            "rotate",
+            "--new-key-file",
+            key_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("master key rotated"), "{out}");
+    // The old key is refused now; so is a second rotation from it.
+    let refusal = refused_start(&env_a);
+    assert!(
+        refusal.contains("FASTACK_ENC_KEY is not the master key"),
+        "{refusal}"
+    );
+    let (ok, _, _) = cli(
+        &env_a,
+        &[
+            "keys",
+            "rotate",
+            "--new-key-file",
+            key_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(!ok, "a rotation from a key the store no longer takes");
+
+    // With the new key everything the old one protected still opens.
+    let node = Node::start_with(env_b.clone()).await;
+    let job = export["job_id"].as_str().unwrap();
+    let again = http
+        .get(format!("http://{}/v1/core/jobs/{job}/result", node.addr))
+        .bearer_auth(&tenant.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.bytes().await.unwrap().to_vec(), bytes);
+    let (ok, hmac_key_b, err) = cli(&env_b, &["keys", "external-hmac", "--tenant", "keyed"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(hmac_key_b, hmac_key, "the tenant's HMAC key did not change");
+    let key = hex::decode(hmac_key.trim()).unwrap();
+    assert_eq!(
+        fastack_core::crypto::hmac_hex(&key, &[&bytes]),
+        export["result"]["hmac"].as_str().unwrap(),
+        "the export made before the rotation verifies"
+    );
+    assert_eq!(
+        post_track(node.addr, &tenant.key, "after-rotation").await,
+        202
+    );
+    let second = rx.wait_hits(2, Duration::from_secs(20)).await.remove(1);
+    crate::webhooks::verify_independently(&secret, &second);
+    crate::webhooks::verify_independently(&secret, &first);
+    drop(node);
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_master_key_checked_and_rotated() {
+    master_key_checked_and_rotated(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_master_key_checked_and_rotated() {
+    master_key_checked_and_rotated(Backend::Sqlite).await;
+}
+
+/// The embedded node's own key file (no `FASTACK_ENC_KEY`): `fastack keys
+/// rotate` replaces it, the node starts with the new file, and the old
+/// file put back is refused, naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_key_file_rotates() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let env: Vec<(String, String)> = Node::env(&db, &[])
+        .into_iter()
+        .filter(|(k, _)| k != "FASTACK_ENC_KEY")
+        .collect();
+    let node = Node::start_with(env.clone()).await;
+    drop(node);
+    let file = db.dir.path().join("master-key");
+    let old = std::fs::read_to_string(&file).unwrap();
+    let (ok, out, err) = cli(&env, &["keys", "rotate"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("holds the new key"), "{out}");
+    let new = std::fs::read_to_string(&file).unwrap();
+    assert_ne!(old.trim(), new.trim());
+    assert!(!db.dir.path().join("master-key.next").exists());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let node = Node::start_with(env.clone()).await;
+    drop(node);
+    std::fs::write(&file, &old).unwrap();
+    let refusal = refused_start(&env);
+    assert!(refusal.contains("master key file"), "{refusal}");
+    assert!(refusal.contains("is not the master key"), "{refusal}");
+}

@@ -894,7 +894,9 @@ async fn deliveries_ignore_environment_proxies() {
     let store = db.store().await;
     let t =
         crate::helpers::make_tenant(&store, "acme", fastack_entities::Plan::Enterprise, None).await;
-    let keys = fastack_core::crypto::Keys::load(&db.config()).unwrap();
+    let keys = fastack_core::keyring::open(store.as_ref(), &db.config(), Utc::now())
+        .await
+        .unwrap();
     fastack_core::admin::add_webhook(
         store.as_ref(),
         &keys,

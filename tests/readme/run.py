@@ -38,7 +38,10 @@ README shows no longer matches. The conventions, which the README follows:
   `eventually <shell>` retries a command for up to 10 s until it succeeds,
   `stop_servers` stops (SIGTERM) the `fastack serve` processes the README
   started and waits for them, `stop_last` the newest of them.
-* Environment for replacements: README_PG_URL (a fresh database),
+* Environment for replacements: README_PG_HOST, README_PG_PORT,
+  README_PG_USER and README_PG_NAME (a database name on the test PostgreSQL server that does
+  not exist yet: the README creates it, as a reader on an empty server
+  would; dropped at the end), README_PG_URL (that database's URL),
   README_REDIS_URL, README_AMQP_URL and README_S3_ENDPOINT, from the test
   environment (FASTACK_TEST_PG_URL, FASTACK_TEST_REDIS_URL, …).
 
@@ -378,6 +381,8 @@ def environment(work: Path) -> dict[str, str]:
     wrapper.chmod(0o755)
     env["PATH"] = f"{bindir}:{env['PATH']}"
     env["README_PG_URL"] = os.environ.get("README_PG_URL", "")
+    for var in ("README_PG_HOST", "README_PG_PORT", "README_PG_USER", "README_PG_NAME"):
+        env[var] = os.environ.get(var, "")
     env["README_REDIS_URL"] = os.environ.get("FASTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379")
     env["README_AMQP_URL"] = os.environ.get("FASTACK_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
     env["README_S3_ENDPOINT"] = os.environ.get("FASTACK_TEST_S3_ENDPOINT", "")
@@ -387,15 +392,25 @@ def environment(work: Path) -> dict[str, str]:
 
 
 def fresh_database() -> str:
-    """A database of its own on the test PostgreSQL (empty string: none)."""
+    """A database name of its own on the test PostgreSQL, not created yet
+    (the README creates it), with its URL and the server's host and user in
+    the environment; an empty string when there is no server."""
     base = os.environ.get("FASTACK_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432/test")
-    name = f"t_readme_{uuid.uuid4().hex[:12]}"
-    r = subprocess.run(["psql", base, "-qc", f"create database {name}"], capture_output=True, text=True)
+    r = subprocess.run(["psql", base, "-qtAc", "select 1"], capture_output=True, text=True)
     if r.returncode != 0:
         if os.environ.get("FASTACK_TEST_REQUIRE_SERVICES") == "1":
             sys.exit(f"FAIL: PostgreSQL is required: {r.stderr.strip()}")
         return ""
-    return base.rsplit("/", 1)[0] + "/" + name
+    name = f"t_readme_{uuid.uuid4().hex[:12]}"
+    server = base.rsplit("/", 1)[0]
+    authority = server.split("://", 1)[1]
+    user, _, hostport = authority.rpartition("@")
+    host, _, port = hostport.partition(":")
+    os.environ["README_PG_HOST"] = host
+    os.environ["README_PG_PORT"] = port or "5432"
+    os.environ["README_PG_USER"] = user.split(":")[0] or "postgres"
+    os.environ["README_PG_NAME"] = name
+    return server + "/" + name
 
 
 def main() -> int:

@@ -227,11 +227,17 @@ def _events_args(
     event: str | None,
     limit: int | None,
     cursor: str | None,
+    user_id: str | None = None,
+    anonymous_id: str | None = None,
 ) -> dict[str, Any]:
+    if sum(x is not None for x in (contact_id, user_id, anonymous_id)) > 1:
+        raise ValueError("give at most one of contact_id, user_id or anonymous_id")
     return {
         "from_": _time.parse_time(from_),
         "to": _time.parse_time(to),
         "contact_id": uuid.UUID(str(contact_id)) if contact_id is not None else UNSET,
+        "user_id": user_id if user_id is not None else UNSET,
+        "anonymous_id": anonymous_id if anonymous_id is not None else UNSET,
         "event": event if event is not None else UNSET,
         "limit": limit if limit is not None else UNSET,
         "cursor": cursor if cursor is not None else UNSET,
@@ -432,12 +438,16 @@ class Client:
         to: _time.TimeLike,
         *,
         contact_id: IdLike | None = None,
+        user_id: str | None = None,
+        anonymous_id: str | None = None,
         event: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> EventsPage:
-        """One page of `GET /v1/core/events` (`events`, `next_cursor`)."""
-        args = _events_args(from_, to, contact_id, event, limit, cursor)
+        """One page of `GET /v1/core/events` (`events`, `next_cursor`); one
+        person's events by at most one of `contact_id`, `user_id` or
+        `anonymous_id`."""
+        args = _events_args(from_, to, contact_id, event, limit, cursor, user_id, anonymous_id)
         return self._call(
             lambda: _list_events.sync_detailed(client=self.api, **args), ok=200, idempotent=True
         )
@@ -448,6 +458,8 @@ class Client:
         to: _time.TimeLike,
         *,
         contact_id: IdLike | None = None,
+        user_id: str | None = None,
+        anonymous_id: str | None = None,
         event: str | None = None,
         page_size: int = 1000,
     ) -> Iterator[EventOut]:
@@ -457,7 +469,14 @@ class Client:
         cursor: str | None = None
         while True:
             page = self.events_page(
-                from_, to, contact_id=contact_id, event=event, limit=page_size, cursor=cursor
+                from_,
+                to,
+                contact_id=contact_id,
+                user_id=user_id,
+                anonymous_id=anonymous_id,
+                event=event,
+                limit=page_size,
+                cursor=cursor,
             )
             yield from page.events
             if isinstance(page.next_cursor, Unset) or not page.next_cursor:
@@ -729,11 +748,13 @@ class AsyncClient:
         to: _time.TimeLike,
         *,
         contact_id: IdLike | None = None,
+        user_id: str | None = None,
+        anonymous_id: str | None = None,
         event: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> EventsPage:
-        args = _events_args(from_, to, contact_id, event, limit, cursor)
+        args = _events_args(from_, to, contact_id, event, limit, cursor, user_id, anonymous_id)
         return await self._call(
             lambda: _list_events.asyncio_detailed(client=self.api, **args), ok=200, idempotent=True
         )
@@ -744,13 +765,22 @@ class AsyncClient:
         to: _time.TimeLike,
         *,
         contact_id: IdLike | None = None,
+        user_id: str | None = None,
+        anonymous_id: str | None = None,
         event: str | None = None,
         page_size: int = 1000,
     ) -> AsyncIterator[EventOut]:
         cursor: str | None = None
         while True:
             page = await self.events_page(
-                from_, to, contact_id=contact_id, event=event, limit=page_size, cursor=cursor
+                from_,
+                to,
+                contact_id=contact_id,
+                user_id=user_id,
+                anonymous_id=anonymous_id,
+                event=event,
+                limit=page_size,
+                cursor=cursor,
             )
             for ev in page.events:
                 yield ev

@@ -71,6 +71,11 @@ def test_track_identify_batch_round_trip(server: Server, api_key: str) -> None:
         assert client.get_contact(c1.id).user_ids == ["u-1"]
         only_c1 = all_events(client, contact_id=c1.id)
         assert {str(e.id) for e in only_c1} == {str(t.id), str(i.id), str(acks[0].id)}
+        # The same person by either identifier.
+        assert {str(e.id) for e in all_events(client, user_id="u-1")} == {str(t.id), str(i.id), str(acks[0].id)}
+        assert {str(e.id) for e in all_events(client, anonymous_id="anon-1")} == {str(t.id), str(i.id), str(acks[0].id)}
+        with pytest.raises(ValueError):
+            all_events(client, user_id="u-1", anonymous_id="anon-1")
         assert [e.event for e in all_events(client, event="Bought")] == ["Bought"]
 
 

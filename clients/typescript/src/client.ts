@@ -32,8 +32,12 @@ export interface EventsQuery {
   from: Timestamp;
   /** Exclusive upper bound of `occurred_at`. */
   to: Timestamp;
-  /** Only this contact's events (and those of contacts merged into it). */
+  /** Only this contact's events (and those of contacts merged into it). At most one of contactId, userId, anonymousId. */
   contactId?: string;
+  /** Only the events of the contact this user id resolves to. */
+  userId?: string;
+  /** Only the events of the contact this anonymous id resolves to. */
+  anonymousId?: string;
   /** Only events with this name. */
   event?: string;
   /** Events per request (the API's `limit`, 1–1000; server default 100). */
@@ -124,6 +128,8 @@ export class Client {
         from: toInstant(query.from, "from"),
         to: toInstant(query.to, "to"),
         contact_id: query.contactId,
+        user_id: query.userId,
+        anonymous_id: query.anonymousId,
         event: query.event,
         limit: query.pageSize,
         cursor: query.cursor,

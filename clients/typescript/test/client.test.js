@@ -81,6 +81,9 @@ describe("round trip", () => {
     assert.equal(await client.contacts.find({ userId: `nobody-${run}` }), null);
     const byContact = await eventsOfRun(client, run, { contactId: contact.id });
     assert.equal(byContact.length, 5);
+    // The same person by either identifier.
+    assert.equal((await eventsOfRun(client, run, { userId: user })).length, 5);
+    assert.equal((await eventsOfRun(client, run, { anonymousId: anon })).length, 5);
   });
 
   test("export: create, wait(), stream the NDJSON; its bytes match result.hmac", async () => {

@@ -45,6 +45,18 @@ impl Endpoints<'_> {
         Ok(rows.iter().map(Endpoint::from).collect())
     }
 
+    /// One sealed signing secret, if any endpoint exists (a master key is
+    /// checked against it).
+    pub async fn any_sealed_secret(self) -> Result<Option<Vec<u8>>> {
+        use sea_orm::QuerySelect;
+        Ok(webhook_endpoint::Entity::find()
+            .select_only()
+            .column(webhook_endpoint::Column::SecretEnc)
+            .into_tuple::<Vec<u8>>()
+            .one(self.db)
+            .await?)
+    }
+
     /// One endpoint by id.
     pub async fn get(self, id: EndpointId) -> Result<Option<Endpoint>> {
         let row = webhook_endpoint::Entity::find_by_id(id)

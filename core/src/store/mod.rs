@@ -32,6 +32,7 @@ pub mod events;
 pub mod ingest;
 pub mod jobs;
 pub mod keys;
+pub mod master_key;
 pub mod outbox;
 pub mod partitions;
 pub mod plans;
@@ -58,6 +59,7 @@ pub use events::Events;
 pub use ingest::{Fence, Ingest, KeepFn};
 pub use jobs::{Jobs, job_event};
 pub use keys::{KeyRecord, Keys};
+pub use master_key::{MasterKeyRecord, MasterKeys};
 pub use outbox::{Emit, FAN_OUT, Outbox, OutboxBatch, OutboxRow, Owed, SinkName, Topic};
 pub use partitions::{
     ArchiveCursor, ArchiveRow, DropOutcome, Month, PartitionInfo, PartitionKey, Partitions,
@@ -132,6 +134,11 @@ impl Storage {
     /// API keys ([`keys`]).
     pub fn keys(&self) -> Keys<'_> {
         Keys { db: &self.db }
+    }
+
+    /// The master key's record ([`master_key`]).
+    pub fn master_key(&self) -> MasterKeys<'_> {
+        MasterKeys { db: &self.db }
     }
 
     /// Tracking plan versions ([`plans`]).

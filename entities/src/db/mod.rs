@@ -12,6 +12,7 @@ pub mod console_link;
 pub mod console_session;
 pub mod console_user;
 pub mod job;
+pub mod master_key;
 pub mod quarantine;
 pub mod tenant;
 mod time;

@@ -1334,7 +1334,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .await?;
             keys.push(admin::create_key(store.as_ref(), t.id, None).await?.secret);
             if let Some(addr) = hook_addr {
-                let keys = fastack_core::crypto::Keys::load(&config)?;
+                let keys = fastack_core::keyring::open(store.as_ref(), &config, Utc::now()).await?;
                 admin::add_webhook(
                     store.as_ref(),
                     &keys,
