@@ -132,14 +132,6 @@ impl ProcessorActor {
                         return Ok(Round::Done);
                     }
                     Self::processed(state, &out);
-                    // After the sinks were woken: the delete is not on the
-                    // way from commit to delivery.
-                    state
-                        .ctx
-                        .store
-                        .processing()
-                        .consume(state.tenant_id, &out.to_consume)
-                        .await?;
                     if let Some(last) = out.last_seq {
                         // Continue right after this batch: rows below it
                         // were either just consumed or are stragglers.

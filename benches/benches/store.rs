@@ -149,11 +149,6 @@ fn process_round(c: &mut Criterion) {
         };
         let out = store.processing().run(&req).await.expect("processed");
         assert_eq!(out.appended.len(), size);
-        store
-            .processing()
-            .consume(tenant, &out.to_consume)
-            .await
-            .expect("consumed");
     };
     let mut group = c.benchmark_group("embedded_process_round");
     group.sample_size(20);

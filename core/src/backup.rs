@@ -5,12 +5,14 @@
 //! consistent snapshot written by SQLite's `VACUUM INTO` (a read
 //! transaction: the node goes on accepting), the master key and the
 //! bootstrap key, and the local object storage (export results, retention
-//! archives). The inbox file is copied before the main one: an event
-//! accepted before the backup began is then in the inbox copy or, if its
-//! processing committed before the inbox copy was taken, in the main copy
-//! (processing commits to the main file before it deletes the inbox row);
-//! an event in both is processed once after a restore, by the processor's
-//! second fence. A manifest (`fastack-backup.json`) lists each file with
+//! archives), and the accept log's segments. The log is copied first, then
+//! the inbox file, then the main one: an event accepted before the backup
+//! began is then in the log's copy or, if its processing committed (and
+//! its segment was dropped) before that copy was taken, in the main copy —
+//! a segment is dropped only after the events in it are stored; an event
+//! in both is processed once after a restore (the main copy's cursor says
+//! it was). A half-written frame at the end of a copied segment is what a
+//! crash leaves, and read as such. A manifest (`fastack-backup.json`) lists each file with
 //! its size and SHA-256; a restore checks every one before anything is put
 //! in place.
 //!
@@ -203,7 +205,25 @@ pub async fn backup(config: &Config, to: &str) -> Result<Manifest> {
 /// Writes every file of the backup under `staging`, the manifest last.
 async fn stage(config: &Config, main: &Path, inbox: &Path, staging: &Path) -> Result<Manifest> {
     let created_at = Utc::now();
-    // The inbox first (see the module docs).
+    // The log first, then the inbox, then the main file (see the module
+    // docs).
+    let log_dir = main
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(crate::store::accept_log::DIR);
+    for (first, path) in crate::store::accept_log::segments(&log_dir)? {
+        let to = staging
+            .join(crate::store::accept_log::DIR)
+            .join(path.file_name().unwrap_or_default());
+        match copy_private(&path, &to) {
+            Ok(()) => {}
+            // Dropped meanwhile: its events were stored before.
+            Err(_) if !path.exists() => {
+                tracing::debug!(segment = first, "log segment dropped while backing up");
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let (inbox, main) = (inbox.to_owned(), main.to_owned());
     let (to_inbox, to_main) = (staging.join(INBOX_DB), staging.join(MAIN_DB));
     tokio::task::spawn_blocking(move || -> Result<()> {

@@ -78,6 +78,20 @@ pub fn create_file(path: &Path) -> Result<()> {
         .map_err(|e| Error::io(path.display().to_string(), e))
 }
 
+/// Creates (or opens) an owner-only file for reading and writing.
+pub fn create_file_rw(path: &Path) -> Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+        .open(path)
+        .map_err(|e| Error::io(path.display().to_string(), e))
+}
+
 /// Writes a secret to a file readable by its owner only (and syncs it).
 pub fn write_secret(path: &Path, contents: &str) -> Result<()> {
     use std::io::Write;

@@ -25,6 +25,7 @@ mod m20261205_000013_outbox_events;
 mod m20261205_000014_outbox_lz4;
 mod m20261205_000015_privacy;
 mod m20261206_000016_master_key;
+mod m20261206_000017_accept_log;
 
 pub struct Migrator;
 
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000014_outbox_lz4::Migration),
             Box::new(m20261205_000015_privacy::Migration),
             Box::new(m20261206_000016_master_key::Migration),
+            Box::new(m20261206_000017_accept_log::Migration),
         ]
     }
 }

@@ -1,6 +1,7 @@
 //! A backend's engine: everything it does its own way, as the handles
 //! that need it declare it ([`IngestEngine`], [`ProcessingEngine`],
-//! [`EventsEngine`], [`PartitionsEngine`]), and its schema migrations.
+//! [`WaitingEngine`], [`EventsEngine`], [`PartitionsEngine`]), and its
+//! schema migrations.
 //! `postgres.rs` and `sqlite.rs` implement it; the handles see only their
 //! own part.
 
@@ -8,7 +9,7 @@ use async_trait::async_trait;
 
 use super::{
     events::EventsEngine, ingest::IngestEngine, partitions::PartitionsEngine,
-    processing::ProcessingEngine,
+    processing::ProcessingEngine, waiting::WaitingEngine,
 };
 use crate::error::Result;
 
@@ -16,7 +17,13 @@ use crate::error::Result;
 /// partitions), the hot path's bulk statements, schema migrations.
 #[async_trait]
 pub(crate) trait Engine:
-    IngestEngine + ProcessingEngine + EventsEngine + PartitionsEngine + std::fmt::Debug + 'static
+    IngestEngine
+    + ProcessingEngine
+    + WaitingEngine
+    + EventsEngine
+    + PartitionsEngine
+    + std::fmt::Debug
+    + 'static
 {
     /// Applies pending migrations.
     async fn migrate(&self) -> Result<()>;

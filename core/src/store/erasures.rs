@@ -207,6 +207,7 @@ pub(crate) const SCREEN: &str = "(EXISTS (SELECT 1 FROM erasure_holds WHERE tena
 pub struct Erasures<'a> {
     pub(super) db: &'a Db,
     pub(super) engine: &'a dyn PartitionsEngine,
+    pub(super) waiting: &'a dyn super::waiting::WaitingEngine,
 }
 
 impl Erasures<'_> {
@@ -308,35 +309,24 @@ impl Erasures<'_> {
         let tenant = rec.tenant_id;
         let known = rec.person.clone().unwrap_or_default();
         let mut tx = self.db.begin_relaxed().await?;
+        let waiting = self.waiting.waiting_range(&mut tx, tenant).await?;
         let watermark = match rec.watermark {
             Some(w) => w,
-            None => tx
-                .fetch_opt(
-                    Q::new("SELECT MAX(seq) AS seq FROM inbox WHERE tenant_id = $1").bind(tenant.0),
-                )
-                .await?
-                .map(|r| r.opt_int("seq"))
-                .transpose()?
-                .flatten()
-                .unwrap_or(0),
+            None => waiting.map_or(0, |(_, hi)| hi),
         };
-        // The tenant's first live inbox row: every later look at the rows
+        // The tenant's first waiting event: every later look at the events
         // up to the watermark starts there, not at the tenant's first index
         // entry (a queue table's deleted rows stay in its index until a
         // vacuum).
-        let floor = tx
-            .fetch_opt(
-                Q::new("SELECT MIN(seq) AS seq FROM inbox WHERE tenant_id = $1").bind(tenant.0),
-            )
-            .await?
-            .map(|r| r.opt_int("seq"))
-            .transpose()?
-            .flatten()
-            .unwrap_or(watermark + 1);
+        let floor = waiting.map_or(watermark + 1, |(lo, _)| lo);
         let mut person = resolve(&mut tx, tenant, &known).await?;
         // An `identify` accepted before the request and not processed yet
         // links its identifiers all the same.
-        let linked = inbox_links(&mut tx, tenant, (floor, watermark), &person).await?;
+        let payloads = self
+            .waiting
+            .waiting_payloads(self.db, Some(&mut tx), tenant, (floor, watermark), true)
+            .await?;
+        let linked = inbox_links(&payloads, &person);
         if linked.len() > person.len() {
             person = resolve(&mut tx, tenant, &linked).await?;
         }
@@ -376,26 +366,10 @@ impl Erasures<'_> {
         })
     }
 
-    /// The tenant's first inbox row of `[from, to]` still waiting for
-    /// processing; `None` once processing has passed `to`.
-    pub async fn inbox_waiting(
-        self,
-        tenant: TenantId,
-        (from, to): (i64, i64),
-    ) -> Result<Option<i64>> {
-        self.db
-            .read_opt(
-                Q::new(
-                    "SELECT seq FROM inbox WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 \
-                     ORDER BY seq LIMIT 1",
-                )
-                .bind(tenant.0)
-                .bind(from)
-                .bind(to),
-            )
-            .await?
-            .map(|r| r.int("seq"))
-            .transpose()
+    /// The tenant's first waiting event of `[from, to]`; `None` once
+    /// processing has passed `to`.
+    pub async fn inbox_waiting(self, tenant: TenantId, range: (i64, i64)) -> Result<Option<i64>> {
+        self.waiting.first_waiting(self.db, tenant, range).await
     }
 
     /// Writes the report (after work outside the database).
@@ -795,24 +769,14 @@ impl Erasures<'_> {
         (from, to): (i64, i64),
         matcher: &Matcher,
     ) -> Result<u64> {
-        let mut n = 0;
-        for r in self
-            .db
-            .read(
-                Q::new(
-                    "SELECT payload FROM inbox WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3",
-                )
-                .bind(tenant.0)
-                .bind(from)
-                .bind(to),
-            )
-            .await?
-        {
-            if payload_matches(matcher, &r.text("payload")?) {
-                n += 1;
-            }
-        }
-        Ok(n)
+        let payloads = self
+            .waiting
+            .waiting_payloads(self.db, None, tenant, (from, to), false)
+            .await?;
+        Ok(payloads
+            .iter()
+            .filter(|p| payload_matches(matcher, p))
+            .count() as u64)
     }
 
     /// Looks for the person everywhere in the database, changing nothing:
@@ -1200,29 +1164,11 @@ async fn resolve(tx: &mut Tx<'_>, tenant: TenantId, asked: &Person) -> Result<Pe
 
 /// The person with the identifiers the `identify` events waiting in the
 /// tenant's inbox (up to `watermark`) link to theirs, transitively.
-async fn inbox_links(
-    tx: &mut Tx<'_>,
-    tenant: TenantId,
-    (from, to): (i64, i64),
-    person: &Person,
-) -> Result<Person> {
+fn inbox_links(payloads: &[String], person: &Person) -> Person {
     let mut links: Vec<(String, String)> = Vec::new();
-    // Only identifies link: the others are not read (a backlog of tracks
-    // under load is thousands of rows).
-    for r in tx
-        .fetch(
-            Q::new(
-                "SELECT payload FROM inbox WHERE tenant_id = $1 AND seq >= $2 AND seq <= $3 \
-                 AND payload LIKE '%\"identify\"%'",
-            )
-            .bind(tenant.0)
-            .bind(from)
-            .bind(to),
-        )
-        .await?
-    {
+    for payload in payloads {
         // A payload this build cannot read is processing's to refuse.
-        let Ok(e) = super::decode_payload(&r.text("payload")?) else {
+        let Ok(e) = super::decode_payload(payload) else {
             continue;
         };
         if let (fastack_entities::EventKind::Identify, Some(u), Some(a)) =
@@ -1245,12 +1191,12 @@ async fn inbox_links(
             break;
         }
     }
-    Ok(Person {
+    Person {
         user_ids: users.into_iter().collect(),
         anonymous_ids: anons.into_iter().collect(),
         contact_ids: person.contact_ids.clone(),
     }
-    .normalized())
+    .normalized()
 }
 
 /// Holds every identity of the person for erasure `id` (and suppresses

@@ -255,6 +255,21 @@ pub(crate) trait IngestEngine: Send + Sync {
         keep: KeepFn<'_>,
         deadline: Instant,
     ) -> Result<Vec<Fence>>;
+
+    /// See [`Ingest::taken_keys`]: by default, `idempotency_keys`, where the
+    /// group commit records every key.
+    async fn taken_keys(
+        &self,
+        db: &Db,
+        tenant: TenantId,
+        keys: &[String],
+    ) -> Result<Vec<TakenKey>> {
+        db.read(taken_query(db.dialect(), tenant.0, keys.to_vec()))
+            .await?
+            .iter()
+            .map(taken_from)
+            .collect()
+    }
 }
 
 /// The group commit and the keys it fenced (see the module doc).
@@ -291,11 +306,6 @@ impl Ingest<'_> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        self.db
-            .read(taken_query(self.db.dialect(), tenant.0, keys.to_vec()))
-            .await?
-            .iter()
-            .map(taken_from)
-            .collect()
+        self.engine.taken_keys(self.db, tenant, keys).await
     }
 }

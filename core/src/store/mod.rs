@@ -19,6 +19,7 @@ use crate::{
     error::{Error, Result},
 };
 
+pub(crate) mod accept_log;
 pub mod console;
 pub(crate) mod db;
 pub mod deliveries;
@@ -42,11 +43,11 @@ pub mod quarantine;
 pub mod sqlite;
 #[allow(unsafe_code)]
 pub mod sqlite_alloc;
-mod sqlite_handoff;
-mod sqlite_inbox;
+mod sqlite_log;
 #[allow(unsafe_code)]
 pub mod sqlite_pcache;
 pub mod tenants;
+pub mod waiting;
 
 pub use console::ConsoleRecords;
 pub use db::Db;
@@ -160,6 +161,7 @@ impl Storage {
         Processing {
             db: &self.db,
             engine: self.engine.as_ref(),
+            waiting: self.engine.as_ref(),
         }
     }
 
@@ -167,7 +169,7 @@ impl Storage {
     pub fn quarantine(&self) -> Quarantine<'_> {
         Quarantine {
             db: &self.db,
-            engine: self.engine.as_ref(),
+            waiting: self.engine.as_ref(),
         }
     }
 
@@ -220,6 +222,7 @@ impl Storage {
         Erasures {
             db: &self.db,
             engine: self.engine.as_ref(),
+            waiting: self.engine.as_ref(),
         }
     }
 }

@@ -205,6 +205,9 @@ impl Layout for PgStore {
     fn created(&self, _keys: &[PartitionKey]) {}
 }
 
+/// The inbox table, as written once ([`WaitingEngine`]'s defaults).
+impl super::waiting::WaitingEngine for PgStore {}
+
 #[async_trait]
 impl Engine for PgStore {
     async fn migrate(&self) -> Result<()> {

@@ -109,10 +109,6 @@ pub struct ProcessOutcome {
     /// Events consumed without being stored: they belong to a running
     /// erasure's people.
     pub held: usize,
-    /// Inbox rows (`seq`) this transaction processed but left in the inbox:
-    /// the caller passes them to [`Processing::consume`] once it has
-    /// acted on the commit (empty where the transaction deleted them).
-    pub to_consume: Vec<i64>,
 }
 
 /// How a round takes its inbox rows, and where they are deleted.
@@ -121,13 +117,11 @@ pub(crate) enum Consume {
     /// In the processing transaction, by the statement that reads them (the
     /// inbox is in the same database): the delete is the second fence.
     InTransaction,
-    /// After it commits, by the caller ([`ProcessOutcome::to_consume`]): the
-    /// inbox lives in a file with a writer of its own, an event's
-    /// `tracked_events` row is the second fence (an event already stored is
-    /// skipped), and the rows were read beforehand ([`read`]). `screen`:
-    /// the tenant has a running erasure or a suppression ([`SCREEN`], read
-    /// on the writer before the transaction began).
-    Afterwards { items: Vec<Item>, screen: bool },
+    /// From the embedded store's accept log: the transaction records each
+    /// event's idempotency key beside it and moves the tenant's cursor from
+    /// `round.from` to `round.to` (a compare-and-set: the second fence);
+    /// only events moved in from the inbox table are looked up as stored.
+    Log { round: LogRound, screen: bool },
 }
 
 /// One inbox row, decoded.
@@ -167,27 +161,6 @@ fn decode(rows: &[Row]) -> Result<Vec<Item>> {
     Ok(items)
 }
 
-/// Reads and decodes a round's rows on `db`'s readers, outside any
-/// transaction: for [`Consume::Afterwards`], whose fence (the stored event)
-/// skips a row some other round has taken meanwhile, so the embedded store
-/// can read the next round while the current one writes.
-pub(crate) async fn read(
-    db: &Db,
-    tenant: TenantId,
-    after_seq: Option<i64>,
-    limit: u32,
-) -> Result<Vec<Item>> {
-    let q = Q::new(format!(
-        "SELECT seq, event_id, payload, received_at {NEXT_ROWS}"
-    ));
-    decode(&db.read(next_rows(q, tenant, after_seq, limit)).await?)
-}
-
-/// The last `seq` of a round's rows.
-pub(crate) fn last_seq(items: &[Item]) -> Option<i64> {
-    items.last().map(|i| i.seq)
-}
-
 /// Runs the processing transaction `tx` (opened by the backend, its lease
 /// already renewed) and commits it.
 pub(crate) async fn run(
@@ -199,6 +172,7 @@ pub(crate) async fn run(
 ) -> Result<ProcessOutcome> {
     let d = tx.dialect();
     let tenant = req.tenant_id;
+    let mut log: Option<LogRound> = None;
     let (items, in_transaction, screen) = match consume {
         // Reading the rows deletes them. A row is returned by one committed
         // delete only (a concurrent one waits for its row locks, then finds
@@ -224,15 +198,30 @@ pub(crate) async fn run(
             };
             (decode(&rows)?, true, screen)
         }
-        Consume::Afterwards { items, screen } => (items, false, screen),
+        Consume::Log { mut round, screen } => {
+            let items = std::mem::take(&mut round.items);
+            log = Some(round);
+            (items, false, screen)
+        }
     };
     if items.is_empty() {
         tx.commit().await?;
         return Ok(ProcessOutcome::default());
     }
+    // Looked up as stored: every row of an inbox read outside the
+    // transaction; of a log round, only rows moved in from the inbox table.
+    let looked_up = |i: &Item| match &log {
+        Some(l) => l.legacy.contains(&i.seq),
+        None => !in_transaction,
+    };
     req.faults
         .check_processing(items.iter().map(|i| i.event.idempotency_key.as_str()))?;
 
+    if let Some(l) = &log {
+        // First: a round that lost the race to another of the tenant's
+        // stops here, before it writes anything.
+        advance_cursor(&mut tx, tenant, l.from, l.to).await?;
+    }
     let n = items.len();
     let all: Vec<&Item> = items.iter().collect();
     let partitions = by_partition(&all, req.retention_class);
@@ -244,12 +233,16 @@ pub(crate) async fn run(
     // that row's key is the second fence, looked up here in the one
     // writer's transaction, so no other round can append it meanwhile.
     let mut stored: HashSet<Uuid> = HashSet::new();
-    if !in_transaction {
+    if items.iter().any(looked_up) {
         for (key, idx) in &partitions {
             let pairs: Vec<(DateTime<Utc>, Uuid)> = idx
                 .iter()
+                .filter(|i| looked_up(all[**i]))
                 .map(|i| (all[*i].event.occurred_at.with_timezone(&Utc), all[*i].id.0))
                 .collect();
+            if pairs.is_empty() {
+                continue;
+            }
             let q = d.stored_events(&layout.table(key), tenant.0, &pairs);
             for r in tx.fetch(q).await? {
                 stored.insert(r.uuid("id")?);
@@ -444,12 +437,114 @@ pub(crate) async fn run(
             outcome.deliveries = written.deliveries;
         }
     }
-    if !in_transaction {
-        outcome.to_consume = items.iter().map(|i| i.seq).collect();
+    if let Some(l) = &log {
+        record_keys(&mut tx, tenant, &items, l).await?;
     }
     tx.commit().await?;
     layout.created(&keys);
     Ok(outcome)
+}
+
+/// A round of the embedded store's accept log (see [`Consume::Log`]): the
+/// events, what their key rows need, and where the tenant's cursor moves.
+#[derive(Debug)]
+pub(crate) struct LogRound {
+    pub(crate) items: Vec<Item>,
+    /// Per item: its content's fingerprint, for its key's row.
+    pub(crate) fingerprints: Vec<[u8; 32]>,
+    /// Items moved in from the inbox table (an earlier release's rows):
+    /// their fence is the stored event, looked up.
+    pub(crate) legacy: HashSet<i64>,
+    /// The tenant's cursor as the round found it, and its last record.
+    pub(crate) from: u64,
+    pub(crate) to: u64,
+}
+
+/// A log round's idempotency keys (every event's, stored or dropped: a
+/// retry of a dropped event is a duplicate too), beside its events.
+async fn record_keys(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    items: &[Item],
+    log: &LogRound,
+) -> Result<()> {
+    let d = tx.dialect();
+    let n = items.len();
+    tx.insert(
+        d.insert(
+            "idempotency_keys",
+            &[
+                ("tenant_id", Col::Uuid(vec![tenant.0; n])),
+                (
+                    "idempotency_key",
+                    Col::Text(
+                        items
+                            .iter()
+                            .map(|i| i.event.idempotency_key.clone())
+                            .collect(),
+                    ),
+                ),
+                (
+                    "event_id",
+                    Col::Uuid(items.iter().map(|i| i.id.0).collect()),
+                ),
+                (
+                    "fingerprint",
+                    Col::Bytes(log.fingerprints.iter().map(|f| f.to_vec()).collect()),
+                ),
+                (
+                    "occurred_at",
+                    Col::Time(
+                        items
+                            .iter()
+                            .map(|i| i.event.occurred_at.with_timezone(&Utc))
+                            .collect(),
+                    ),
+                ),
+                (
+                    "created_at",
+                    Col::Time(items.iter().map(|i| i.received_at).collect()),
+                ),
+            ],
+            "ON CONFLICT DO NOTHING",
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Moves the tenant's cursor in the log from `from` to `to`. A cursor
+/// found elsewhere than `from` means another round of the tenant committed
+/// meanwhile: this one rolls back as a lost lease would.
+pub(crate) async fn advance_cursor(
+    tx: &mut Tx<'_>,
+    tenant: TenantId,
+    from: u64,
+    to: u64,
+) -> Result<()> {
+    let (from, to) = (from as i64, to as i64);
+    let moved = if from == 0 {
+        tx.execute(
+            Q::new(
+                "INSERT INTO log_cursors (tenant_id, seq) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            )
+            .bind(tenant.0)
+            .bind(to),
+        )
+        .await?
+    } else {
+        tx.execute(
+            Q::new("UPDATE log_cursors SET seq = $2 WHERE tenant_id = $1 AND seq = $3")
+                .bind(tenant.0)
+                .bind(to)
+                .bind(from),
+        )
+        .await?
+    };
+    if moved != 1 {
+        return Err(crate::error::Error::LeaseLost);
+    }
+    Ok(())
 }
 
 /// The events of `items` that are not dropped: those of a suppressed
@@ -835,14 +930,6 @@ pub(crate) trait ProcessingEngine: Send + Sync {
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>>;
     /// See [`Processing::run`].
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome>;
-    /// Deletes inbox rows a processing transaction left (see
-    /// [`ProcessOutcome::to_consume`]); nothing where it deletes them itself.
-    async fn consume_inbox(&self, _tenant: TenantId, _seqs: &[i64]) -> Result<()> {
-        Ok(())
-    }
-    /// A tenant's inbox rows were deleted or added outside the group
-    /// commit (quarantine, a quarantined event put back).
-    fn inbox_rewritten(&self, _tenant: TenantId) {}
 }
 
 /// Leases, the inbox's backlog and the processing transaction (see the module doc).
@@ -850,6 +937,7 @@ pub(crate) trait ProcessingEngine: Send + Sync {
 pub struct Processing<'a> {
     pub(super) db: &'a Db,
     pub(super) engine: &'a dyn ProcessingEngine,
+    pub(super) waiting: &'a dyn super::waiting::WaitingEngine,
 }
 
 impl Processing<'_> {
@@ -897,44 +985,20 @@ impl Processing<'_> {
         self.engine.backlog_tenants(limit).await
     }
 
-    /// Unprocessed inbox rows and the oldest `received_at` among them.
+    /// Accepted events not processed yet and the oldest one's `received_at`.
     pub async fn inbox_stats(self) -> Result<(i64, Option<DateTime<Utc>>)> {
-        let row = self
-            .db
-            .read_one(Q::new(
-                "SELECT count(*) AS n, min(received_at) AS oldest FROM inbox",
-            ))
-            .await?;
-        Ok((row.int("n")?, row.opt_time("oldest")?))
+        self.waiting.waiting_stats(self.db).await
     }
 
-    /// Whether any inbox row is unprocessed. Cheap while rows wait (one
-    /// descent from the newest end of the key index), unlike
-    /// [`Processing::inbox_stats`], which counts them all: for pollers.
+    /// Whether every accepted event is processed. Cheap while events wait,
+    /// unlike [`Processing::inbox_stats`], which counts them: for pollers.
     pub async fn inbox_empty(self) -> Result<bool> {
-        let newest = self
-            .db
-            .read_opt(Q::new(
-                "SELECT seq FROM inbox ORDER BY tenant_id DESC, seq DESC LIMIT 1",
-            ))
-            .await?;
-        Ok(newest.is_none())
+        self.waiting.waiting_empty(self.db).await
     }
 
     /// One processing transaction: lease check, second fence, identity
-    /// resolution, append to `tracked_events`, inbox rows consumed (or
-    /// listed in [`ProcessOutcome::to_consume`]).
+    /// resolution, append to `tracked_events`, the events consumed.
     pub async fn run(self, req: &ProcessRequest) -> Result<ProcessOutcome> {
         self.engine.process_batch(req).await
-    }
-
-    /// Deletes inbox rows whose processing has committed. Losing this
-    /// (a crash) is harmless: the rows are read again and skipped by the
-    /// second fence.
-    pub async fn consume(self, tenant: TenantId, seqs: &[i64]) -> Result<()> {
-        if seqs.is_empty() {
-            return Ok(());
-        }
-        self.engine.consume_inbox(tenant, seqs).await
     }
 }

@@ -1,26 +1,19 @@
-//! Embedded storage on SQLite: WAL with `synchronous=FULL` (a 202 survives
-//! power loss), a pool of readers, and two database files with a writer
-//! connection each, so the 202's group commits never queue behind the work
-//! that follows them:
+//! Embedded storage on SQLite, with an accept log: an accepted event is
+//! written once, to the log under the data directory (`log/`,
+//! [`super::sqlite_log`]), appended and synced by the group commit; the
+//! processing transaction then stores it in the main file (`fastack.db`)
+//! beside its idempotency key and its tenant's cursor in the log, and the
+//! log drops whole segments once every event in them is stored. The main
+//! file runs WAL with `synchronous=FULL`, a writer connection and a pool of
+//! readers.
 //!
-//! - the **inbox file** (`fastack-inbox.db` beside `fastack.db`) holds
-//!   `idempotency_keys` and `inbox`: what the front door writes. Its writer
-//!   (a thread of its own, [`super::sqlite_inbox`]) runs the group commits,
-//!   and deletes inbox rows once their processing has committed
-//!   ([`Engine::consume_inbox`]);
-//! - the **main file** holds everything else: processing, the outbox, jobs,
-//!   webhooks. Its writer runs every other transaction.
-//!
-//! Every sqlx connection attaches the inbox file (schema `inbox_db`), so a
-//! statement names `inbox` or `idempotency_keys` as on PostgreSQL. A
-//! processing transaction reads inbox rows but never writes the inbox file
-//! (a write after a read could meet a newer group commit and fail); the few
-//! rare transactions of the main writer that do write it (quarantine and its
-//! retry, a failed attempt's count) write it first, which SQLite's busy
-//! handler waits for. Each file commits atomically, the two together do not:
-//! the processor's second fence (an event whose `tracked_events` row exists
-//! is skipped) makes a row processed but not yet deleted harmless, and a crash between a quarantine's two files
-//! leaves the row in both, processed once.
+//! The inbox file (`fastack-inbox.db` beside `fastack.db`, attached as
+//! `inbox_db`) keeps the `inbox` table for two kinds of rows only: those an
+//! earlier release accepted and had not processed, and quarantined events
+//! put back (by any process). The node moves them into the log (synced,
+//! then deleted from the table) and processes them from there; their
+//! second fence is the stored event, looked up, since an earlier release
+//! may have stored one without deleting its row.
 //!
 //! Timestamps are integer microseconds since the epoch, uuids 16-byte blobs.
 //! `tracked_events` is one table per month and retention class
@@ -28,7 +21,7 @@
 //! retention drops whole tables exactly as on PostgreSQL.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -40,7 +33,10 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
+    accept_log::Record,
     db::Tx,
+    db::{Db, Q},
+    decode_payload,
     engine::Engine,
     events::EventsEngine,
     events::{EVENT_COLUMNS, event_from},
@@ -48,12 +44,11 @@ use super::{
     partitions::{KnownPartitions, drop_counted},
     partitions::{Layout, PartitionsEngine},
     processing::{self, ProcessingEngine},
-    sqlite_handoff::Handoff,
-    sqlite_inbox::{InboxWriter, WAL_SIZE_LIMIT, us},
+    sqlite_log::{AcceptLog, LegacyRow},
+    waiting::WaitingEngine,
 };
 use chrono::{DateTime, Utc};
 use fastack_entities::{StoredEvent, TenantId};
-use parking_lot::Mutex;
 use sea_orm::SqlxSqliteConnector;
 use sqlx::{
     AssertSqlSafe, SqliteConnection, SqlitePool,
@@ -76,17 +71,18 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// Whether the writer was left not syncing (see `open`).
     relaxed: Arc<AtomicBool>,
-    /// The inbox file's writer (a thread with its own connection): group
-    /// commits, consumes, pruning.
-    inbox: InboxWriter,
     reader: SqlitePool,
     partitions: KnownPartitions,
-    /// The next round's rows, being read while a round writes (see
-    /// [`Engine::process_batch`]), per tenant.
-    ahead: Mutex<HashMap<TenantId, ReadAhead>>,
-    /// The rows of the inbox writer's commits, for processing to take
-    /// without reading the file.
-    handoff: Arc<Handoff>,
+    /// The accept log, opened by the first call that needs it (a command
+    /// that never accepts or processes an event leaves it to the node).
+    log: tokio::sync::OnceCell<Arc<AcceptLog>>,
+    main_file: PathBuf,
+    log_dir: PathBuf,
+    /// The inbox table may hold rows to move into the log: a quarantined
+    /// event put back by this process, or the last look is a while ago
+    /// (another process may have put one back).
+    inbox_rows: AtomicBool,
+    inbox_looked: parking_lot::Mutex<std::time::Instant>,
     /// Checkpoints both files off the commits' path (see
     /// [`spawn_checkpointer`]); stopped with the store.
     checkpointer: tokio::task::JoinHandle<()>,
@@ -95,28 +91,30 @@ pub struct SqliteStore {
     low_disk: Arc<AtomicBool>,
 }
 
-/// A round's rows read ahead: which round, since when, and the read.
-#[derive(Debug)]
-struct ReadAhead {
-    after_seq: i64,
-    limit: u32,
-    started: std::time::Instant,
-    rows: tokio::task::JoinHandle<Result<Vec<processing::Item>>>,
-}
-
-/// A read-ahead older than this is read again: rows it holds may have been
-/// taken by a round of another node since (harmless, the fence skips
-/// them), and a fresh read also finds rows committed since.
-const READ_AHEAD_FOR: StdDuration = StdDuration::from_secs(1);
-
 impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.checkpointer.abort();
-        for (_, ahead) in self.ahead.lock().drain() {
-            ahead.rows.abort();
-        }
     }
 }
+
+/// An instant as SQLite keeps it: INTEGER microseconds.
+pub(super) fn us(t: chrono::DateTime<chrono::Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// A WAL that grew past this many bytes (a burst, a backlog) is cut back
+/// to it when it next starts over.
+pub(super) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// Bytes of a segment of the accept log.
+const LOG_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Inbox-table rows moved into the log at a time.
+const MOVE_ROWS: i64 = 10_000;
+
+/// How often processing looks for inbox-table rows to move into the log
+/// (besides the backlog scan's look, and at once after a put-back here).
+const INBOX_LOOK_EVERY: StdDuration = StdDuration::from_secs(1);
 
 /// `$start, $start+1, …`: for the few statements that reuse a parameter.
 fn numbered(start: usize, n: usize) -> String {
@@ -191,56 +189,6 @@ pub fn inbox_path(main: &Path) -> PathBuf {
 }
 
 impl SqliteStore {
-    /// A round's rows from the inbox file, for a round the hand-off cannot
-    /// serve (a restart's backlog, rows below its floor, a full read).
-    async fn read_round(&self, req: &ProcessRequest) -> Result<Vec<processing::Item>> {
-        // The rows are read on the readers, outside the transaction (the
-        // stored-event fence makes that safe), and a full round starts
-        // reading the next one before it writes: the single writer then
-        // never waits for a read and its decoding, nor holds the
-        // connection while one runs.
-        // A read ahead of other rows, or too old, is dropped; one that found
-        // nothing is read again (rows may have come since), as is one that
-        // did not finish (its task panicked): a round that reports no rows
-        // has looked now.
-        let ahead = self.ahead.lock().remove(&req.tenant_id);
-        let read_ahead = match ahead {
-            Some(a)
-                if a.started.elapsed() < READ_AHEAD_FOR
-                    && Some(a.after_seq) == req.after_seq
-                    && a.limit == req.limit =>
-            {
-                a.rows.await.ok().transpose()?
-            }
-            Some(a) => {
-                a.rows.abort();
-                None
-            }
-            None => None,
-        };
-        let items = match read_ahead.filter(|items| !items.is_empty()) {
-            Some(items) => items,
-            None => processing::read(&self.db(), req.tenant_id, req.after_seq, req.limit).await?,
-        };
-        if items.len() == req.limit as usize
-            && let Some(last) = processing::last_seq(&items)
-        {
-            let (db, tenant, limit) = (self.db(), req.tenant_id, req.limit);
-            let rows =
-                tokio::spawn(async move { processing::read(&db, tenant, Some(last), limit).await });
-            let next = ReadAhead {
-                after_seq: last,
-                limit,
-                started: std::time::Instant::now(),
-                rows,
-            };
-            if let Some(old) = self.ahead.lock().insert(tenant, next) {
-                old.rows.abort();
-            }
-        }
-        Ok(items)
-    }
-
     pub async fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
@@ -298,34 +246,104 @@ impl SqliteStore {
                     .statement_cache_capacity(WRITER_STATEMENTS),
             )
             .await?;
-        let handoff = Handoff::new();
-        let inbox = InboxWriter::open(
-            PathBuf::from(&inbox_file),
-            BUSY_TIMEOUT,
-            AUTOCHECKPOINT_BACKSTOP,
-            handoff.clone(),
-        )
-        .await?;
         let reader = pool(4).connect_with(options.clone()).await?;
         let low_disk = Arc::new(AtomicBool::new(false));
-        let checkpointer = spawn_checkpointer(
-            options,
-            inbox_file,
-            inbox.clone(),
-            path.to_owned(),
-            low_disk.clone(),
-        );
+        let checkpointer =
+            spawn_checkpointer(options, inbox_file, path.to_owned(), low_disk.clone());
+        let log_dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .join(super::accept_log::DIR);
         Ok(SqliteStore {
             low_disk,
             writer,
             relaxed,
-            inbox,
             reader,
             partitions: KnownPartitions::default(),
-            ahead: Mutex::new(HashMap::new()),
-            handoff,
+            log: tokio::sync::OnceCell::new(),
+            main_file: path.to_owned(),
+            log_dir,
+            inbox_rows: AtomicBool::new(true),
+            inbox_looked: parking_lot::Mutex::new(std::time::Instant::now()),
             checkpointer,
         })
+    }
+
+    /// The accept log, opened for appending on first use: read back against
+    /// the tenants' cursors.
+    async fn log(&self) -> Result<&Arc<AcceptLog>> {
+        self.log
+            .get_or_try_init(|| async {
+                // On a reader: the writer may be held by the caller's
+                // transaction (an erasure settling).
+                let cursors: Vec<(Uuid, i64)> =
+                    sqlx::query_as("SELECT tenant_id, seq FROM log_cursors")
+                        .fetch_all(&self.reader)
+                        .await?;
+                let cursors = cursors
+                    .into_iter()
+                    .map(|(t, s)| (TenantId(t), s.max(0) as u64))
+                    .collect();
+                AcceptLog::open(
+                    self.log_dir.clone(),
+                    self.main_file.clone(),
+                    LOG_SEGMENT_BYTES,
+                    cursors,
+                )
+                .await
+                .map(Arc::new)
+            })
+            .await
+    }
+
+    /// Moves the inbox table's rows (an earlier release's, or quarantined
+    /// events put back) into the log, then deletes them from the table.
+    async fn move_inbox_rows(&self, log: &Arc<AcceptLog>) -> Result<()> {
+        loop {
+            let rows: Vec<(i64, Uuid, Uuid, String, i64)> = sqlx::query_as(
+                "SELECT seq, tenant_id, event_id, payload, received_at FROM inbox \
+                 ORDER BY seq LIMIT $1",
+            )
+            .bind(MOVE_ROWS)
+            .fetch_all(&self.reader)
+            .await?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let full = rows.len() as i64 == MOVE_ROWS;
+            let rows: Vec<LegacyRow> = rows
+                .into_iter()
+                .map(|(seq, tenant, event_id, payload, received_at)| LegacyRow {
+                    seq,
+                    tenant: TenantId(tenant),
+                    event_id: fastack_entities::EventId(event_id),
+                    payload,
+                    received_at: DateTime::from_timestamp_micros(received_at).unwrap_or_default(),
+                })
+                .collect();
+            let total = rows.len();
+            let moved = log.import(rows).await?;
+            if !moved.is_empty() {
+                let mut tx = self.writer.begin().await?;
+                for chunk in moved.chunks(500) {
+                    let list = vec!["?"; chunk.len()].join(", ");
+                    let mut q = sqlx::query(AssertSqlSafe(format!(
+                        "DELETE FROM {INBOX_SCHEMA}.inbox WHERE seq IN ({list})"
+                    )));
+                    for s in chunk {
+                        q = q.bind(*s);
+                    }
+                    q.execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                log.forget_moved(&moved);
+                tracing::info!(rows = moved.len(), "inbox rows moved into the accept log");
+            }
+            if !full || moved.len() < total {
+                return Ok(());
+            }
+        }
     }
 
     /// The connections, for the records written once ([`super::shared`]).
@@ -405,33 +423,20 @@ const AUTOCHECKPOINT_BACKSTOP: u32 = 100_000;
 /// [`CHECKPOINT_EVERY`], so that no commit has to. With SQLite's default
 /// the commit that takes a WAL past 1,000 pages runs one, fsyncs included:
 /// 13 % of the server's CPU while processing drained a backlog, and a stall
-/// for whichever 202 or delivery was in that commit.
+/// for whichever delivery or processing round was in that commit.
 ///
-/// In two steps for the inbox file. The bulk of the copy runs on a
-/// connection of its own, beside the writers. That alone never lets a WAL
-/// start over under a steady load: SQLite writes a WAL from its beginning
-/// again only when a write begins with every frame copied, and group
-/// commits land while it copies (the inbox WAL grew to 412 MB in 15 s of
-/// `track`). So the inbox's writer thread then copies the frames committed
-/// meanwhile, between two of its jobs ([`InboxWriter::checkpoint`]):
-/// nothing lands during that, and the next group commit starts over at the
-/// head of the WAL, rewriting blocks already written instead of allocating
-/// new ones at every sync. The main file keeps the first step only: its
-/// writer pauses between processing rounds, which lets its WAL start over
-/// (19–35 MB under the same load), and finishing on the writer's
-/// connection slowed processing under a batch load by a tenth (a round's
-/// thousands of pages to copy while processing waits). A WAL that grew
-/// meanwhile (a backlog keeps the main writer busy) is cut back to
-/// [`WAL_SIZE_LIMIT`] when it next starts over.
-///
-/// PASSIVE: a reader in the middle of a read keeps the pages it may still
-/// need, copied next time. A failure (logged) does not stop the task: it
-/// reconnects after a capped backoff (100 ms doubling, at most 10 s), and
-/// the writers' own checkpoints past the backstop cover the gap.
+/// The main file's writer pauses between processing rounds, which lets its
+/// WAL start over (19–35 MB under load); one that grew meanwhile (a
+/// backlog keeps the writer busy) is cut back to [`WAL_SIZE_LIMIT`] when it
+/// next starts over. The inbox file is written only when rows move into the
+/// log. PASSIVE: a reader in the middle of a read keeps the pages it may
+/// still need, copied next time; TRUNCATE while the disk is low. A failure
+/// (logged) does not stop the task: it reconnects after a capped backoff
+/// (100 ms doubling, at most 1 s), and the writers' own checkpoints past
+/// the backstop cover the gap.
 fn spawn_checkpointer(
     options: SqliteConnectOptions,
     inbox_file: String,
-    inbox: InboxWriter,
     main_file: PathBuf,
     low_disk: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
@@ -472,21 +477,13 @@ fn spawn_checkpointer(
                         own.insert(conn)
                     }
                 };
-                // The inbox's truncation runs on its writer (between two of
-                // its commits), the main file's here.
-                let schemas: &[&str] = if low {
-                    &["main"]
-                } else {
-                    &["main", INBOX_SCHEMA]
-                };
-                for schema in schemas {
+                for schema in ["main", INBOX_SCHEMA] {
                     sqlx::query(AssertSqlSafe(format!(
                         "PRAGMA {schema}.wal_checkpoint({mode})"
                     )))
                     .execute(&mut *conn)
                     .await?;
                 }
-                inbox.checkpoint(low).await?;
                 Ok::<(), Error>(())
             };
             match round.await {
@@ -584,13 +581,40 @@ impl Engine for SqliteStore {
                 .await
                 .map_err(Error::Migration)?,
         );
-        self.inbox.start_handoff().await?;
         self.load_partitions().await
     }
 }
 
 #[async_trait]
 impl IngestEngine for SqliteStore {
+    async fn taken_keys(
+        &self,
+        db: &Db,
+        tenant: TenantId,
+        keys: &[String],
+    ) -> Result<Vec<crate::domain::TakenKey>> {
+        // Processed events' keys in the table, waiting events' in the log.
+        let mut taken = db
+            .read(super::ingest::taken_query(
+                db.dialect(),
+                tenant.0,
+                keys.to_vec(),
+            ))
+            .await?
+            .iter()
+            .map(super::ingest::taken_from)
+            .collect::<Result<Vec<_>>>()?;
+        let log = self.log().await?;
+        for key in keys {
+            if taken.iter().all(|t| &t.key != key)
+                && let Some(t) = log.taken_key(tenant, key)?
+            {
+                taken.push(t);
+            }
+        }
+        Ok(taken)
+    }
+
     async fn commit_ingest(
         &self,
         rows: &[IngestRow],
@@ -600,35 +624,37 @@ impl IngestEngine for SqliteStore {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        self.inbox.commit(rows, keep, deadline).await
+        self.log().await?.commit(rows, keep, deadline).await
     }
 }
 
 #[async_trait]
 impl ProcessingEngine for SqliteStore {
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>> {
-        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT tenant_id FROM inbox LIMIT $1")
-            .bind(limit as i64)
-            .fetch_all(&self.reader)
-            .await?;
-        Ok(ids.into_iter().map(TenantId).collect())
+        let log = self.log().await?;
+        // Rows of the inbox table (an earlier release's, quarantined events
+        // put back by any process) join the log first.
+        self.move_inbox_rows(log).await?;
+        Ok(log.backlog(limit))
     }
 
     async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
-        let small;
-        let req = if self.low_disk.load(Ordering::Acquire) && req.limit > LOW_DISK_ROUND {
-            small = ProcessRequest {
-                limit: LOW_DISK_ROUND,
-                ..req.clone()
-            };
-            &small
+        let limit = if self.low_disk.load(Ordering::Acquire) {
+            req.limit.min(LOW_DISK_ROUND)
         } else {
-            req
+            req.limit
         };
-        let items = match self.handoff.read(req.tenant_id, req.after_seq, req.limit) {
-            Some(items) => items,
-            None => self.read_round(req).await?,
+        let log = self.log().await?;
+        if self.inbox_rows.swap(false, Ordering::AcqRel)
+            || self.inbox_looked.lock().elapsed() > INBOX_LOOK_EVERY
+        {
+            *self.inbox_looked.lock() = std::time::Instant::now();
+            self.move_inbox_rows(log).await?;
+        }
+        let Some(round) = log.round(req.tenant_id, limit)? else {
+            return Ok(ProcessOutcome::default());
         };
+        let to = round.to;
         let mut conn = self.writer.acquire().await?;
         // Whether the tenant's endpoints take `core.event.tracked` now, and
         // whether its events must be screened (a running erasure, a
@@ -641,9 +667,9 @@ impl ProcessingEngine for SqliteStore {
         .fetch_one(&mut *conn)
         .await?;
         let emit = req.emit_tracked(fanout);
-        // The commit syncs even without outbox rows: the inbox rows it
-        // processed are deleted right after, in the other file, and that
-        // delete must never outlive a processing commit lost to power loss.
+        // The commit syncs even without outbox rows: the log segments of
+        // the events it stored are dropped right after, and that must
+        // never outlive a processing commit lost to power loss.
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let held = sqlx::query(
             "UPDATE tenant_leases SET expires_at = $3 \
@@ -658,28 +684,272 @@ impl ProcessingEngine for SqliteStore {
         if held.rows_affected() != 1 {
             return Err(Error::LeaseLost);
         }
-        processing::run(
+        let from = round.from;
+        let outcome = processing::run(
             self,
             Tx::Lite(tx),
             emit,
             req,
-            processing::Consume::Afterwards { items, screen },
+            processing::Consume::Log { round, screen },
         )
-        .await
-    }
-
-    async fn consume_inbox(&self, tenant: TenantId, seqs: &[i64]) -> Result<()> {
-        self.handoff.consumed(tenant, seqs);
-        self.inbox.consume(tenant.0, seqs.to_vec()).await
-    }
-
-    fn inbox_rewritten(&self, tenant: TenantId) {
-        // Neither the hand-off nor a read ahead may give a round the rows
-        // as they were: a quarantined row would be processed after all.
-        self.handoff.disarm(tenant);
-        if let Some(ahead) = self.ahead.lock().remove(&tenant) {
-            ahead.rows.abort();
+        .await;
+        match outcome {
+            Ok(outcome) => {
+                // Committed: the records leave the log's index.
+                log.consumed(req.tenant_id, to);
+                Ok(outcome)
+            }
+            Err(Error::LeaseLost) => {
+                // A cursor found ahead of the index (a round whose commit
+                // this process did not see end): the index catches up, and
+                // the next round starts there.
+                let stored: Option<i64> =
+                    sqlx::query_scalar("SELECT seq FROM log_cursors WHERE tenant_id = $1")
+                        .bind(req.tenant_id.0)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                if let Some(at) = stored.filter(|at| *at > from as i64) {
+                    log.consumed(req.tenant_id, at as u64);
+                }
+                Err(Error::LeaseLost)
+            }
+            Err(e) => Err(e),
         }
+    }
+}
+
+impl SqliteStore {
+    /// The tenant's cursor and its events waiting in the log: from this
+    /// process's index, or, where another process appends to the log (a
+    /// command beside a running node), read from the files.
+    async fn waiting_records(&self, tenant: TenantId) -> Result<(u64, Vec<Record>)> {
+        match self.log().await {
+            Ok(log) => log.waiting(tenant),
+            Err(Error::Storage(_)) => {
+                let cursor: Option<i64> =
+                    sqlx::query_scalar("SELECT seq FROM log_cursors WHERE tenant_id = $1")
+                        .bind(tenant.0)
+                        .fetch_optional(&self.reader)
+                        .await?;
+                let cursor = cursor.unwrap_or(0).max(0) as u64;
+                let mut out = Vec::new();
+                super::accept_log::scan(&self.log_dir, |r, _| {
+                    if r.tenant == tenant && r.seq > cursor {
+                        out.push(r);
+                    }
+                    Ok(())
+                })?;
+                Ok((cursor, out))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Accepted events waiting: the accept log's, and rows of the inbox table
+/// not moved into it yet (counted and searched like the inbox rows they
+/// are, by the trait's defaults).
+#[async_trait]
+impl WaitingEngine for SqliteStore {
+    async fn waiting_stats(&self, db: &Db) -> Result<(i64, Option<DateTime<Utc>>)> {
+        let (n, oldest) = self.log().await?.stats();
+        let (rows, row_oldest) = db
+            .read_one(Q::new(
+                "SELECT count(*) AS n, min(received_at) AS oldest FROM inbox",
+            ))
+            .await
+            .and_then(|r| Ok((r.int("n")?, r.opt_time("oldest")?)))?;
+        let oldest = match (oldest, row_oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok((n + rows, oldest))
+    }
+
+    async fn waiting_empty(&self, db: &Db) -> Result<bool> {
+        if self.log().await?.stats().0 > 0 {
+            return Ok(false);
+        }
+        Ok(db
+            .read_opt(Q::new("SELECT seq FROM inbox LIMIT 1"))
+            .await?
+            .is_none())
+    }
+
+    async fn next_waiting(
+        &self,
+        _db: &Db,
+        tenant: TenantId,
+        after: Option<i64>,
+    ) -> Result<Option<(i64, fastack_entities::EventId)>> {
+        Ok(self
+            .log()
+            .await?
+            .next_waiting(tenant, after.map(|a| a.max(0) as u64))
+            .map(|(seq, id)| (seq as i64, id)))
+    }
+
+    fn put_back(&self) {
+        self.inbox_rows.store(true, Ordering::Release);
+    }
+
+    async fn record_failure(
+        &self,
+        _db: &Db,
+        tenant: TenantId,
+        seq: i64,
+        error: &str,
+    ) -> Result<u32> {
+        if self
+            .log()
+            .await?
+            .waiting_record(tenant, seq.max(0) as u64)?
+            .is_none()
+        {
+            return Ok(0);
+        }
+        let attempts: i64 = sqlx::query_scalar(
+            "INSERT INTO log_failures (tenant_id, seq, attempts, last_error) VALUES ($1, $2, 1, $3) \
+             ON CONFLICT (tenant_id, seq) DO UPDATE SET attempts = attempts + 1, \
+                 last_error = excluded.last_error \
+             RETURNING attempts",
+        )
+        .bind(tenant.0)
+        .bind(seq)
+        .bind(error)
+        .fetch_all(&self.writer)
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or(0);
+        Ok(u32::try_from(attempts).unwrap_or(u32::MAX))
+    }
+
+    async fn quarantine(
+        &self,
+        _db: &Db,
+        tenant: TenantId,
+        seq: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<fastack_entities::QuarantinedEvent>> {
+        let log = self.log().await?;
+        let seq = seq.max(0) as u64;
+        // Only the tenant's first waiting event moves: the cursor moves to
+        // it, past nothing else.
+        if log.first_waiting(tenant).map(|(s, _)| s) != Some(seq) {
+            return Ok(None);
+        }
+        let Some(record) = log.waiting_record(tenant, seq)? else {
+            return Ok(None);
+        };
+        let (cursor, _) = log.waiting(tenant)?;
+        let mut tx = Tx::Lite(self.writer.begin().await?);
+        let failure = tx
+            .fetch_opt(
+                Q::new(
+                    "DELETE FROM log_failures WHERE tenant_id = $1 AND seq = $2 \
+                     RETURNING attempts, last_error",
+                )
+                .bind(tenant.0)
+                .bind(seq as i64),
+            )
+            .await?;
+        let (attempts, error) = match failure {
+            Some(r) => (r.int("attempts")?, r.opt_text("last_error")?),
+            None => (0, None),
+        };
+        let row = fastack_entities::db::quarantine::Model {
+            tenant_id: tenant,
+            event_id: record.event_id,
+            payload: record.payload.clone(),
+            received_at: record.received_at.into(),
+            error: error.unwrap_or_else(|| "unknown error".to_owned()),
+            attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
+            quarantined_at: now.into(),
+        };
+        super::waiting::put_in_quarantine(&mut tx, &row).await?;
+        // Its key stays taken: a retry of the event is a duplicate (the
+        // event, if put back, keeps its key).
+        let occurred_at = decode_payload(&record.payload)
+            .map(|e| e.occurred_at.with_timezone(&Utc))
+            .unwrap_or(record.received_at);
+        tx.execute(
+            Q::new(
+                "INSERT INTO idempotency_keys \
+                 (tenant_id, idempotency_key, event_id, fingerprint, occurred_at, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            )
+            .bind(tenant.0)
+            .bind(record.key.clone())
+            .bind(record.event_id.0)
+            .bind(record.fingerprint.to_vec())
+            .bind(occurred_at)
+            .bind(record.received_at),
+        )
+        .await?;
+        processing::advance_cursor(&mut tx, tenant, cursor, seq).await?;
+        tx.commit().await?;
+        log.consumed(tenant, seq);
+        Ok(Some(row.into()))
+    }
+
+    async fn waiting_range(
+        &self,
+        _tx: &mut Tx<'_>,
+        tenant: TenantId,
+    ) -> Result<Option<(i64, i64)>> {
+        // (Rows of the inbox table not moved into the log yet are not in the
+        // range; `first_waiting` waits for them while they are there.)
+        let (_, records) = self.waiting_records(tenant).await?;
+        Ok(match (records.first(), records.last()) {
+            (Some(a), Some(b)) => Some((a.seq as i64, b.seq as i64)),
+            _ => None,
+        })
+    }
+
+    async fn waiting_payloads(
+        &self,
+        db: &Db,
+        _tx: Option<&mut Tx<'_>>,
+        tenant: TenantId,
+        (from, to): (i64, i64),
+        identifies: bool,
+    ) -> Result<Vec<String>> {
+        let (_, records) = self.waiting_records(tenant).await?;
+        let mut out: Vec<String> = records
+            .into_iter()
+            .filter(|r| (from..=to).contains(&(r.seq as i64)))
+            .map(|r| r.payload)
+            .filter(|p| !identifies || p.contains("\"identify\""))
+            .collect();
+        // Rows of the inbox table not moved yet: every one of the tenant's.
+        let rows = db
+            .read(Q::new("SELECT payload FROM inbox WHERE tenant_id = $1").bind(tenant.0))
+            .await?;
+        for r in rows {
+            out.push(r.text("payload")?);
+        }
+        Ok(out)
+    }
+
+    async fn first_waiting(
+        &self,
+        db: &Db,
+        tenant: TenantId,
+        (from, to): (i64, i64),
+    ) -> Result<Option<i64>> {
+        let (_, records) = self.waiting_records(tenant).await?;
+        if let Some(r) = records
+            .iter()
+            .find(|r| (from..=to).contains(&(r.seq as i64)))
+        {
+            return Ok(Some(r.seq as i64));
+        }
+        // A row of the inbox table not moved yet waits too.
+        Ok(db
+            .read_opt(Q::new("SELECT seq FROM inbox WHERE tenant_id = $1 LIMIT 1").bind(tenant.0))
+            .await?
+            .map(|_| to))
     }
 }
 
@@ -807,7 +1077,18 @@ impl PartitionsEngine for SqliteStore {
     }
 
     async fn prune_idempotency(&self, tenants: &[TenantId], before: DateTime<Utc>) -> Result<u64> {
-        self.inbox.prune(tenants.to_vec(), us(before)).await
+        let mut total = 0;
+        for t in tenants {
+            total += sqlx::query(
+                "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND occurred_at < $2",
+            )
+            .bind(t.0)
+            .bind(us(before))
+            .execute(&self.writer)
+            .await?
+            .rows_affected();
+        }
+        Ok(total)
     }
 
     async fn prune_processed(&self, before: DateTime<Utc>) -> Result<u64> {

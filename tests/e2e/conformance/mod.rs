@@ -217,11 +217,6 @@ async fn process_all(store: &Store, tenant: TenantId, publish: bool) -> ProcessO
         .expect("process");
     store
         .processing()
-        .consume(tenant, &out.to_consume)
-        .await
-        .expect("consume");
-    store
-        .processing()
         .release_lease(tenant, node)
         .await
         .unwrap();

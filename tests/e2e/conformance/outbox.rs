@@ -291,11 +291,6 @@ async fn grouped_rows_carry_a_rounds_events(store: &Store) {
         let mut req = request(t.id, node, false);
         req.tracked = emit.clone();
         let out = store.processing().run(&req).await.expect("process");
-        store
-            .processing()
-            .consume(t.id, &out.to_consume)
-            .await
-            .unwrap();
         store.processing().release_lease(t.id, node).await.unwrap();
         // The grouped row wakes no relay: its sink flushes on a timer.
         assert_eq!(out.outboxed, n, "the per-event sink's rows");
