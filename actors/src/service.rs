@@ -382,7 +382,7 @@ impl Runtime {
     }
 
     pub async fn contact(&self, tenant: TenantId, id: ContactId) -> Result<Option<Contact>> {
-        self.ctx.store.events().contact(tenant, id).await
+        self.ctx.store.contacts().get(tenant, id).await
     }
 
     pub async fn find_contact(
@@ -391,16 +391,12 @@ impl Runtime {
         kind: IdentityKind,
         value: &str,
     ) -> Result<Option<Contact>> {
-        self.ctx
-            .store
-            .events()
-            .find_contact(tenant, kind, value)
-            .await
+        self.ctx.store.contacts().find(tenant, kind, value).await
     }
 
     /// The contact's canonical id and every contact merged into it.
     pub async fn contact_family(&self, tenant: TenantId, id: ContactId) -> Result<Vec<ContactId>> {
-        self.ctx.store.events().contact_family(tenant, id).await
+        self.ctx.store.contacts().family(tenant, id).await
     }
 
     /// Which of `keys` the tenant already used (the storage fence behind

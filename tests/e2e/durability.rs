@@ -310,9 +310,11 @@ fn batches_until(
                 let mut sent = Vec::new();
                 let mut n = 0;
                 while !*stop.borrow() {
-                    let keys: Vec<String> = (0..20).map(|i| format!("{prefix}-c{c}-{n}-{i}")).collect();
+                    let keys: Vec<String> =
+                        (0..20).map(|i| format!("{prefix}-c{c}-{n}-{i}")).collect();
                     n += 1;
-                    let body = json!({"batch": keys.iter().map(|k| item(k, now)).collect::<Vec<_>>()});
+                    let body =
+                        json!({"batch": keys.iter().map(|k| item(k, now)).collect::<Vec<_>>()});
                     let ids = match http
                         .post(format!("http://{addr}/v1/core/batch"))
                         .bearer_auth(&key)
@@ -360,7 +362,9 @@ async fn kill_9_at_random_points(backend: Backend) {
     // A fixed sequence: a failing run can be run again as it was.
     let mut seed: u64 = 0x5EED_F00D;
     let mut next = || {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         seed >> 33
     };
     let mut answered: HashMap<String, String> = HashMap::new();
@@ -434,16 +438,25 @@ async fn kill_9_at_random_points(backend: Backend) {
             answered.insert(k.clone(), it["id"].as_str().unwrap().to_owned());
         }
     }
-    let accepted: HashMap<String, String> =
-        answered.iter().map(|(k, id)| (id.clone(), k.clone())).collect();
-    assert_eq!(accepted.len(), answered.len(), "two keys answered with one id");
+    let accepted: HashMap<String, String> = answered
+        .iter()
+        .map(|(k, id)| (id.clone(), k.clone()))
+        .collect();
+    assert_eq!(
+        accepted.len(),
+        answered.len(),
+        "two keys answered with one id"
+    );
     let stored = eventually(
         "every answered event readable",
         Duration::from_secs(90),
         || async {
             let s = read_all(node.addr, &t.key).await;
             let ids: HashSet<&str> = s.iter().filter_map(|e| e["id"].as_str()).collect();
-            accepted.keys().all(|id| ids.contains(id.as_str())).then_some(s)
+            accepted
+                .keys()
+                .all(|id| ids.contains(id.as_str()))
+                .then_some(s)
         },
     )
     .await;
@@ -456,7 +469,11 @@ async fn kill_9_at_random_points(backend: Backend) {
     assert_exactly_once(&stored, &accepted);
     // One event per key: every batch was answered in the end, so an event
     // stored beside the one its key was answered with would be one too many.
-    assert_eq!(stored.len(), accepted.len(), "events nobody was answered for");
+    assert_eq!(
+        stored.len(),
+        accepted.len(),
+        "events nobody was answered for"
+    );
     println!(
         "kill -9 at random points ({backend:?}): 20 kills, {} events answered, {} stored, each \
          once; {retried} batches left unanswered by a kill and sent again, {retried_duplicates} \

@@ -1973,3 +1973,142 @@ fn free_bytes(dir: &std::path::Path) -> u64 {
         .and_then(|l| l.trim().parse::<u64>().ok())
         .unwrap_or(0)
 }
+
+/// An embedded node of the previous release, its processing off, accepts
+/// events that wait in its inbox table, and some it processed; the node of
+/// this build starts on the same data directory: it processes the waiting
+/// events once each (moved into its accept log), keeps every key of the
+/// old release (processed or waiting, a retry is a duplicate with the first
+/// id), and goes on accepting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault suite: run on its own by .ci/run (--ignored faults::)"]
+async fn an_embedded_upgrade_with_a_backlog() {
+    let Some(previous) = std::env::var_os("FASTACK_PREVIOUS_BIN") else {
+        assert!(
+            !crate::helpers::services_required(),
+            "FASTACK_PREVIOUS_BIN is not set (tests/rolling/build-previous.sh builds it)"
+        );
+        eprintln!("skipped: FASTACK_PREVIOUS_BIN is not set");
+        return;
+    };
+    let previous = std::path::PathBuf::from(previous);
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let env = Node::env(&db, &[]);
+    let http = reqwest::Client::new();
+    let old = Node::start_bin(&previous, env.clone()).await;
+    let key = old_release_key(&previous, &env, "upgrade");
+    let now = Utc::now();
+    let send = |addr: SocketAddr, prefix: &'static str, n: usize| {
+        let (http, key) = (http.clone(), key.clone());
+        async move {
+            let mut answered = Vec::new();
+            for b in 0..n {
+                let items: Vec<Value> = (0..50)
+                    .map(|i| {
+                        let mut e = track(&format!("{prefix}-{b}-{i}"), &format!("u{i}"), now);
+                        e["type"] = "track".into();
+                        e
+                    })
+                    .collect();
+                let v: Value = http
+                    .post(format!("http://{addr}/v1/core/batch"))
+                    .bearer_auth(&key)
+                    .json(&serde_json::json!({ "batch": items }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                for (i, item) in v["items"].as_array().expect("answered").iter().enumerate() {
+                    answered.push((
+                        format!("{prefix}-{b}-{i}"),
+                        item["id"].as_str().unwrap().to_owned(),
+                        items[i].clone(),
+                    ));
+                }
+            }
+            answered
+        }
+    };
+    // Processed by the old release, then waiting in its inbox.
+    let processed = send(old.addr, "before", 4).await;
+    let until = Instant::now() + Duration::from_secs(30);
+    while read_events(&http, old.addr, &key)
+        .await
+        .unwrap_or_default()
+        .len()
+        < processed.len()
+    {
+        assert!(
+            Instant::now() < until,
+            "the old release did not process its events"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(old);
+    let mut env_off = env.clone();
+    env_off.push(("FASTACK_PROCESSING".into(), "false".into()));
+    let old = Node::start_bin(&previous, env_off).await;
+    let waiting = send(old.addr, "waiting", 20).await;
+    drop(old);
+
+    let node = Node::start_with(env).await;
+    let all: Vec<&(String, String, Value)> = processed.iter().chain(&waiting).collect();
+    let until = Instant::now() + Duration::from_secs(60);
+    let stored = loop {
+        let s = read_events(&http, node.addr, &key)
+            .await
+            .unwrap_or_default();
+        if s.len() >= all.len() {
+            break s;
+        }
+        assert!(
+            Instant::now() < until,
+            "{} of {} events stored",
+            s.len(),
+            all.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = read_events(&http, node.addr, &key).await.unwrap();
+    assert_eq!(again.len(), stored.len(), "events still arriving");
+    let ids: HashSet<&str> = again.iter().filter_map(|e| e["id"].as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        all.len(),
+        "an event stored twice, or one too many"
+    );
+    assert!(all.iter().all(|(_, id, _)| ids.contains(id.as_str())));
+    // Old keys, processed or waiting: duplicates with their first id.
+    for (k, id, body) in [
+        processed[3].clone(),
+        waiting[7].clone(),
+        waiting[999].clone(),
+    ] {
+        let v: Value = http
+            .post(format!("http://{}/v1/core/batch", node.addr))
+            .bearer_auth(&key)
+            .json(&serde_json::json!({ "batch": [body] }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["items"][0]["duplicate"], true, "{k}: {v}");
+        assert_eq!(v["items"][0]["id"], id.as_str(), "{k}");
+    }
+    let fresh = send(node.addr, "after", 1).await;
+    assert!(fresh.iter().all(|(_, id, _)| !ids.contains(id.as_str())));
+    println!(
+        "embedded upgrade with a backlog: {} events processed by the previous release, {} \
+         waiting in its inbox, each stored once by this build",
+        processed.len(),
+        waiting.len()
+    );
+    drop(node);
+}

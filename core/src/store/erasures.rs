@@ -45,7 +45,7 @@ impl Person {
         self.contact_ids.iter().map(ContactId::to_string).collect()
     }
 
-    fn contact_uuids(&self) -> Vec<Uuid> {
+    pub(super) fn contact_uuids(&self) -> Vec<Uuid> {
         self.contact_ids.iter().map(|c| c.0).collect()
     }
 }
@@ -228,7 +228,7 @@ impl Erasures<'_> {
     ) -> Result<ErasureRecord> {
         let tenant = job.tenant_id;
         let mut tx = self.db.begin().await?;
-        let person = resolve(&mut tx, tenant, asked).await?;
+        let person = super::contacts::resolve(&mut tx, tenant, asked).await?;
         let subjects = person.subjects();
         tx.run(&job::Entity::insert(job_model(job))).await?;
         tx.execute(
@@ -319,7 +319,7 @@ impl Erasures<'_> {
         // entry (a queue table's deleted rows stay in its index until a
         // vacuum).
         let floor = waiting.map_or(watermark + 1, |(lo, _)| lo);
-        let mut person = resolve(&mut tx, tenant, &known).await?;
+        let mut person = super::contacts::resolve(&mut tx, tenant, &known).await?;
         // An `identify` accepted before the request and not processed yet
         // links its identifiers all the same.
         let payloads = self
@@ -328,7 +328,7 @@ impl Erasures<'_> {
             .await?;
         let linked = inbox_links(&payloads, &person);
         if linked.len() > person.len() {
-            person = resolve(&mut tx, tenant, &linked).await?;
+            person = super::contacts::resolve(&mut tx, tenant, &linked).await?;
         }
         hold(
             &mut tx,
@@ -532,33 +532,8 @@ impl Erasures<'_> {
         person: &Person,
         report: impl FnOnce(u64, u64) -> Value,
     ) -> Result<()> {
-        let d = self.d();
         let mut tx = self.db.begin_relaxed().await?;
-        let identities = tx
-            .execute(
-                Q::new(format!(
-                    "DELETE FROM contact_identities WHERE tenant_id = $1 AND ({} OR (kind = 1 AND {}) \
-                     OR (kind = 2 AND {}))",
-                    d.in_list("contact_id", 2, ListKind::Uuid),
-                    d.in_list("value", 3, ListKind::Text),
-                    d.in_list("value", 4, ListKind::Text),
-                ))
-                .bind(tenant.0)
-                .bind(person.contact_uuids())
-                .bind(person.user_ids.clone())
-                .bind(person.anonymous_ids.clone()),
-            )
-            .await?;
-        let contacts = tx
-            .execute(
-                Q::new(format!(
-                    "DELETE FROM contacts WHERE tenant_id = $1 AND {}",
-                    d.in_list("id", 2, ListKind::Uuid)
-                ))
-                .bind(tenant.0)
-                .bind(person.contact_uuids()),
-            )
-            .await?;
+        let (contacts, identities) = super::contacts::erase(&mut tx, tenant, person).await?;
         if contacts + identities > 0 {
             save(&mut tx, id, report(contacts, identities)).await?;
         }
@@ -789,7 +764,6 @@ impl Erasures<'_> {
         inbox: (i64, i64),
         now: DateTime<Utc>,
     ) -> Result<Found> {
-        let d = self.d();
         let matcher = Matcher::new(person, window);
         let mut found = Found::default();
         for (_, table, range) in self.months(window).await? {
@@ -800,35 +774,8 @@ impl Erasures<'_> {
             found.tracked_events += r.int("n")? as u64;
         }
         if window.is_whole() {
-            found.contacts = self
-                .db
-                .read_one(
-                    Q::new(format!(
-                        "SELECT COUNT(*) AS n FROM contacts WHERE tenant_id = $1 AND {}",
-                        d.in_list("id", 2, ListKind::Uuid)
-                    ))
-                    .bind(tenant.0)
-                    .bind(person.contact_uuids()),
-                )
-                .await?
-                .int("n")? as u64;
-            found.identities = self
-                .db
-                .read_one(
-                    Q::new(format!(
-                        "SELECT COUNT(*) AS n FROM contact_identities WHERE tenant_id = $1 \
-                         AND ({} OR (kind = 1 AND {}) OR (kind = 2 AND {}))",
-                        d.in_list("contact_id", 2, ListKind::Uuid),
-                        d.in_list("value", 3, ListKind::Text),
-                        d.in_list("value", 4, ListKind::Text),
-                    ))
-                    .bind(tenant.0)
-                    .bind(person.contact_uuids())
-                    .bind(person.user_ids.clone())
-                    .bind(person.anonymous_ids.clone()),
-                )
-                .await?
-                .int("n")? as u64;
+            (found.contacts, found.identities) =
+                super::contacts::count(self.db, tenant, person).await?;
         }
         found.inbox = self.inbox_matches(tenant, inbox, &matcher).await?;
         let nothing = |_: u64| Value::Null;
@@ -1073,95 +1020,6 @@ fn payload_matches(matcher: &Matcher, payload: &str) -> bool {
     serde_json::from_str::<Value>(payload).is_ok_and(|doc| matcher.matches_json(&doc))
 }
 
-/// Everyone `asked` names, with every identifier and contact linked to
-/// them: each identifier's contact, merges followed to the survivor, the
-/// survivor's whole family (the contacts merged into it) and every
-/// identity of the family.
-async fn resolve(tx: &mut Tx<'_>, tenant: TenantId, asked: &Person) -> Result<Person> {
-    let d = tx.dialect();
-    let mut named: HashSet<Uuid> = asked.contact_ids.iter().map(|c| c.0).collect();
-    for (kind, values) in [
-        (IdentityKind::User, &asked.user_ids),
-        (IdentityKind::Anonymous, &asked.anonymous_ids),
-    ] {
-        if values.is_empty() {
-            continue;
-        }
-        for r in tx
-            .fetch(
-                Q::new(format!(
-                    "SELECT contact_id FROM contact_identities WHERE tenant_id = $1 AND kind = $2 AND {}",
-                    d.in_list("value", 3, ListKind::Text)
-                ))
-                .bind(tenant.0)
-                .bind(i64::from(kind.as_i16()))
-                .bind(values.clone()),
-            )
-            .await?
-        {
-            named.insert(r.uuid("contact_id")?);
-        }
-    }
-    let mut out = asked.clone();
-    if named.is_empty() {
-        return Ok(out.normalized());
-    }
-    let named: Vec<Uuid> = named.into_iter().collect();
-    let mut roots: HashSet<Uuid> = HashSet::new();
-    for r in tx
-        .fetch(
-            Q::new(format!(
-                "SELECT id, merged_into FROM contacts WHERE tenant_id = $1 AND {}",
-                d.in_list("id", 2, ListKind::Uuid)
-            ))
-            .bind(tenant.0)
-            .bind(named),
-        )
-        .await?
-    {
-        roots.insert(r.opt_uuid("merged_into")?.unwrap_or(r.uuid("id")?));
-    }
-    let roots: Vec<Uuid> = roots.into_iter().collect();
-    let mut family: Vec<Uuid> = roots.clone();
-    for r in tx
-        .fetch(
-            Q::new(format!(
-                "SELECT id FROM contacts WHERE tenant_id = $1 AND ({} OR {})",
-                d.in_list("id", 2, ListKind::Uuid),
-                d.in_list("merged_into", 2, ListKind::Uuid)
-            ))
-            .bind(tenant.0)
-            .bind(roots),
-        )
-        .await?
-    {
-        family.push(r.uuid("id")?);
-    }
-    for r in tx
-        .fetch(
-            Q::new(format!(
-                "SELECT kind, value FROM contact_identities WHERE tenant_id = $1 AND {}",
-                d.in_list("contact_id", 2, ListKind::Uuid)
-            ))
-            .bind(tenant.0)
-            .bind(family.clone()),
-        )
-        .await?
-    {
-        let value = r.text("value")?;
-        match i16::try_from(r.int("kind")?)
-            .ok()
-            .and_then(IdentityKind::from_i16)
-        {
-            Some(IdentityKind::User) => out.user_ids.push(value),
-            Some(IdentityKind::Anonymous) => out.anonymous_ids.push(value),
-            None => {}
-        }
-    }
-    out.contact_ids.extend(family.into_iter().map(ContactId));
-    Ok(out.normalized())
-}
-
 /// The person with the identifiers the `identify` events waiting in the
 /// tenant's inbox (up to `watermark`) link to theirs, transitively.
 fn inbox_links(payloads: &[String], person: &Person) -> Person {
@@ -1264,7 +1122,7 @@ async fn strip_traits(
     let mut merged: HashMap<Uuid, Uuid> = HashMap::new();
     let mut traits: BTreeMap<Uuid, Map<String, Value>> = BTreeMap::new();
     let mut survivors = Vec::new();
-    for (id, into, t) in contact_traits(tx, tenant, ids).await? {
+    for (id, into, t) in super::contacts::traits_of(tx, tenant, ids).await? {
         if let Some(s) = into {
             merged.insert(id, s);
             survivors.push(s);
@@ -1272,7 +1130,7 @@ async fn strip_traits(
         traits.insert(id, t);
     }
     survivors.retain(|s| !traits.contains_key(s));
-    for (id, _, t) in contact_traits(tx, tenant, survivors).await? {
+    for (id, _, t) in super::contacts::traits_of(tx, tenant, survivors).await? {
         traits.insert(id, t);
     }
     let mut changed: HashSet<Uuid> = HashSet::new();
@@ -1295,46 +1153,10 @@ async fn strip_traits(
         }
     }
     for id in changed {
-        tx.execute(
-            Q::new("UPDATE contacts SET traits = $3 WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant.0)
-                .bind(id)
-                .bind(Value::Object(traits.remove(&id).unwrap_or_default())),
-        )
-        .await?;
+        let t = traits.remove(&id).unwrap_or_default();
+        super::contacts::set_traits(tx, tenant, id, t).await?;
     }
     Ok(removed)
-}
-
-/// Contacts' ids, what they were merged into and their traits.
-async fn contact_traits(
-    tx: &mut Tx<'_>,
-    tenant: TenantId,
-    ids: Vec<Uuid>,
-) -> Result<Vec<(Uuid, Option<Uuid>, Map<String, Value>)>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let d = tx.dialect();
-    let mut out = Vec::new();
-    for r in tx
-        .fetch(
-            Q::new(format!(
-                "SELECT id, merged_into, traits FROM contacts WHERE tenant_id = $1 AND {}",
-                d.in_list("id", 2, ListKind::Uuid)
-            ))
-            .bind(tenant.0)
-            .bind(ids),
-        )
-        .await?
-    {
-        let t = match r.json("traits")? {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        out.push((r.uuid("id")?, r.opt_uuid("merged_into")?, t));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

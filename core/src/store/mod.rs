@@ -21,6 +21,7 @@ use crate::{
 
 pub(crate) mod accept_log;
 pub mod console;
+pub mod contacts;
 pub(crate) mod db;
 pub mod deliveries;
 mod emit;
@@ -50,6 +51,7 @@ pub mod tenants;
 pub mod waiting;
 
 pub use console::ConsoleRecords;
+pub use contacts::Contacts;
 pub use db::Db;
 pub use deliveries::{
     AttemptOutcome, AttemptRecord, Deliveries, DueDelivery, NewDelivery, SealedSecrets,
@@ -173,10 +175,14 @@ impl Storage {
         }
     }
 
-    /// Events and contacts as processing wrote them ([`events`]).
+    /// Contacts and their identities ([`contacts`]).
+    pub fn contacts(&self) -> Contacts<'_> {
+        Contacts { db: &self.db }
+    }
+
+    /// Events as processing wrote them ([`events`]).
     pub fn events(&self) -> Events<'_> {
         Events {
-            db: &self.db,
             engine: self.engine.as_ref(),
         }
     }

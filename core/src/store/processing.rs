@@ -14,13 +14,12 @@ use std::{
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
-use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, NewEvent, NodeId, TenantId};
-use serde_json::Value;
+use fastack_entities::{ContactId, EventId, IdentityKind, NewEvent, NodeId, TenantId};
 use uuid::Uuid;
 
 use super::{
     Emit, Month, PartitionKey, Topic, annotations,
-    db::{Col, Db, Dialect, ListKind, Q, Row, Tx},
+    db::{Col, Db, ListKind, Q, Row, Tx},
     decode_payload, emit,
     encoding::{TrackedView, json_text, tracked_body_of},
     erasures::SCREEN,
@@ -28,11 +27,7 @@ use super::{
     outbox,
     partitions::Layout,
 };
-use crate::{
-    domain::sha256_hex,
-    error::Result,
-    identity::{self, Snapshot},
-};
+use crate::{domain::sha256_hex, error::Result, identity};
 
 /// Whether an enabled endpoint of the tenant (`$1`) subscribes to
 /// `core.event.tracked`: the same SQL on both backends.
@@ -266,9 +261,9 @@ pub(crate) async fn run(
 
     if !todo.is_empty() {
         let events: Vec<&NewEvent> = todo.iter().map(|i| &*i.event).collect();
-        let snapshot = snapshot(&mut tx, tenant, &events).await?;
+        let snapshot = super::contacts::snapshot(&mut tx, tenant, &events).await?;
         let plan = identity::resolve(&events, &snapshot);
-        apply_plan(&mut tx, tenant, &plan, req.now).await?;
+        super::contacts::apply(&mut tx, tenant, &plan, req.now).await?;
 
         // Rendered once: the event's own row takes the text, a grouped
         // sink's record copies it.
@@ -698,227 +693,6 @@ fn by_partition(items: &[&Item], retention_class: i16) -> BTreeMap<PartitionKey,
         out.entry(key).or_default().push(i);
     }
     out
-}
-
-/// What identity resolution needs to know about a batch: the contacts of
-/// its identities, which of them already carry a user id (merges), and
-/// the traits of the contacts it may change.
-async fn snapshot(tx: &mut Tx<'_>, tenant: TenantId, events: &[&NewEvent]) -> Result<Snapshot> {
-    let d = tx.dialect();
-    let mut snapshot = Snapshot::default();
-    for kind in [IdentityKind::User, IdentityKind::Anonymous] {
-        let mut values: Vec<String> = events
-            .iter()
-            .filter_map(|e| match kind {
-                IdentityKind::User => e.user_id.clone(),
-                IdentityKind::Anonymous => e.anonymous_id.clone(),
-            })
-            .collect();
-        values.sort_unstable();
-        values.dedup();
-        if values.is_empty() {
-            continue;
-        }
-        // One primary-key lookup per value, whatever the statistics say: a
-        // correlated subquery cannot be turned into a join, and a join is
-        // what PostgreSQL picks on a young table (hashing every identity of
-        // the tenant, or filtering them against the list).
-        for r in tx
-            .fetch(
-                Q::new(format!(
-                    "SELECT q.v AS value, \
-                            (SELECT ci.contact_id FROM contact_identities ci \
-                             WHERE ci.tenant_id = $1 AND ci.kind = $2 AND ci.value = q.v) \
-                              AS contact_id \
-                     FROM {}",
-                    d.list_rows(3, ListKind::Text)
-                ))
-                .bind(tenant.0)
-                .bind(i64::from(kind.as_i16()))
-                .bind(values),
-            )
-            .await?
-        {
-            if let Some(contact) = r.opt_uuid("contact_id")? {
-                snapshot
-                    .identities
-                    .insert((kind, r.text("value")?), ContactId(contact));
-            }
-        }
-    }
-    let merging = events
-        .iter()
-        .any(|e| e.kind == EventKind::Identify && e.user_id.is_some() && e.anonymous_id.is_some());
-    let mut known: Vec<Uuid> = snapshot.identities.values().map(|c| c.0).collect();
-    known.sort_unstable();
-    known.dedup();
-    if merging && !known.is_empty() {
-        for r in tx
-            .fetch(
-                Q::new(format!(
-                    "SELECT DISTINCT contact_id FROM contact_identities \
-                     WHERE tenant_id = $1 AND kind = 1 AND {}",
-                    d.in_list("contact_id", 2, ListKind::Uuid)
-                ))
-                .bind(tenant.0)
-                .bind(known.clone()),
-            )
-            .await?
-        {
-            snapshot
-                .contacts_with_user
-                .insert(ContactId(r.uuid("contact_id")?));
-        }
-    }
-    let mut need: Vec<Uuid> = identity::Plan::needs_traits(events, &snapshot)
-        .into_iter()
-        .map(|c| c.0)
-        .collect();
-    if merging {
-        // A merge may pull the merged contact's traits into the survivor.
-        need.extend(known);
-        need.sort_unstable();
-        need.dedup();
-    }
-    if !need.is_empty() {
-        for r in tx
-            .fetch(
-                Q::new(format!(
-                    "SELECT id, traits FROM contacts WHERE tenant_id = $1 AND {}",
-                    d.in_list("id", 2, ListKind::Uuid)
-                ))
-                .bind(tenant.0)
-                .bind(need),
-            )
-            .await?
-        {
-            if let Value::Object(map) = r.json("traits")? {
-                snapshot.traits.insert(ContactId(r.uuid("id")?), map);
-            }
-        }
-    }
-    Ok(snapshot)
-}
-
-/// Writes what identity resolution decided.
-async fn apply_plan(
-    tx: &mut Tx<'_>,
-    tenant: TenantId,
-    plan: &identity::Plan,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let d = tx.dialect();
-    let k = plan.new_contacts.len();
-    tx.insert(
-        d.insert(
-            "contacts",
-            &[
-                (
-                    "id",
-                    Col::Uuid(plan.new_contacts.iter().map(|(c, _)| c.0).collect()),
-                ),
-                ("tenant_id", Col::Uuid(vec![tenant.0; k])),
-                ("merged_into", Col::OptUuid(vec![None; k])),
-                (
-                    "traits",
-                    Col::Json(
-                        plan.new_contacts
-                            .iter()
-                            .map(|(_, t)| json_text(t))
-                            .collect(),
-                    ),
-                ),
-                ("created_at", Col::Time(vec![now; k])),
-                ("updated_at", Col::Time(vec![now; k])),
-            ],
-            "",
-        ),
-    )
-    .await?;
-    let k = plan.identities.len();
-    tx.insert(
-        d.insert(
-            "contact_identities",
-            &[
-                ("tenant_id", Col::Uuid(vec![tenant.0; k])),
-                (
-                    "kind",
-                    Col::Int(
-                        plan.identities
-                            .iter()
-                            .map(|(kind, _, _)| i64::from(kind.as_i16()))
-                            .collect(),
-                    ),
-                ),
-                (
-                    "value",
-                    Col::Text(plan.identities.iter().map(|(_, v, _)| v.clone()).collect()),
-                ),
-                (
-                    "contact_id",
-                    Col::Uuid(plan.identities.iter().map(|(_, _, c)| c.0).collect()),
-                ),
-            ],
-            "ON CONFLICT (tenant_id, kind, value) DO UPDATE SET contact_id = excluded.contact_id",
-        ),
-    )
-    .await?;
-    for (merged, survivor) in &plan.merges {
-        tx.execute(
-            Q::new(
-                "UPDATE contact_identities SET contact_id = $3 WHERE tenant_id = $1 AND contact_id = $2",
-            )
-            .bind(tenant.0)
-            .bind(merged.0)
-            .bind(survivor.0),
-        )
-        .await?;
-        tx.execute(
-            Q::new(
-                "UPDATE contacts SET merged_into = $3, updated_at = $4 \
-                 WHERE tenant_id = $1 AND (id = $2 OR merged_into = $2)",
-            )
-            .bind(tenant.0)
-            .bind(merged.0)
-            .bind(survivor.0)
-            .bind(now),
-        )
-        .await?;
-    }
-    if plan.traits.is_empty() {
-        return Ok(());
-    }
-    if d == Dialect::Postgres {
-        // One statement for the batch instead of a round trip per contact.
-        let ids: Vec<Uuid> = plan.traits.iter().map(|(c, _)| c.0).collect();
-        let traits: Vec<String> = plan.traits.iter().map(|(_, t)| json_text(t)).collect();
-        tx.execute(
-            Q::new(
-                "UPDATE contacts SET traits = x.traits::jsonb, updated_at = $3 \
-                 FROM UNNEST($1::uuid[], $2::text[]) AS x(id, traits) \
-                 WHERE contacts.id = x.id AND contacts.tenant_id = $4",
-            )
-            .bind(ids)
-            .bind(traits)
-            .bind(now)
-            .bind(tenant.0),
-        )
-        .await?;
-        return Ok(());
-    }
-    for (contact, traits) in &plan.traits {
-        tx.execute(
-            Q::new(
-                "UPDATE contacts SET traits = $3, updated_at = $4 WHERE tenant_id = $1 AND id = $2",
-            )
-            .bind(tenant.0)
-            .bind(contact.0)
-            .bind(Value::Object(traits.clone()))
-            .bind(now),
-        )
-        .await?;
-    }
-    Ok(())
 }
 
 /// What a backend does its own way in processing: find the tenants with a

@@ -103,8 +103,8 @@ async fn erasure_holds_and_suppressions(store: &Store) {
     );
     assert!(
         store
-            .events()
-            .find_contact(a.id, IdentityKind::User, "u-1")
+            .contacts()
+            .find(a.id, IdentityKind::User, "u-1")
             .await
             .unwrap()
             .is_none()

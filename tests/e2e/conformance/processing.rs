@@ -130,14 +130,14 @@ async fn processing_and_identity(store: &Store) {
     // Identity: both ids lead to one contact, which holds the traits and
     // the contact the anonymous visitor had.
     let by_user = store
-        .events()
-        .find_contact(t.id, IdentityKind::User, "user-1")
+        .contacts()
+        .find(t.id, IdentityKind::User, "user-1")
         .await
         .unwrap()
         .expect("contact by user id");
     let by_anon = store
-        .events()
-        .find_contact(t.id, IdentityKind::Anonymous, "anon-1")
+        .contacts()
+        .find(t.id, IdentityKind::Anonymous, "anon-1")
         .await
         .unwrap()
         .expect("contact by anonymous id");
@@ -147,8 +147,8 @@ async fn processing_and_identity(store: &Store) {
     assert_eq!(by_user.traits.get("plan"), Some(&json!("gold")));
     assert_eq!(
         store
-            .events()
-            .contact(t.id, by_user.id)
+            .contacts()
+            .get(t.id, by_user.id)
             .await
             .unwrap()
             .map(|c| c.id),
@@ -156,15 +156,15 @@ async fn processing_and_identity(store: &Store) {
     );
     assert!(
         store
-            .events()
-            .contact(other.id, by_user.id)
+            .contacts()
+            .get(other.id, by_user.id)
             .await
             .unwrap()
             .is_none()
     );
     let family: HashSet<ContactId> = store
-        .events()
-        .contact_family(t.id, by_user.id)
+        .contacts()
+        .family(t.id, by_user.id)
         .await
         .unwrap()
         .into_iter()
