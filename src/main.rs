@@ -1207,10 +1207,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // SAFETY: first thing, on the only thread: no SQLite connection exists.
     #[allow(unsafe_code)]
-    let _ = unsafe { fastack_core::store::sqlite_alloc::install() };
+    let _ = unsafe { fastack_core::store::sqlite::alloc::install() };
     // SAFETY: as above; still before any SQLite connection.
     #[allow(unsafe_code)]
-    let _ = unsafe { fastack_core::store::sqlite_pcache::install() };
+    let _ = unsafe { fastack_core::store::sqlite::pcache::install() };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

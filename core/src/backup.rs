@@ -210,10 +210,10 @@ async fn stage(config: &Config, main: &Path, inbox: &Path, staging: &Path) -> Re
     let log_dir = main
         .parent()
         .unwrap_or(Path::new("."))
-        .join(crate::store::accept_log::DIR);
-    for (first, path) in crate::store::accept_log::segments(&log_dir)? {
+        .join(crate::store::sqlite::accept_log::DIR);
+    for (first, path) in crate::store::sqlite::accept_log::segments(&log_dir)? {
         let to = staging
-            .join(crate::store::accept_log::DIR)
+            .join(crate::store::sqlite::accept_log::DIR)
             .join(path.file_name().unwrap_or_default());
         match copy_private(&path, &to) {
             Ok(()) => {}

@@ -6,7 +6,7 @@
 //! signatures, and adds what only it needs: a range's months, a key's
 //! fence); it does not own them.
 
-use std::sync::Arc;
+use std::{collections::HashSet, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use fastack_entities::{ContactId, EventId, IdentityKind, JobId, NewEvent, TenantId};
@@ -271,4 +271,93 @@ pub struct Suppression {
     pub created_at: DateTime<Utc>,
     /// Events of the identifier processing dropped since.
     pub dropped: i64,
+}
+
+impl Person {
+    pub(crate) fn contact_texts(&self) -> Vec<String> {
+        self.contact_ids.iter().map(ContactId::to_string).collect()
+    }
+
+    pub(crate) fn contact_uuids(&self) -> Vec<uuid::Uuid> {
+        self.contact_ids.iter().map(|c| c.0).collect()
+    }
+}
+
+/// Tells whether an event belongs to an erasure, and occurred in its
+/// window: a stored event (it has a contact) when it was recorded under one
+/// of the person's contacts — the contact they were resolved to, every
+/// contact merged into it; an event not processed yet (no contact) when it
+/// carries one of their identifiers. An event another person's contact
+/// recorded (an anonymous id that moved on to them) stays theirs.
+#[derive(Clone, Debug, Default)]
+pub struct Matcher {
+    contacts: HashSet<String>,
+    users: HashSet<String>,
+    anonymous: HashSet<String>,
+    window: Window,
+}
+
+impl Matcher {
+    pub fn new(person: &Person, window: Window) -> Matcher {
+        Matcher {
+            contacts: person.contact_texts().into_iter().collect(),
+            users: person.user_ids.iter().cloned().collect(),
+            anonymous: person.anonymous_ids.iter().cloned().collect(),
+            window,
+        }
+    }
+
+    pub fn window(&self) -> Window {
+        self.window
+    }
+
+    /// Whether an event with these fields is the person's.
+    pub fn matches(
+        &self,
+        contact_id: Option<&str>,
+        user_id: Option<&str>,
+        anonymous_id: Option<&str>,
+        occurred_at: DateTime<Utc>,
+    ) -> bool {
+        let theirs = match contact_id {
+            Some(c) => self.contacts.contains(&c.to_ascii_lowercase()),
+            None => {
+                user_id.is_some_and(|u| self.users.contains(u))
+                    || anonymous_id.is_some_and(|a| self.anonymous.contains(a))
+            }
+        };
+        theirs && self.window.contains(occurred_at)
+    }
+
+    /// Whether a JSON line of a stored event (an archive row, an export
+    /// line) may be the person's, decided without parsing it: `false` when
+    /// its `contact_id` (the first one: the event's own, written before its
+    /// properties) is there and not theirs. A line without one may be.
+    pub fn may_match_line(&self, line: &[u8]) -> bool {
+        const KEY: &[u8] = b"\"contact_id\":\"";
+        let Some(at) = memchr::memmem::find(line, KEY) else {
+            return true;
+        };
+        let rest = &line[at + KEY.len()..];
+        match memchr::memchr(b'"', rest) {
+            Some(end) => std::str::from_utf8(&rest[..end])
+                .is_ok_and(|c| self.contacts.contains(&c.to_ascii_lowercase())),
+            None => true,
+        }
+    }
+
+    /// Whether a JSON document of an event (the event JSON, an archive
+    /// row, an inbox payload) is the person's. A document without a
+    /// readable `occurred_at` counts as in the window.
+    pub fn matches_json(&self, doc: &serde_json::Value) -> bool {
+        let text = |k: &str| doc.get(k).and_then(serde_json::Value::as_str);
+        let at = text("occurred_at")
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc));
+        let theirs = text("contact_id")
+            .is_some_and(|c| self.contacts.contains(&c.to_ascii_lowercase()))
+            || text("user_id").is_some_and(|u| self.users.contains(u))
+            || text("anonymous_id").is_some_and(|a| self.anonymous.contains(a));
+        theirs && at.is_none_or(|t| self.window.contains(t))
+    }
 }

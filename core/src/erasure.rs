@@ -41,11 +41,12 @@ use tracing::info;
 
 use crate::{
     crypto::{Keys, hmac_hex},
+    domain::Matcher,
     error::{Error, Result},
     export,
     objects::Objects,
     retention,
-    store::{Emit, ErasureRecord, Matcher, Person, Storage, Topic, Window, outbox::Entry},
+    store::{Emit, ErasureRecord, Person, Storage, Topic, Window, outbox::Entry},
     validate::FieldError,
 };
 

@@ -32,13 +32,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, DurationRound, Timelike, Utc};
 use fastack_core::{
-    Config, erasure,
+    Config,
+    domain::Matcher,
+    erasure,
     metrics::CounterSpec,
     objects::Objects,
     settings::{Extension, check, parse},
     store::{
-        EventQuery, Matcher, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic,
-        record_of, records_in,
+        EventQuery, OutboxBatch, OutboxRow, SinkName, Storage, TimeRange, Topic, record_of,
+        records_in,
     },
 };
 use fastack_entities::{EventId, Job, TenantId};

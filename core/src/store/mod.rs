@@ -19,7 +19,6 @@ use crate::{
     error::{Error, Result},
 };
 
-pub(crate) mod accept_log;
 pub mod console;
 pub mod contacts;
 pub(crate) mod db;
@@ -42,11 +41,6 @@ pub mod postgres;
 pub mod processing;
 pub mod quarantine;
 pub mod sqlite;
-#[allow(unsafe_code)]
-pub mod sqlite_alloc;
-mod sqlite_log;
-#[allow(unsafe_code)]
-pub mod sqlite_pcache;
 pub mod tenants;
 pub mod waiting;
 
@@ -79,7 +73,7 @@ pub use crate::domain::{
 };
 pub(crate) use encoding::{annotations, decode_payload, plan_of};
 pub use encoding::{archive_row, tracked_body, v7_floor};
-pub use erasures::{ErasureRecord, Erasures, Found, Matcher, OutboxScrub};
+pub use erasures::{ErasureRecord, Erasures, Found, OutboxScrub};
 pub use event_record::{EventRecord, record_of, records_in};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::{
     Emit, Month, PartitionKey, Topic, annotations,
-    db::{Col, Db, ListKind, Q, Row, Tx},
+    db::{Arg, Col, Db, Dialect, ListKind, Q, Row, Tx},
     decode_payload, emit,
     encoding::{TrackedView, json_text, tracked_body_of},
     erasures::SCREEN,
@@ -238,7 +238,7 @@ pub(crate) async fn run(
             if pairs.is_empty() {
                 continue;
             }
-            let q = d.stored_events(&layout.table(key), tenant.0, &pairs);
+            let q = stored_events(d, &layout.table(key), tenant.0, &pairs);
             for r in tx.fetch(q).await? {
                 stored.insert(r.uuid("id")?);
             }
@@ -438,6 +438,43 @@ pub(crate) async fn run(
     tx.commit().await?;
     layout.created(&keys);
     Ok(outcome)
+}
+
+/// The ids of the rows of `table` (a `tracked_events` table) that
+/// tenant `tenant` has among `pairs` of (`occurred_at`, `id`): one
+/// primary-key lookup per pair. On SQLite the list drives the join
+/// (`CROSS JOIN` fixes the order; as a row-value `IN` or a plain join
+/// it searched the key on its first two columns only, or put the table
+/// outside).
+fn stored_events(d: Dialect, table: &str, tenant: Uuid, pairs: &[(DateTime<Utc>, Uuid)]) -> Q {
+    match d {
+        Dialect::Postgres => Q::new(format!(
+            "SELECT t.id FROM UNNEST($2::timestamptz[], $3::uuid[]) AS j(at, id) \
+                 JOIN {table} t ON t.tenant_id = $1 AND t.occurred_at = j.at AND t.id = j.id"
+        ))
+        .bind(tenant)
+        .arg(Arg::Times(pairs.iter().map(|(at, _)| *at).collect()))
+        .arg(Arg::Uuids(pairs.iter().map(|(_, id)| *id).collect())),
+        Dialect::Sqlite => Q::new(format!(
+            "SELECT t.id FROM json_each($2) AS j CROSS JOIN {table} AS t \
+             ON t.tenant_id = $1 AND t.occurred_at = (j.value ->> 0) \
+             AND t.id = unhex(j.value ->> 1)"
+        ))
+        .bind(tenant)
+        .bind({
+            // `[[micros, "hex"], …]`, written directly: a round's list
+            // holds up to thousands of pairs.
+            use std::fmt::Write as _;
+            let mut list = String::with_capacity(2 + pairs.len() * 56);
+            list.push('[');
+            for (n, (at, id)) in pairs.iter().enumerate() {
+                let sep = if n == 0 { "" } else { "," };
+                let _ = write!(list, "{sep}[{},\"{}\"]", at.timestamp_micros(), id.simple());
+            }
+            list.push(']');
+            list
+        }),
+    }
 }
 
 /// A round of the embedded store's accept log (see [`Consume::Log`]): the

@@ -46,13 +46,12 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{
-    Fence, IngestRow, KeepFn,
-    accept_log::{self, Appender, NewRecord, Pos, Record},
-    decode_payload, ingest,
+use super::accept_log::{self, Appender, NewRecord, Pos, Record};
+use crate::error::{Error, Result};
+use crate::store::{
+    Fence, IngestRow, KeepFn, decode_payload, ingest,
     processing::{Item, LogRound as Round},
 };
-use crate::error::{Error, Result};
 
 /// Events kept decoded in the index, all tenants together; beyond it a
 /// round reads its records back from the log.

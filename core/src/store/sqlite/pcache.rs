@@ -20,7 +20,7 @@
 //! evicted does not change.
 //!
 //! [`install`] must run before any SQLite connection exists (as
-//! [`super::sqlite_alloc::install`]); a process that does not call it
+//! [`super::alloc::install`]); a process that does not call it
 //! keeps `pcache1` unwrapped.
 
 use std::{
