@@ -71,7 +71,7 @@ pub enum Error {
     /// it a no-op once this deadline has passed).
     #[error("{0} did not answer in time")]
     Deadline(&'static str),
-    #[error("object storage: {0}")]
+    #[error("storage: {0}")]
     Storage(String),
     #[error("{0}")]
     Protocol(String),

@@ -101,6 +101,11 @@ fn io(path: &Path, e: std::io::Error) -> Error {
     Error::io(path.display().to_string(), e)
 }
 
+/// Bytes `r` takes in a segment (its frame).
+fn frame_len(r: &NewRecord<'_>) -> u64 {
+    (FRAME + FIXED + r.key.len() + r.payload.len()) as u64
+}
+
 /// Appends one frame of `r` under `seq` to `buf`; returns the body's
 /// offset within `buf` and its length.
 fn encode(buf: &mut Vec<u8>, seq: u64, r: &NewRecord<'_>) -> Result<(usize, u32)> {
@@ -275,6 +280,9 @@ pub(crate) struct Appender {
     /// Segments written since the last sync.
     dirty: Vec<File>,
     buf: Vec<u8>,
+    /// Why appending stopped: an append failed after it wrote frames, whose
+    /// numbers the next one would give again (a restart reads them back).
+    torn: Option<String>,
 }
 
 #[derive(Debug)]
@@ -321,6 +329,7 @@ impl Appender {
             next_seq: next_seq.max(1),
             dirty: Vec::new(),
             buf: Vec::with_capacity(1 << 20),
+            torn: None,
         })
     }
 
@@ -331,14 +340,62 @@ impl Appender {
 
     /// Appends `records` (not yet durable: see [`Appender::sync`]); returns
     /// each one's sequence number and position, and the segments it
-    /// started (to open for reading). Nothing of a failed append counts:
-    /// the next one writes over it.
+    /// started (to open for reading). A failed append wrote nothing (a
+    /// full disk fails it when it starts a segment), or, failing part way,
+    /// stops the appender: what it wrote counts once the node restarts.
     pub(crate) fn append(
         &mut self,
         records: &[NewRecord<'_>],
     ) -> Result<(Vec<(u64, Pos)>, Vec<OpenSegment>)> {
-        let mut placed = Vec::with_capacity(records.len());
+        // Refused before anything is written: a segment started by a failed
+        // append would not reach the caller's index.
+        let room = self.segment_bytes - HEADER;
+        if let Some(r) = records
+            .iter()
+            .find(|r| r.key.len() > usize::from(u16::MAX) || frame_len(r) > room)
+        {
+            return Err(Error::Storage(format!(
+                "an event of {} bytes does not fit a segment of the accept log ({} bytes)",
+                frame_len(r),
+                self.segment_bytes
+            )));
+        }
+        if let Some(why) = &self.torn {
+            return Err(Error::Storage(why.clone()));
+        }
         let mut opened = Vec::new();
+        // An append that fits a segment goes to one: started before any
+        // frame is written, so a full disk fails it with nothing written.
+        let total: u64 = records.iter().map(frame_len).sum();
+        let left = self
+            .current
+            .as_ref()
+            .map_or(0, |c| self.segment_bytes.saturating_sub(c.offset));
+        if total > left && (self.current.is_none() || total <= room) {
+            self.current = None;
+            opened.push(self.start_segment()?);
+        }
+        let started = self.next_seq;
+        match self.append_frames(records, &mut opened) {
+            Ok(placed) => Ok((placed, opened)),
+            Err(e) if self.next_seq != started || !opened.is_empty() => {
+                let why =
+                    format!("the accept log failed an append part way ({e}); restart the node");
+                self.torn = Some(why.clone());
+                Err(Error::Storage(why))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the frames, starting segments as they fill (only an append
+    /// larger than a segment fills one part way).
+    fn append_frames(
+        &mut self,
+        records: &[NewRecord<'_>],
+        opened: &mut Vec<OpenSegment>,
+    ) -> Result<Vec<(u64, Pos)>> {
+        let mut placed = Vec::with_capacity(records.len());
         let mut i = 0;
         while i < records.len() {
             if self.current.is_none() {
@@ -353,12 +410,9 @@ impl Appender {
                 let before = self.buf.len();
                 let (body, len) = encode(&mut self.buf, seq, &records[i])?;
                 if base + self.buf.len() as u64 > self.segment_bytes {
-                    if before == 0 {
-                        // A frame larger than a whole segment.
-                        return Err(Error::Storage(
-                            "an event larger than a segment of the accept log".to_owned(),
-                        ));
-                    }
+                    // The frame goes to the next segment (this one is full,
+                    // whether or not a frame of this append fit in it).
+                    debug_assert!(base > HEADER || before > 0, "checked to fit a segment");
                     self.buf.truncate(before);
                     break;
                 }
@@ -391,7 +445,7 @@ impl Appender {
                 self.current = None;
             }
         }
-        Ok((placed, opened))
+        Ok(placed)
     }
 
     /// Makes every append so far durable.
@@ -601,6 +655,38 @@ mod tests {
         }
         // Another appender is refused while this one lives.
         assert!(Appender::open(dir.path(), 64 * 1024, next).is_err());
+    }
+
+    #[test]
+    fn an_append_whose_first_frame_does_not_fit_starts_the_next_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = Appender::open(dir.path(), 64 * 1024, 1).unwrap();
+        // One record an append, as a `track` at a time: each segment's last
+        // frame leaves less room than the next one needs.
+        let mut placed = Vec::new();
+        for n in 0..2000 {
+            placed.extend(append_n(&mut a, n, 1));
+        }
+        assert!(segments(dir.path()).unwrap().len() > 2, "several segments");
+        let (read, next) = all(dir.path());
+        assert_eq!(read.len(), 2000);
+        assert_eq!(next, 2001);
+        assert_eq!(placed.len(), 2000);
+        // Larger than a whole segment: refused, and the log goes on.
+        let fp = [7u8; 32];
+        let big = "x".repeat(70 * 1024);
+        let too_large = NewRecord {
+            tenant: TenantId(Uuid::nil()),
+            event_id: EventId(Uuid::from_u128(9)),
+            received_at: DateTime::from_timestamp_micros(1_700_000_000_000_000).unwrap(),
+            fingerprint: &fp,
+            legacy_seq: 0,
+            key: "big",
+            payload: &big,
+        };
+        assert!(a.append(&[too_large]).is_err());
+        append_n(&mut a, 2000, 1);
+        assert_eq!(all(dir.path()).0.len(), 2001);
     }
 
     #[test]
