@@ -100,12 +100,7 @@ impl Actor for JobRunnerActor {
             JobRunnerMsg::Poll => {
                 while state.running.len() < state.ctx.config.job_concurrency.max(1) {
                     let ctx = &state.ctx;
-                    let Some(job) = ctx
-                        .store
-                        .jobs()
-                        .claim(ctx.node_id, ctx.now(), claim_ttl(), None)
-                        .await?
-                    else {
+                    let Some(job) = claim(&ctx.store, ctx.node_id, ctx.now(), None).await? else {
                         break;
                     };
                     state.running.insert(job.id);
@@ -121,6 +116,49 @@ impl Actor for JobRunnerActor {
         }
         Ok(())
     }
+}
+
+/// The next runnable job (of `kind`, or of any), claimed by `node` for
+/// [`claim_ttl`].
+async fn claim(
+    store: &Store,
+    node: NodeId,
+    now: chrono::DateTime<chrono::Utc>,
+    kind: Option<JobKind>,
+) -> fastack_core::Result<Option<Job>> {
+    store.jobs().claim(node, now, claim_ttl(), kind).await
+}
+
+/// What a command running jobs in the foreground is told of each (its
+/// progress bar, or its lines).
+pub trait Watch: Sync {
+    /// A job was claimed and starts.
+    fn started(&self, job: &Job);
+    /// The running job's progress, in its own unit.
+    fn progress(&self, done: u64, total: u64);
+    /// The job ended (as recorded, or as it stood when another runner took
+    /// it over).
+    fn ended(&self, job: &Job);
+}
+
+/// Claims the jobs of `kind` and runs them in this process, one after the
+/// other, until none is left to claim: a node's runner in the foreground
+/// (`fastack admin retention run`, `backfill`, `erasure request --here`),
+/// with the same claim, renewal, attempts and recorded end. Returns the
+/// jobs as they ended.
+pub async fn run_here(
+    env: &JobEnv<'_>,
+    kind: JobKind,
+    watch: &dyn Watch,
+) -> fastack_core::Result<Vec<Job>> {
+    let mut ended = Vec::new();
+    while let Some(job) = claim(env.store, env.node, env.clock.now(), Some(kind)).await? {
+        watch.started(&job);
+        let (job, _) = run_claimed(env, job, &|done, total| watch.progress(done, total)).await;
+        watch.ended(&job);
+        ended.push(job);
+    }
+    Ok(ended)
 }
 
 /// Runs one claimed job to its terminal state and tells the node's sinks.

@@ -58,7 +58,6 @@ use fastack_core::{
     Config,
     amqp::Emitter,
     clock::SharedClock,
-    crypto::Keys,
     health::{self, Dependency, Health},
     metrics::Metrics,
     objects::Objects,
@@ -73,6 +72,7 @@ pub use context::{Ctx, TenantShared};
 pub use error::{Error, Result};
 pub use ingest_writer::{IngestError, IngestQueue, ItemOutcome};
 pub use node::{NodeParts, Opening};
+pub use service::Service;
 pub use signal::{Signal, Signals};
 
 use crate::{
@@ -89,10 +89,22 @@ pub(crate) const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_
 
 pub struct Runtime {
     ctx: Arc<Ctx>,
+    /// The operations front ends call (the runtime derefs to it).
+    service: service::Service,
     root: ActorRef<RootMsg>,
     root_task: parking_lot::Mutex<Option<JoinHandle<()>>>,
     /// Forwards other nodes' outbox notifications to the relays.
     notified: Option<JoinHandle<()>>,
+}
+
+/// The operations of [`service::Service`] are the runtime's: front ends
+/// call `runtime.list_tenants()` and the like, and hold no store.
+impl std::ops::Deref for Runtime {
+    type Target = service::Service;
+
+    fn deref(&self) -> &service::Service {
+        &self.service
+    }
 }
 
 /// What a caller may inject when opening a node (tests: a manual clock,
@@ -203,6 +215,7 @@ impl Runtime {
         redis_limiter: Option<RedisLimiter>,
         faults: fastack_core::faults::SharedFaults,
     ) -> Result<Self> {
+        let service_parts = parts.clone();
         let NodeParts {
             config,
             store,
@@ -259,6 +272,7 @@ impl Runtime {
                 source,
             })?;
         Ok(Runtime {
+            service: service::Service::serving(service_parts, ctx.clone()),
             ctx,
             root,
             root_task: parking_lot::Mutex::new(Some(root_task)),
@@ -310,21 +324,9 @@ impl Runtime {
         }
     }
 
-    /// A job was queued: the runner looks at once. (Called by the
-    /// operations of [`service`] that owe it, not by front ends.)
-    fn job_queued(&self) {
-        self.ctx.signals.jobs.raise();
-    }
-
-    /// Deliveries were put back to pending (a replay): the dispatcher
-    /// looks at once.
-    fn deliveries_queued(&self) {
-        self.ctx.signals.deliveries.raise();
-    }
-
-    /// New inbox rows for the tenant (a quarantined event put back).
-    fn wake(&self, tenant: TenantId) {
-        self.ctx.wake(tenant);
+    /// How each dependency is doing (`/readyz`).
+    pub fn health(&self) -> &Health {
+        &self.ctx.health
     }
 
     /// Runs partition maintenance now (tests that move the clock).
@@ -335,17 +337,6 @@ impl Runtime {
     /// Every tenant's tracking plan in force on this node.
     pub fn plans(&self) -> &fastack_core::taxonomy::Plans {
         &self.ctx.plans
-    }
-
-    /// Reads the latest tracking plans now (after an install or removal on
-    /// this node; the others read them within a refresh).
-    async fn plans_changed(&self) -> fastack_core::Result<()> {
-        self.ctx.plans.refresh(self.ctx.store.as_ref()).await
-    }
-
-    /// The deployment's keys (webhook secrets, export encryption).
-    pub fn keys(&self) -> &Keys {
-        &self.ctx.keys
     }
 
     /// The tenant's shared state if its actors run on this node (the

@@ -34,6 +34,7 @@ pub enum Opening {
 }
 
 /// A node's parts (see the module doc).
+#[derive(Clone)]
 pub struct NodeParts {
     pub config: Config,
     pub store: Store,

@@ -293,8 +293,9 @@ impl AdminApi {
 
     /// Revoke an API key
     ///
-    /// Refused by every node within about two seconds. Answers `{"id",
-    /// "revoked": true}`.
+    /// The key is named by its id or by its display prefix (`fsk_…`, as
+    /// listed). Refused by every node within about two seconds. Answers
+    /// `{"id", "revoked": true}`.
     #[oai(
         path = "/keys/:id/revoke",
         method = "post",
@@ -307,7 +308,12 @@ impl AdminApi {
         _token: AdminToken,
         id: Path<String>,
     ) -> AdminResult<Found> {
-        let id: ApiKeyId = parse_id(&id.0, "api key")?;
+        // The CLI's rule (`key revoke --key`): its id, or its prefix.
+        let id: ApiKeyId = if id.0.starts_with(fastack_core::auth::KEY_PREFIX) {
+            state.runtime.key_named(&id.0).await?
+        } else {
+            parse_id(&id.0, "api key")?
+        };
         state.runtime.revoke_key(id).await?;
         Ok(Found::Ok(Json(json!({"id": id, "revoked": true}))))
     }

@@ -1,5 +1,6 @@
-//! Administrative operations shared by the CLI and the admin listener:
-//! tenants and API keys. Secrets are returned once and never logged.
+//! Administrative operations shared by the CLI and the admin listener (both
+//! through the runtime's service): tenants, API keys, webhook endpoints and
+//! quarantined events. Secrets are returned once and never logged.
 
 use chrono::Utc;
 use fastack_entities::{ApiKey, ApiKeyId, Plan, Tenant, TenantId};
@@ -96,6 +97,61 @@ pub async fn keys_with_prefix(
         );
     }
     Ok(found)
+}
+
+/// Sets a tenant's plan and retention (`None`: the plan's); the tenant as
+/// it now is.
+pub async fn set_plan(
+    store: &Storage,
+    tenant: TenantId,
+    plan: Plan,
+    retention_months: Option<u32>,
+) -> Result<Tenant> {
+    store
+        .tenants()
+        .update_plan(tenant, plan, retention_months)
+        .await?;
+    store
+        .tenants()
+        .get(tenant)
+        .await?
+        .ok_or(Error::NotFound { what: "tenant" })
+}
+
+/// A key an operator names by its id or by its display prefix (`fsk_` and
+/// 8 characters, as `key list` prints them), across tenants. Never a
+/// secret: a longer value is refused without being echoed.
+pub async fn key_named(store: &Storage, given: &str) -> Result<ApiKeyId> {
+    use crate::auth::{DISPLAY_CHARS, KEY_PREFIX};
+    if let Ok(id) = given.parse::<ApiKeyId>() {
+        return Ok(id);
+    }
+    let prefix_len = KEY_PREFIX.len() + DISPLAY_CHARS;
+    if !given.starts_with(KEY_PREFIX) {
+        return Err(Error::InvalidInput(format!(
+            "`{given}` is neither a key id (a UUID, the ID column of `fastack admin key list`) \
+             nor a key prefix (`{KEY_PREFIX}` and {DISPLAY_CHARS} characters, its PREFIX column)"
+        )));
+    }
+    if given.len() > prefix_len {
+        // Never echo what may be a whole secret.
+        return Err(Error::InvalidInput(
+            "that is longer than a key prefix (it may be the secret itself): pass the key's id \
+             or its prefix, as `fastack admin key list` prints them"
+                .to_owned(),
+        ));
+    }
+    let keys = keys_with_prefix(store, given).await?;
+    match keys.as_slice() {
+        [key] => Ok(key.id),
+        [] => Err(Error::InvalidInput(format!(
+            "no key has the prefix {given} (`fastack admin key list --tenant …` lists them)"
+        ))),
+        _ => Err(Error::Conflict(format!(
+            "{} keys have the prefix {given}; pass the key's id (the ID column of `key list`)",
+            keys.len()
+        ))),
+    }
 }
 
 pub async fn revoke_key(store: &Storage, id: ApiKeyId) -> Result<()> {

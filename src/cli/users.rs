@@ -3,14 +3,14 @@
 //! sign-in link, valid 24 hours, that sets their password.
 
 use clap::Subcommand;
+use fastack_actors::Service;
 use fastack_core::{
-    Config, admin,
+    Config,
     console::{self, Role, Token, User},
-    store::Storage,
 };
 use serde::Serialize;
 
-use crate::print;
+use super::print::{Align, Table, print};
 
 #[derive(Subcommand)]
 pub enum UserCommand {
@@ -88,53 +88,46 @@ fn show_link(config: &Config) -> impl FnOnce(&WithLink) -> String + '_ {
     }
 }
 
-pub async fn command(
-    config: &Config,
-    store: &Storage,
-    json: bool,
-    cmd: UserCommand,
-) -> anyhow::Result<()> {
-    let now = chrono::Utc::now();
+pub async fn command(service: &Service, json: bool, cmd: UserCommand) -> anyhow::Result<()> {
+    let config = service.config();
     match cmd {
         UserCommand::Create {
             tenant,
             email,
             role,
         } => {
-            let t = admin::resolve_tenant(store, &tenant).await?;
-            let (user, token) =
-                console::create_user(store, t.id, &email, Role::parse(&role)?, now).await?;
+            let t = service.resolve_tenant(&tenant).await?;
+            let (user, token) = service
+                .create_console_user(t.id, &email, Role::parse(&role)?)
+                .await?;
             print(json, &with_link(config, user, &token), show_link(config))
         }
         UserCommand::Link { email } => {
-            let (user, token) = console::reset_user(store, &email, now).await?;
+            let (user, token) = service.reset_console_user(&email).await?;
             print(json, &with_link(config, user, &token), show_link(config))
         }
         UserCommand::List { tenant } => {
             let t = match tenant {
-                Some(t) => Some(admin::resolve_tenant(store, &t).await?.id),
+                Some(t) => Some(service.resolve_tenant(&t).await?.id),
                 None => None,
             };
-            let users = console::list_users(store, t).await?;
+            let users = service.console_users(t).await?;
             print(json, &users, |us| {
-                let mut out = format!(
-                    "{:<36}  {:<6}  {:<8}  {}",
-                    "TENANT", "ROLE", "STATE", "EMAIL"
-                );
+                let mut table = Table::new(&[
+                    ("TENANT", 36, Align::Left),
+                    ("ROLE", 6, Align::Left),
+                    ("STATE", 8, Align::Left),
+                    ("EMAIL", 0, Align::Left),
+                ]);
                 for u in us {
-                    out.push_str(&format!(
-                        "\n{:<36}  {:<6}  {:<8}  {}",
-                        u.tenant_id,
-                        u.role,
-                        if u.active { "active" } else { "invited" },
-                        u.email
-                    ));
+                    let state = if u.active { "active" } else { "invited" };
+                    table.row(&[&u.tenant_id, &u.role, &state, &u.email]);
                 }
-                out
+                table.to_string()
             })
         }
         UserCommand::Remove { email } => {
-            let user = console::remove_user(store, &email).await?;
+            let user = service.remove_console_user(&email).await?;
             print(json, &user, |u| format!("console user {} removed", u.email))
         }
     }

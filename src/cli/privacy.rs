@@ -1,22 +1,22 @@
 //! `fastack admin erasure …` and `fastack admin suppression …`: a tenant's
 //! erasure requests (the tenant API's, made by an operator: the same rules
-//! and the same job) and its suppressions, against the storage the
-//! configuration points at.
+//! and the same job) and its suppressions, through the runtime's service.
 
 use anyhow::Context;
 use clap::Subcommand;
+use fastack_actors::Service;
 use fastack_core::{
-    admin,
-    erasure::{self, ErasureRequest},
-    store::{Person, Store, Subject, SubjectKind, Window},
+    erasure::ErasureRequest,
+    store::{Person, Subject, SubjectKind, Window},
     validate::parse_timestamp,
 };
 use fastack_entities::{ContactId, Job, JobId, JobKind};
 use serde_json::Value;
 
-use fastack_actors::NodeParts;
-
-use crate::{print, run_jobs_here};
+use super::{
+    jobs::{ended, run_jobs_here},
+    print::{Align, Table, print},
+};
 
 #[derive(Subcommand)]
 pub enum ErasureCommand {
@@ -111,10 +111,10 @@ fn instant(
         .transpose()
 }
 
-/// One line of an erasure's state.
-fn line(job: &Job) -> String {
+/// What a completed erasure removed, or why it failed.
+fn removed(job: &Job) -> String {
     let doc: Value = serde_json::from_str(&job.document()).unwrap_or_default();
-    let what = match job.status {
+    match job.status {
         fastack_entities::JobStatus::Completed => {
             let s = &doc["result"]["stores"];
             format!(
@@ -129,19 +129,14 @@ fn line(job: &Job) -> String {
             .unwrap_or_default()
             .to_owned(),
         _ => String::new(),
-    };
-    format!(
-        "{:<36}  {:<10}  {:>5}  {}",
-        job.id, job.status, job.params["identifiers"], what
-    )
+    }
 }
 
 pub async fn erasure_command(
-    node: &NodeParts,
+    service: &Service,
     json: bool,
     cmd: ErasureCommand,
 ) -> anyhow::Result<()> {
-    let store = &node.store;
     match cmd {
         ErasureCommand::Request {
             tenant,
@@ -153,7 +148,7 @@ pub async fn erasure_command(
             to,
             here,
         } => {
-            let t = admin::resolve_tenant(store.as_ref(), &tenant).await?;
+            let t = service.resolve_tenant(&tenant).await?;
             let req = ErasureRequest {
                 people: Person {
                     user_ids,
@@ -171,14 +166,9 @@ pub async fn erasure_command(
                 let all: Vec<String> = problems.iter().map(|p| p.message.clone()).collect();
                 anyhow::bail!("{}", all.join("; "));
             }
-            let job = erasure::request(
-                store.as_ref(),
-                t.id,
-                &req,
-                serde_json::Map::new(),
-                chrono::Utc::now(),
-            )
-            .await?;
+            let job = service
+                .request_erasure(t.id, &req, serde_json::Map::new())
+                .await?;
             if !here {
                 return print(json, &serde_json::json!({"job_id": job.id}), |_| {
                     format!(
@@ -189,15 +179,8 @@ pub async fn erasure_command(
                     )
                 });
             }
-            run_jobs_here(node, json, JobKind::Erasure, "steps").await?;
-            // A node's runner may have taken it first: wait for its end.
-            let ended = loop {
-                match store.jobs().get(t.id, job.id).await? {
-                    Some(j) if j.status.is_terminal() => break j,
-                    Some(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
-                    None => anyhow::bail!("erasure {} vanished", job.id),
-                }
-            };
+            run_jobs_here(service, json, JobKind::Erasure, "steps").await?;
+            let ended = ended(service, t.id, job.id, "erasure").await?;
             show(json, &ended)?;
             if ended.status != fastack_entities::JobStatus::Completed {
                 anyhow::bail!("the erasure failed (its holds are lifted): request it again");
@@ -205,32 +188,29 @@ pub async fn erasure_command(
             Ok(())
         }
         ErasureCommand::List { tenant } => {
-            let t = admin::resolve_tenant(store.as_ref(), &tenant).await?;
-            let jobs = store
-                .erasures()
-                .jobs(t.id, JobKind::Erasure, None, 500)
-                .await?;
+            let t = service.resolve_tenant(&tenant).await?;
+            let jobs = service.erasure_requests(t.id, 500).await?;
             let docs: Vec<Value> = jobs
                 .iter()
                 .map(|j| serde_json::from_str(&j.document()).unwrap_or_default())
                 .collect();
             print(json, &docs, |_| {
-                let mut out = format!(
-                    "{:<36}  {:<10}  {:>5}  {}",
-                    "JOB", "STATUS", "IDS", "REMOVED"
-                );
+                let mut table = Table::new(&[
+                    ("JOB", 36, Align::Left),
+                    ("STATUS", 10, Align::Left),
+                    ("IDS", 5, Align::Right),
+                    ("REMOVED", 0, Align::Left),
+                ]);
                 for j in &jobs {
-                    out.push('\n');
-                    out.push_str(&line(j));
+                    table.row(&[&j.id, &j.status, &j.params["identifiers"], &removed(j)]);
                 }
-                out
+                table.to_string()
             })
         }
         ErasureCommand::Show { tenant, job } => {
-            let t = admin::resolve_tenant(store.as_ref(), &tenant).await?;
-            let j = store
-                .jobs()
-                .get(t.id, job)
+            let t = service.resolve_tenant(&tenant).await?;
+            let j = service
+                .job(t.id, job)
                 .await?
                 .filter(|j| j.kind == JobKind::Erasure)
                 .ok_or(fastack_core::Error::NotFound { what: "erasure" })?;
@@ -248,7 +228,7 @@ fn show(json: bool, job: &Job) -> anyhow::Result<()> {
 }
 
 pub async fn suppression_command(
-    store: &Store,
+    service: &Service,
     json: bool,
     cmd: SuppressionCommand,
 ) -> anyhow::Result<()> {
@@ -263,27 +243,20 @@ pub async fn suppression_command(
             user_id,
             anonymous_id,
         } => {
-            let t = admin::resolve_tenant(store.as_ref(), &tenant).await?;
+            let t = service.resolve_tenant(&tenant).await?;
             let only = subject(user_id, anonymous_id);
-            let list = store
-                .erasures()
-                .suppressions(t.id, only.as_ref(), 1000)
-                .await?;
+            let list = service.suppressions(t.id, only.as_ref(), 1000).await?;
             print(json, &list, |l| {
-                let mut out = format!(
-                    "{:<12}  {:<64}  {:<36}  {}",
-                    "KIND", "SHA-256", "ERASURE", "DROPPED"
-                );
+                let mut table = Table::new(&[
+                    ("KIND", 12, Align::Left),
+                    ("SHA-256", 64, Align::Left),
+                    ("ERASURE", 36, Align::Left),
+                    ("DROPPED", 0, Align::Left),
+                ]);
                 for s in l {
-                    out.push_str(&format!(
-                        "\n{:<12}  {:<64}  {:<36}  {}",
-                        s.kind.as_str(),
-                        s.sha256,
-                        s.request_id,
-                        s.dropped
-                    ));
+                    table.row(&[&s.kind.as_str(), &s.sha256, &s.request_id, &s.dropped]);
                 }
-                out
+                table.to_string()
             })
         }
         SuppressionCommand::Lift {
@@ -291,9 +264,9 @@ pub async fn suppression_command(
             user_id,
             anonymous_id,
         } => {
-            let t = admin::resolve_tenant(store.as_ref(), &tenant).await?;
+            let t = service.resolve_tenant(&tenant).await?;
             let s = subject(user_id, anonymous_id).context("give --user-id or --anonymous-id")?;
-            if !store.erasures().lift(t.id, &s).await? {
+            if !service.lift_suppression(t.id, &s).await? {
                 return Err(fastack_core::Error::NotFound {
                     what: "suppression",
                 }

@@ -1,15 +1,15 @@
 //! `fastack admin taxonomy …`: a tenant's tracking plan, installed, shown,
-//! listed and removed against the storage the configuration points at
-//! (running nodes pick a change up within `FASTACK_PLAN_REFRESH_MS`).
+//! listed and removed through the runtime's service (running nodes pick a
+//! change up within `FASTACK_PLAN_REFRESH_MS`).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Subcommand;
-use fastack_core::{admin, store::Storage, taxonomy};
+use fastack_actors::Service;
 use fastack_entities::PlanVersion;
 
-use crate::print;
+use super::print::{Align, Table, print, time};
 
 #[derive(Subcommand)]
 pub enum TaxonomyCommand {
@@ -65,16 +65,15 @@ fn summary(p: &PlanVersion) -> String {
     }
 }
 
-pub async fn command(store: &Storage, json: bool, cmd: TaxonomyCommand) -> anyhow::Result<()> {
-    let now = chrono::Utc::now();
+pub async fn command(service: &Service, json: bool, cmd: TaxonomyCommand) -> anyhow::Result<()> {
     match cmd {
         TaxonomyCommand::Install { tenant, file } => {
-            let t = admin::resolve_tenant(store, &tenant).await?;
+            let t = service.resolve_tenant(&tenant).await?;
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
             let doc: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not JSON", file.display()))?;
-            let installed = taxonomy::install(store, t.id, &doc, now).await?;
+            let installed = service.install_plan(t.id, &doc).await?;
             print(json, &installed, |p| {
                 format!(
                     "tracking plan version {} installed for {} ({})",
@@ -85,10 +84,9 @@ pub async fn command(store: &Storage, json: bool, cmd: TaxonomyCommand) -> anyho
             })
         }
         TaxonomyCommand::Show { tenant, version } => {
-            let t = admin::resolve_tenant(store, &tenant).await?;
-            let p = store
-                .plans()
-                .version(t.id, version)
+            let t = service.resolve_tenant(&tenant).await?;
+            let p = service
+                .plan_version(t.id, version)
                 .await?
                 .filter(|p| p.document.is_some() || version.is_some())
                 .ok_or(fastack_core::Error::NotFound {
@@ -98,7 +96,7 @@ pub async fn command(store: &Storage, json: bool, cmd: TaxonomyCommand) -> anyho
                 format!(
                     "version {} installed {} ({})\n{}",
                     p.version,
-                    p.installed_at.format("%Y-%m-%d %H:%M:%S"),
+                    time(&p.installed_at),
                     summary(p),
                     p.document
                         .as_ref()
@@ -108,25 +106,25 @@ pub async fn command(store: &Storage, json: bool, cmd: TaxonomyCommand) -> anyho
             })
         }
         TaxonomyCommand::History { tenant } => {
-            let t = admin::resolve_tenant(store, &tenant).await?;
-            let list = store.plans().history(t.id).await?;
+            let t = service.resolve_tenant(&tenant).await?;
+            let list = service.plan_history(t.id).await?;
             print(json, &list, |list| {
-                let mut out = format!("{:>7}  {:<19}  {}", "VERSION", "INSTALLED", "PLAN");
+                let mut table = Table::new(&[
+                    ("VERSION", 7, Align::Right),
+                    ("INSTALLED", 19, Align::Left),
+                    ("PLAN", 0, Align::Left),
+                ]);
                 for p in list {
-                    out.push_str(&format!(
-                        "\n{:>7}  {:<19}  {}",
-                        p.version,
-                        p.installed_at.format("%Y-%m-%d %H:%M:%S"),
-                        summary(p)
-                    ));
+                    table.row(&[&p.version, &time(&p.installed_at), &summary(p)]);
                 }
-                out
+                table.to_string()
             })
         }
         TaxonomyCommand::Remove { tenant } => {
-            let t = admin::resolve_tenant(store, &tenant).await?;
+            let t = service.resolve_tenant(&tenant).await?;
             let removed =
-                taxonomy::remove(store, t.id, now)
+                service
+                    .remove_plan(t.id)
                     .await?
                     .ok_or(fastack_core::Error::NotFound {
                         what: "tracking plan",
