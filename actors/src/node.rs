@@ -51,7 +51,7 @@ impl NodeParts {
         if config.is_embedded() {
             match opening {
                 Opening::Serve | Opening::Migrate => {
-                    fastack_core::private::ensure_dir(&config.data_dir)?;
+                    fastack_core::owner_only::ensure_dir(&config.data_dir)?;
                 }
                 Opening::Tool => {
                     store::embedded_exists(config)?;

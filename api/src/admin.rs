@@ -22,7 +22,7 @@ use crate::{
     VERSION,
     allow::AllowIndex,
     body::{JsonBody, MaybeJsonBody},
-    privacy::ErasureRequestBody,
+    erasures::ErasureRequestBody,
     problem::{AdminErrors, ApiError, Errors, to_problem},
     state::SharedState,
 };
@@ -756,7 +756,7 @@ impl AdminApi {
         body: JsonBody<ErasureRequestBody>,
     ) -> AdminResult<Queued> {
         let t = self::tenant(&state, &tenant.0).await?;
-        let (req, metadata) = crate::privacy::parse(&body.bytes)?;
+        let (req, metadata) = crate::erasures::parse(&body.bytes)?;
         let job = state.runtime.request_erasure(t.id, &req, metadata).await?;
         Ok(Queued::Accepted(Json(json!({"job_id": job.id}))))
     }
@@ -812,7 +812,7 @@ impl AdminApi {
         let t = self::tenant(&state, &tenant.0).await?;
         let only = match (user_id.0, anonymous_id.0) {
             (None, None) => None,
-            (u, a) => Some(crate::privacy::named(u, a)?),
+            (u, a) => Some(crate::erasures::named(u, a)?),
         };
         Ok(Found::Ok(doc(&state
             .runtime
@@ -840,7 +840,7 @@ impl AdminApi {
         anonymous_id: Query<Option<String>>,
     ) -> AdminResult<Found> {
         let t = self::tenant(&state, &tenant.0).await?;
-        let subject = crate::privacy::named(user_id.0, anonymous_id.0)?;
+        let subject = crate::erasures::named(user_id.0, anonymous_id.0)?;
         if !state.runtime.lift_suppression(t.id, &subject).await? {
             return Err(ApiError::not_found("suppression").into());
         }

@@ -1,7 +1,9 @@
 //! The accept path after authentication: validate, dedupe within the
 //! request, answer duplicates from the tenant's cache, hand the rest to the
-//! group commit, answer. No business logic here: identity resolution and
-//! storage happen behind the inbox.
+//! group commit, answer. The rules applied here are the front door's own
+//! (validation, the request's duplicates, the tracking plan's check, the
+//! rate limit); identity resolution and storage happen after the commit,
+//! in processing.
 
 use std::{collections::HashMap, time::Instant};
 

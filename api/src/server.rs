@@ -13,17 +13,17 @@ use tracing::{info, warn};
 
 use crate::{
     Error, Result, VERSION,
+    erasures::ErasuresApi,
+    exports::ExportsApi,
     gate::{gate, observe},
-    jobs::JobsApi,
     listener::Limits,
-    privacy::PrivacyApi,
     routes::CoreApi,
     state::{AppState, SharedState},
 };
 
 /// The OpenAPI service of the tenant API (no state needed to describe it).
-pub fn openapi_service() -> OpenApiService<(CoreApi, JobsApi, PrivacyApi), ()> {
-    OpenApiService::new((CoreApi, JobsApi, PrivacyApi), "fastack", VERSION)
+pub fn openapi_service() -> OpenApiService<(CoreApi, ExportsApi, ErasuresApi), ()> {
+    OpenApiService::new((CoreApi, ExportsApi, ErasuresApi), "fastack", VERSION)
         .description(
             "Event pipeline: send track/identify/batch events (202 once durable), \
              read events and contacts. Errors are RFC 9457 problem documents with a \

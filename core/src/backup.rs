@@ -130,7 +130,7 @@ fn vacuum_into(from: &Path, to: &Path) -> Result<()> {
     )?;
     conn.busy_timeout(std::time::Duration::from_secs(30))?;
     conn.execute("VACUUM INTO ?1", [to.display().to_string()])?;
-    crate::private::restrict_file(to)
+    crate::owner_only::restrict_file(to)
 }
 
 /// Every file under `dir`, as paths relative to it (sorted).
@@ -156,10 +156,10 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
 
 fn copy_private(from: &Path, to: &Path) -> Result<()> {
     if let Some(parent) = to.parent() {
-        crate::private::ensure_dir(parent)?;
+        crate::owner_only::ensure_dir(parent)?;
     }
     std::fs::copy(from, to).map_err(io(from))?;
-    crate::private::restrict_file(to)
+    crate::owner_only::restrict_file(to)
 }
 
 /// Writes a backup of the embedded node the configuration names to `to` (a
@@ -184,7 +184,7 @@ pub async fn backup(config: &Config, to: &str) -> Result<Manifest> {
             std::env::temp_dir().join(format!("fastack-backup-{}", uuid::Uuid::new_v4().simple()))
         }
     };
-    crate::private::ensure_dir(&staging)?;
+    crate::owner_only::ensure_dir(&staging)?;
     let result = stage(config, &main, &inbox, &staging).await;
     let manifest = match (result, &place) {
         (Ok(m), Place::Dir(_)) => m,
@@ -279,7 +279,7 @@ async fn stage(config: &Config, main: &Path, inbox: &Path, staging: &Path) -> Re
     };
     let text = serde_json::to_string_pretty(&manifest)
         .map_err(|e| Error::Corrupt(format!("backup manifest: {e}")))?;
-    crate::private::write_secret(&staging.join(MANIFEST), &text)?;
+    crate::owner_only::write_secret(&staging.join(MANIFEST), &text)?;
     Ok(manifest)
 }
 
@@ -343,11 +343,11 @@ pub async fn restore(config: &Config, from: &str) -> Result<Manifest> {
                 .to_owned(),
         ));
     }
-    crate::private::ensure_dir(&config.data_dir)?;
+    crate::owner_only::ensure_dir(&config.data_dir)?;
     let incoming = config
         .data_dir
         .join(format!(".restore-{}", uuid::Uuid::new_v4().simple()));
-    crate::private::ensure_dir(&incoming)?;
+    crate::owner_only::ensure_dir(&incoming)?;
     let fetched = fetch(&place, &manifest, &incoming).await;
     if let Err(e) = fetched {
         let _ = std::fs::remove_dir_all(&incoming);
@@ -364,7 +364,7 @@ pub async fn restore(config: &Config, from: &str) -> Result<Manifest> {
     for f in &manifest.files {
         let to = target(&f.path);
         if let Some(parent) = to.parent() {
-            crate::private::ensure_dir(parent)?;
+            crate::owner_only::ensure_dir(parent)?;
         }
         let from = incoming.join(&f.path);
         std::fs::rename(&from, &to).map_err(io(&from))?;
@@ -388,7 +388,7 @@ async fn fetch(place: &Place, manifest: &Manifest, incoming: &Path) -> Result<()
         }
         let to = incoming.join(&f.path);
         if let Some(parent) = to.parent() {
-            crate::private::ensure_dir(parent)?;
+            crate::owner_only::ensure_dir(parent)?;
         }
         match place {
             Place::Dir(dir) => {
@@ -404,7 +404,7 @@ async fn fetch(place: &Place, manifest: &Manifest, incoming: &Path) -> Result<()
                 out.sync_all().await.map_err(io(&to))?;
             }
         }
-        crate::private::restrict_file(&to)?;
+        crate::owner_only::restrict_file(&to)?;
         let (bytes, sha256) = digest(&to)?;
         if bytes != f.bytes || sha256 != f.sha256 {
             return Err(Error::Corrupt(format!(

@@ -152,7 +152,7 @@ pub async fn rotate_key_file(
     };
     let next_path = pending_path(path);
     let new = MasterKey::generate(KeySource::File(next_path.clone()));
-    crate::private::write_secret(&next_path, &new.to_base64())?;
+    crate::owner_only::write_secret(&next_path, &new.to_base64())?;
     rotate(store, current, &new, now).await?;
     adopt_pending(new)
 }

@@ -1,37 +1,43 @@
-//! fastack's core: configuration, storage, validation, identity resolution,
-//! rate limits, API keys and metrics. No actors and no HTTP here.
+//! fastack's core: the rules and the storage, with no actors and no HTTP.
+//!
+//! - `events/`: what an event is and the rules it meets (validation, strict
+//!   JSON, identity resolution); `taxonomy.rs`: tracking plans;
+//! - `access/`: API keys and rate limits;
+//! - `store/`: every transaction, one handle per record kind;
+//! - `jobs/`: how a job ends, exports and retention; `erasure.rs`: erasures
+//!   and suppressions;
+//! - `wire/`: what leaves the node (webhook signatures, CloudEvents);
+//! - `accounts/`: the operator's and the console's rules;
+//! - `secrets/`: encryption and redaction; `keyring.rs`: the master key's
+//!   check and rotation;
+//! - `node/`: settings, logging, metrics, health, clock, faults, owner-only
+//!   files, object storage; `backup.rs`: backups and restores.
 
-pub mod admin;
-pub mod amqp;
-pub mod auth;
-pub mod backoff;
+pub mod access;
+pub mod accounts;
 pub mod backup;
-pub mod clock;
-pub mod config;
-pub mod console;
-pub mod crypto;
 pub mod domain;
 pub mod erasure;
 pub mod error;
-pub mod export;
-pub mod faults;
-pub mod health;
-pub mod identity;
+pub mod events;
 pub mod jobs;
-pub mod json;
 pub mod keyring;
-pub mod logging;
-pub mod metrics;
-pub mod objects;
-pub mod private;
-pub mod ratelimit;
-pub mod redact;
-pub mod retention;
-pub mod settings;
+pub mod node;
+pub mod secrets;
 pub mod store;
 pub mod taxonomy;
-pub mod validate;
-pub mod webhooks;
+pub mod wire;
+
+// Each module by its own name too, as the rest of the workspace names them.
+pub use access::{auth, ratelimit};
+pub use accounts::{admin, console};
+pub use events::{identity, json, validate};
+pub use jobs::{export, retention};
+pub use node::{
+    backoff, clock, config, faults, health, logging, metrics, objects, owner_only, settings,
+};
+pub use secrets::{crypto, redact};
+pub use wire::{amqp, webhooks};
 
 pub use config::Config;
 pub use error::{Error, Result};

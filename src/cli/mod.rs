@@ -6,10 +6,10 @@
 
 mod backfill;
 mod backup;
+mod erasures;
 mod jobs;
 mod keys;
 mod print;
-mod privacy;
 mod quarantine;
 mod reference;
 mod retention;
@@ -114,11 +114,11 @@ enum AdminCommand {
     User(users::UserCommand),
     /// Forget people: erase them from every store, with a certificate.
     #[command(subcommand)]
-    Erasure(privacy::ErasureCommand),
+    Erasure(erasures::ErasureCommand),
     /// Identifiers whose events are dropped (set by an erasure with
     /// --suppress): listed by hash, lifted.
     #[command(subcommand)]
-    Suppression(privacy::SuppressionCommand),
+    Suppression(erasures::SuppressionCommand),
     /// A consistent copy of this embedded node while it serves: both
     /// database files, the keys and local object storage, with a manifest
     /// of checksums (PostgreSQL: see docs/operations.md).
@@ -201,8 +201,8 @@ async fn admin(config: &Config, args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Quarantine(cmd) => quarantine::command(service, json, cmd).await,
         AdminCommand::Taxonomy(cmd) => taxonomy::command(service, json, cmd).await,
         AdminCommand::User(cmd) => users::command(service, json, cmd).await,
-        AdminCommand::Erasure(cmd) => privacy::erasure_command(service, json, cmd).await,
-        AdminCommand::Suppression(cmd) => privacy::suppression_command(service, json, cmd).await,
+        AdminCommand::Erasure(cmd) => erasures::erasure_command(service, json, cmd).await,
+        AdminCommand::Suppression(cmd) => erasures::suppression_command(service, json, cmd).await,
         // Answered before storage is opened.
         AdminCommand::Backup { .. } | AdminCommand::Restore { .. } => Ok(()),
     }
@@ -219,7 +219,7 @@ mod tests {
         ("cli/jobs.rs", include_str!("jobs.rs")),
         ("cli/keys.rs", include_str!("keys.rs")),
         ("cli/print.rs", include_str!("print.rs")),
-        ("cli/privacy.rs", include_str!("privacy.rs")),
+        ("cli/erasures.rs", include_str!("erasures.rs")),
         ("cli/quarantine.rs", include_str!("quarantine.rs")),
         ("cli/reference.rs", include_str!("reference.rs")),
         ("cli/retention.rs", include_str!("retention.rs")),

@@ -110,7 +110,7 @@ async fn postgres_bootstraps_once_among_nodes() {
 
     // A directory left by a run on another database.
     let other = tempfile::tempdir().unwrap();
-    fastack_core::private::write_secret(
+    fastack_core::owner_only::write_secret(
         &other.path().join("bootstrap-key"),
         "fsk_notfromthisdatabase000000000000000",
     )

@@ -482,7 +482,7 @@ mod tests {
         // The node's own registrations (less the one that registers the
         // declared counters) and the sinks' counters.
         assert_eq!(
-            include_str!("../../../core/src/metrics.rs")
+            include_str!("../../../core/src/node/metrics.rs")
                 .matches("registry.register(")
                 .count()
                 - 1

@@ -805,3 +805,27 @@ async fn fail_pending(tx: &mut Tx<'_>, endpoint: EndpointId) -> Result<()> {
     .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use fastack_entities::EndpointId;
+
+    use super::*;
+
+    #[test]
+    fn a_delivery_made_again_keeps_its_id() {
+        let (endpoint, tenant) = (EndpointId::new(), TenantId::new());
+        let at: DateTime<Utc> = "2026-12-01T10:00:00.123Z".parse().unwrap();
+        let make = |endpoint, ce: &str| {
+            NewDelivery::new(endpoint, tenant, "core.event.tracked", ce, "{}".into(), at).id
+        };
+        let id = make(endpoint, "ev-1");
+        assert_eq!(id, make(endpoint, "ev-1"));
+        assert_ne!(id, make(endpoint, "ev-2"));
+        assert_ne!(id, make(EndpointId::new(), "ev-1"));
+        // A v7 carrying the event's time: delivery ids still sort by time.
+        assert_eq!(id.0.get_version_num(), 7);
+        let (secs, nanos) = id.0.get_timestamp().unwrap().to_unix();
+        assert_eq!((secs, nanos / 1_000_000), (at.timestamp() as u64, 123));
+    }
+}

@@ -183,6 +183,56 @@ mod tests {
 
     use super::*;
 
+    /// AMQP and webhook consumers see what the tracking plan said, in the
+    /// same fields as `GET /v1/core/events`.
+    #[test]
+    fn tracked_body_carries_the_plan_check() {
+        let mut ev = StoredEvent {
+            id: EventId::new(),
+            kind: fastack_entities::EventKind::Track,
+            event: Some("Order Completed".into()),
+            contact_id: fastack_entities::ContactId::new(),
+            user_id: Some("u1".into()),
+            anonymous_id: None,
+            properties: serde_json::Map::new(),
+            occurred_at: Utc::now().fixed_offset(),
+            received_at: Utc::now(),
+            plan: None,
+        };
+        let plain: serde_json::Value = serde_json::from_str(&tracked_body(&ev)).unwrap();
+        assert!(plain.get("plan_version").is_none());
+        ev.plan = Some(fastack_entities::PlanCheck {
+            plan_version: 7,
+            schema_violations: vec![fastack_entities::SchemaViolation {
+                field: "/properties/amount".into(),
+                code: "required".into(),
+                message: "\"amount\" is a required property".into(),
+            }],
+        });
+        let body: serde_json::Value = serde_json::from_str(&tracked_body(&ev)).unwrap();
+        assert_eq!(body["plan_version"], 7);
+        assert_eq!(body["schema_violations"][0]["field"], "/properties/amount");
+        assert_eq!(body["schema_violations"][0]["code"], "required");
+    }
+
+    #[test]
+    fn v7_floor_orders_ids_by_time() {
+        let t: DateTime<Utc> = "2026-11-30T10:00:00Z".parse().unwrap();
+        let floor = v7_floor(t);
+        let before = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            (t.timestamp() - 1) as u64,
+            0,
+        ));
+        let after = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            (t.timestamp() + 1) as u64,
+            0,
+        ));
+        assert!(before < floor && floor < after);
+        assert_eq!(floor.get_version_num(), 7);
+    }
+
     /// The body as releases before the borrowed renderer wrote it: a JSON
     /// object built key by key.
     fn reference(ev: &StoredEvent) -> String {

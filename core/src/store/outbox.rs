@@ -22,8 +22,10 @@ use super::db::{Col, Db, ListKind, Q, Row, Tx};
 use crate::error::{Error, Result};
 
 /// An outbound sink, by the name outbox rows record it under (`amqp`,
-/// `webhooks`, …). Storage knows no sink by name: the runtime says which
-/// sinks a row is written for, and each sink claims its own rows.
+/// `webhooks`, …). Storage names one sink only, the webhook fan-out
+/// ([`FAN_OUT`], written in the event's own transaction); for every other
+/// sink the runtime says which sinks a row is written for, and each sink
+/// claims its own rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SinkName(pub &'static str);
 

@@ -409,3 +409,50 @@ pub(crate) async fn drop_counted(
     }
     Ok(outcome)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::TimeRange;
+
+    use super::*;
+
+    #[test]
+    fn months_and_ranges() {
+        let m = Month {
+            year: 2026,
+            month: 12,
+        };
+        assert_eq!(
+            m.next(),
+            Month {
+                year: 2027,
+                month: 1
+            }
+        );
+        assert_eq!(m.next().prev(), m);
+        assert_eq!(m.suffix(), "y2026m12");
+        assert_eq!(Month::parse_suffix("y2026m12"), Some(m));
+        assert_eq!(Month::parse_suffix("y2026m13"), None);
+        let r = TimeRange::new(
+            "2026-11-30T23:00:00Z".parse().unwrap(),
+            "2027-01-01T00:00:00Z".parse().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            r.months(),
+            vec![
+                Month {
+                    year: 2026,
+                    month: 11
+                },
+                m
+            ]
+        );
+        assert!(TimeRange::new(r.to, r.from).is_none());
+        let key = PartitionKey {
+            month: m,
+            retention_class: 13,
+        };
+        assert_eq!(key.table_name(), "tracked_events_y2026m12_r13");
+    }
+}

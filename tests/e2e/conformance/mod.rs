@@ -78,6 +78,7 @@ macro_rules! conformance {
     };
 }
 
+mod contacts;
 mod deliveries;
 mod erasures;
 mod ingest;

@@ -305,7 +305,7 @@ impl Appender {
     /// `next_seq` (after the last one read, or higher). Fails when another
     /// process appends to it.
     pub(crate) fn open(dir: &Path, segment_bytes: u64, next_seq: u64) -> Result<Self> {
-        crate::private::ensure_dir(dir)?;
+        crate::owner_only::ensure_dir(dir)?;
         let lock_path = dir.join("LOCK");
         let lock = OpenOptions::new()
             .create(true)
@@ -479,7 +479,7 @@ impl Appender {
                     .map_err(|e| io(&path, e))?
             }
             None => {
-                let file = crate::private::create_file_rw(&path)?;
+                let file = crate::owner_only::create_file_rw(&path)?;
                 // Its blocks allocated now: a full disk fails this, before
                 // any frame, rather than a sync later.
                 let allocated = rustix::fs::fallocate(

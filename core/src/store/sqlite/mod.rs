@@ -149,13 +149,13 @@ impl SqliteStore {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
-            crate::private::ensure_dir(dir)?;
+            crate::owner_only::ensure_dir(dir)?;
         }
         let inbox = inbox_path(path);
         // Owner-only from the start: SQLite gives its WAL and shared-memory
         // files the database file's permissions.
-        crate::private::create_file(path)?;
-        crate::private::create_file(&inbox)?;
+        crate::owner_only::create_file(path)?;
+        crate::owner_only::create_file(&inbox)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)

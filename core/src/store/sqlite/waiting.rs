@@ -110,6 +110,34 @@ impl SqliteStore {
             Err(e) => Err(e),
         }
     }
+
+    /// The events waiting in the log and the oldest one's `received_at`:
+    /// from this process's index, or read from the files where another
+    /// process appends (the load tool beside the node it measures).
+    async fn log_stats(&self) -> Result<(i64, Option<DateTime<Utc>>)> {
+        match self.log().await {
+            Ok(log) => Ok(log.stats()),
+            Err(Error::Storage(_)) => {
+                let cursors: std::collections::HashMap<Uuid, i64> =
+                    sqlx::query_as::<_, (Uuid, i64)>("SELECT tenant_id, seq FROM log_cursors")
+                        .fetch_all(&self.reader)
+                        .await?
+                        .into_iter()
+                        .collect();
+                let (mut n, mut oldest) = (0i64, None::<DateTime<Utc>>);
+                accept_log::scan(&self.log_dir, |r, _| {
+                    let cursor = cursors.get(&r.tenant.0).copied().unwrap_or(0).max(0) as u64;
+                    if r.seq > cursor {
+                        n += 1;
+                        oldest = Some(oldest.map_or(r.received_at, |o| o.min(r.received_at)));
+                    }
+                    Ok(())
+                })?;
+                Ok((n, oldest))
+            }
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Accepted events waiting: the accept log's, and rows of the inbox table
@@ -118,7 +146,7 @@ impl SqliteStore {
 #[async_trait]
 impl WaitingEngine for SqliteStore {
     async fn waiting_stats(&self, db: &Db) -> Result<(i64, Option<DateTime<Utc>>)> {
-        let (n, oldest) = self.log().await?.stats();
+        let (n, oldest) = self.log_stats().await?;
         let (rows, row_oldest) = db
             .read_one(Q::new(
                 "SELECT count(*) AS n, min(received_at) AS oldest FROM inbox",
@@ -133,7 +161,7 @@ impl WaitingEngine for SqliteStore {
     }
 
     async fn waiting_empty(&self, db: &Db) -> Result<bool> {
-        if self.log().await?.stats().0 > 0 {
+        if self.log_stats().await?.0 > 0 {
             return Ok(false);
         }
         Ok(db

@@ -191,9 +191,9 @@ pub async fn bootstrap_node(store: &Storage, config: &crate::Config) -> Result<(
     if store.tenants().list().await?.is_empty() {
         // Before anything is created: a data directory that cannot be
         // written fails the start with nothing half made.
-        crate::private::ensure_dir(&config.data_dir)?;
+        crate::owner_only::ensure_dir(&config.data_dir)?;
         if let Some((tenant, key)) = bootstrap(store).await? {
-            crate::private::write_secret(&path, &key.secret)?;
+            crate::owner_only::write_secret(&path, &key.secret)?;
             tracing::info!(
                 tenant = %tenant.id,
                 path = %path.display(),

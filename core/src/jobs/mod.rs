@@ -1,7 +1,11 @@
 //! How a job ends, the same whoever ran it (a node's job runner, or
 //! `fastack admin retention run` from a shell): the terminal status, the
 //! result or the redacted error, the timings. Writing it (exactly once,
-//! with its event) is [`crate::store::Jobs::finish`].
+//! with its event) is [`crate::store::Jobs::finish`]. The kinds' own work
+//! is beside it: exports ([`export`]) and retention ([`retention`]).
+
+pub mod export;
+pub mod retention;
 
 use std::time::Duration;
 

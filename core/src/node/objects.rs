@@ -45,7 +45,7 @@ fn storage_err(e: object_store::Error) -> Error {
 }
 
 fn local(path: &std::path::Path) -> Result<Objects> {
-    crate::private::ensure_dir(path)?;
+    crate::owner_only::ensure_dir(path)?;
     let store = LocalFileSystem::new_with_prefix(path).map_err(storage_err)?;
     Ok(Objects {
         store: Arc::new(store),
@@ -96,7 +96,7 @@ fn say_credential_source(config: &Config, location: &str) {
 /// Makes a local object owner-only once written.
 fn restrict(local_root: Option<&std::path::Path>, path: &str) -> Result<()> {
     match local_root {
-        Some(root) => crate::private::restrict_file(&root.join(path)),
+        Some(root) => crate::owner_only::restrict_file(&root.join(path)),
         None => Ok(()),
     }
 }
@@ -352,7 +352,7 @@ impl ObjectWriter {
             .await
             .map_err(|e| Error::Storage(e.to_string()))?;
         match &self.local {
-            Some(file) => crate::private::restrict_file(file),
+            Some(file) => crate::owner_only::restrict_file(file),
             None => Ok(()),
         }
     }

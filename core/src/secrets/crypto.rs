@@ -195,7 +195,7 @@ impl MasterKey {
                 .map_err(|e| Error::Corrupt(format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = MasterKey::generate(source);
-                crate::private::write_secret(&path, &key.to_base64())?;
+                crate::owner_only::write_secret(&path, &key.to_base64())?;
                 warn!(path = %path.display(), "no FASTACK_ENC_KEY: generated a local master key; back it up, exports cannot be decrypted without it");
                 Ok(key)
             }

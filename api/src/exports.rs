@@ -1,5 +1,5 @@
-//! Jobs: exports requested through the tenant API, their state, and the
-//! decrypted result. A terminal job's document is stored once, so
+//! Exports: requested through the tenant API as jobs (`/v1/core/jobs`), their
+//! state, and the decrypted result. A terminal job's document is stored once, so
 //! `GET /v1/core/jobs/{id}`, the AMQP body and the webhook body are the same
 //! bytes.
 
@@ -87,7 +87,7 @@ pub struct JobResult {
 #[oai(one_of)]
 pub enum JobResultOut {
     Export(JobResult),
-    Erasure(crate::privacy::ErasureCertificate),
+    Erasure(crate::erasures::ErasureCertificate),
 }
 
 /// A job. A failed job has no `result` and no `completed_at`; its
@@ -315,7 +315,7 @@ fn job_id(raw: &str) -> Result<JobId, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found("job"))
 }
 
-pub struct JobsApi;
+pub struct ExportsApi;
 
 /// What a job does: an `export` or an `erasure` requested through this
 /// API, or a `retention` archive of a partition (the operator's).
@@ -349,7 +349,7 @@ impl From<JobState> for JobStatus {
 }
 
 #[OpenApi]
-impl JobsApi {
+impl ExportsApi {
     /// Export events
     ///
     /// Queues an export of the tenant's events in `[from, to)` as encrypted

@@ -1,4 +1,4 @@
-//! Privacy: erasure requests (`POST /v1/core/erasures`, a job of kind
+//! Erasures: erasure requests (`POST /v1/core/erasures`, a job of kind
 //! `erasure` whose result is a signed certificate) and suppressions (listed
 //! and lifted). The request's rules are `fastack_core::erasure`'s, the same
 //! for the CLI and the console; this file parses and answers.
@@ -492,10 +492,10 @@ pub(crate) fn named(
     }
 }
 
-pub struct PrivacyApi;
+pub struct ErasuresApi;
 
 #[OpenApi]
-impl PrivacyApi {
+impl ErasuresApi {
     /// Erase people
     ///
     /// Queues an erasure: the people named, every identifier linked to
