@@ -7,6 +7,9 @@
 -- FASTACK_BENCH_KEY    the tenant's API key (required)
 -- FASTACK_BENCH_RUN    prefix of the idempotency keys (unique per run)
 -- FASTACK_BENCH_BATCH  events per request: 1 sends `track`, more a `batch`
+-- FASTACK_BENCH_FORMAT `fastack` (default), or `capture`: the same events
+--                      in PostHog capture's format, POST /i/v0/e (an object,
+--                      or an array for a batch; the key as the token)
 --
 -- Every event is the load tool's "Order Completed" (same size), with an
 -- idempotency key of its own. At the end one line `WRK_JSON {...}` carries
@@ -16,6 +19,7 @@ local key = os.getenv("FASTACK_BENCH_KEY") or ""
 local run = os.getenv("FASTACK_BENCH_RUN") or tostring(os.time())
 local batch = tonumber(os.getenv("FASTACK_BENCH_BATCH") or "1")
 local occurred = os.date("!%Y-%m-%dT%H:%M:%S.000000Z")
+local capture = os.getenv("FASTACK_BENCH_FORMAT") == "capture"
 
 local threads = {}
 local counter = 0
@@ -29,7 +33,16 @@ end
 
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer " .. key
+if not capture then
+  wrk.headers["Authorization"] = "Bearer " .. key
+end
+
+local function capture_event(n, i)
+  return string.format(
+    '{"token":"%s","event":"Order Completed","distinct_id":"user-%d","properties":{"order_id":"o-%d-%d",' ..
+      '"total":129.9,"currency":"EUR","items":3},"timestamp":"%s","uuid":"%s"}',
+    key, (n * 131 + i) % 5000, n, i, occurred, string.format("00000000-0000-4000-8000-%012d", n * 1000 + i))
+end
 
 local function event(n, i, typed)
   return string.format(
@@ -40,6 +53,16 @@ end
 
 function request()
   counter = counter + 1
+  if capture then
+    if batch <= 1 then
+      return wrk.format(nil, "/i/v0/e", nil, capture_event(counter, 0))
+    end
+    local items = {}
+    for i = 0, batch - 1 do
+      items[#items + 1] = capture_event(counter, i)
+    end
+    return wrk.format(nil, "/i/v0/e", nil, "[" .. table.concat(items, ",") .. "]")
+  end
   if batch <= 1 then
     return wrk.format(nil, "/v1/core/track", nil, event(counter, 0, false))
   end

@@ -5,7 +5,9 @@
 //! Redis prefix of its own) and a bare poem endpoint that answers 202 with a
 //! fixed body (`fastack-bench baseline`, also a child process: no auth, no
 //! validation, no storage), then drives both with the same profile over
-//! HTTP on loopback and reports every figure as fastack / baseline.
+//! HTTP on loopback and reports every figure as fastack / baseline. With
+//! `--capture` PostHog's capture (print sink: parsed, checked, nothing
+//! stored) runs between the two, the peer that stores nothing.
 //!
 //! Open loop (`--rate`): requests are scheduled at a fixed rate and latency
 //! is counted from the *scheduled* send time, so a stalled server cannot
@@ -185,6 +187,12 @@ pub struct BenchArgs {
     /// (`benches/wrk/events.lua`); `track` and `batch` profiles only.
     #[arg(long, value_name = "SCRIPT")]
     pub wrk: Option<std::path::PathBuf>,
+    /// Also measure PostHog's capture (the binary
+    /// `benches/scripts/build-capture.sh` builds), with its print sink and
+    /// `--redis`, between the baseline and fastack, driven by the same wrk
+    /// script in capture's body format; needs `--wrk`.
+    #[arg(long, value_name = "PATH")]
+    pub capture: Option<std::path::PathBuf>,
 }
 
 /// The numbers of one run.
@@ -209,6 +217,9 @@ pub struct RunReport {
     /// event while the load was measured: the front door and whatever
     /// processing ran meanwhile.
     pub server_cpu_us_per_event: Option<f64>,
+    /// On PostgreSQL: CPU time the database's processes used per accepted
+    /// event in the same window (the node's own is the line above).
+    pub database_cpu_us_per_event: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -262,6 +273,8 @@ pub struct Report {
     pub connections: usize,
     pub fastack: RunReport,
     pub baseline: Option<RunReport>,
+    /// PostHog's capture with its print sink (with `--capture`).
+    pub capture: Option<RunReport>,
     pub ratio_throughput: Option<f64>,
     pub visibility: Option<Visibility>,
     /// Send -> `core.event.tracked` consumed (with `--amqp --visibility`).
@@ -636,6 +649,7 @@ impl Recorder {
             wire_bytes_per_event: self.wire_bytes.load(Ordering::Relaxed) as f64
                 / events.max(1) as f64,
             server_cpu_us_per_event: None,
+            database_cpu_us_per_event: None,
         }
     }
 }
@@ -649,6 +663,21 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     Some(ticks / CLOCK_TICKS_PER_SEC)
+}
+
+/// CPU seconds the PostgreSQL server's processes (every process named
+/// `postgres`: the postmaster, its backends and workers) have used so far.
+fn postgres_cpu_seconds() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "postgres")
+        })
+        .filter_map(cpu_seconds)
+        .sum()
 }
 
 /// `sysconf(_SC_CLK_TCK)`: 100 on every Linux this runs on.
@@ -1168,6 +1197,9 @@ fn table(report: &Report) -> String {
         "|----------|-----------|------------|---------|---------|---------|---------|--------|\n",
     );
     out.push_str(&row(&report.fastack));
+    if let Some(c) = &report.capture {
+        out.push_str(&row(c));
+    }
     if let Some(b) = &report.baseline {
         out.push_str(&row(b));
         let f = &report.fastack;
@@ -1181,7 +1213,21 @@ fn table(report: &Report) -> String {
             f.p999_ms / b.p999_ms.max(1e-9),
         ));
     }
-    for r in std::iter::once(&report.fastack).chain(&report.baseline) {
+    for r in std::iter::once(&report.fastack)
+        .chain(&report.capture)
+        .chain(&report.baseline)
+    {
+        if let Some(us) = r.server_cpu_us_per_event
+            && r.wire_bytes_per_event == 0.0
+        {
+            out.push_str(&format!(
+                "\n{}: server CPU {us:.1} µs per event{}",
+                r.target,
+                r.database_cpu_us_per_event
+                    .map(|db| format!(" + PostgreSQL {db:.1} µs = {:.1} µs", us + db))
+                    .unwrap_or_default()
+            ));
+        }
         if r.wire_bytes_per_event > 0.0 {
             out.push_str(&format!(
                 "\n{}: {:.0} body bytes on the wire per event{}",
@@ -1373,7 +1419,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         });
         let url = format!("http://{}", b.addr);
         let r = match &args.wrk {
-            Some(script) => drive_wrk("baseline", &url, &keys[0], script, &args, &gen_b.run).await,
+            Some(script) => {
+                drive_wrk(
+                    "baseline",
+                    &url,
+                    &keys[0],
+                    script,
+                    &args,
+                    &gen_b.run,
+                    WrkFormat::Fastack,
+                    b.child.id(),
+                )
+                .await
+            }
             None => Ok(drive(
                 "baseline",
                 &url,
@@ -1389,6 +1447,27 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let r = r?;
         b.stop().await;
         Some(r)
+    };
+    let capture_report = match (&args.capture, &args.wrk) {
+        (None, _) => None,
+        (Some(_), None) => bail!("--capture runs with --wrk"),
+        (Some(bin), Some(script)) => {
+            let c = spawn_capture(bin, &args.redis).await?;
+            let url = format!("http://{}", c.addr);
+            let r = drive_wrk(
+                "capture",
+                &url,
+                "phc_bench",
+                script,
+                &args,
+                &format!("{run_id}-capture"),
+                WrkFormat::Capture,
+                c.child.id(),
+            )
+            .await;
+            c.stop().await;
+            Some(r?)
+        }
     };
 
     let core_exchange = format!("{run_id}.core");
@@ -1455,7 +1534,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         ))
     });
     let fastack = match &args.wrk {
-        Some(script) => drive_wrk("fastack", &base, &keys[0], script, &args, &gen_f.run).await?,
+        Some(script) => {
+            drive_wrk(
+                "fastack",
+                &base,
+                &keys[0],
+                script,
+                &args,
+                &gen_f.run,
+                WrkFormat::Fastack,
+                server.child.id(),
+            )
+            .await?
+        }
         None => {
             drive(
                 "fastack",
@@ -1525,6 +1616,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .map(|b| fastack.requests_per_sec / b.requests_per_sec.max(1e-9)),
         fastack,
         baseline: baseline_report,
+        capture: capture_report,
         visibility: vis,
         stream_visibility: stream_vis,
         webhook,
@@ -1565,6 +1657,7 @@ async fn inbox_drain(store: &store::Storage) -> Option<(i64, Option<f64>)> {
 
 /// One target driven by wrk (a warm-up run, then the measured one), read
 /// from the `WRK_JSON` line its script prints at the end.
+#[allow(clippy::too_many_arguments)]
 async fn drive_wrk(
     label: &str,
     base: &str,
@@ -1572,6 +1665,8 @@ async fn drive_wrk(
     script: &std::path::Path,
     args: &BenchArgs,
     run: &str,
+    format: WrkFormat,
+    server_pid: Option<u32>,
 ) -> anyhow::Result<RunReport> {
     anyhow::ensure!(
         args.encoding == BodyEncoding::Identity,
@@ -1593,6 +1688,7 @@ async fn drive_wrk(
             .env("FASTACK_BENCH_KEY", key)
             .env("FASTACK_BENCH_RUN", run)
             .env("FASTACK_BENCH_BATCH", batch.to_string())
+            .env("FASTACK_BENCH_FORMAT", format.name())
             .output()
     };
     if args.warmup > 0 {
@@ -1600,9 +1696,14 @@ async fn drive_wrk(
             .await
             .context("running wrk (install the Debian package `wrk`)")?;
     }
+    let on_postgres = args.backend == Backend::Postgres && format == WrkFormat::Fastack;
+    let cpu_at_start = server_pid.and_then(cpu_seconds);
+    let db_cpu_at_start = on_postgres.then(postgres_cpu_seconds);
     let out = wrk(args.duration.max(1), run.to_owned())
         .await
         .context("running wrk (install the Debian package `wrk`)")?;
+    let cpu_at_end = server_pid.and_then(cpu_seconds);
+    let db_cpu_at_end = on_postgres.then(postgres_cpu_seconds);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
@@ -1617,6 +1718,11 @@ async fn drive_wrk(
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
     let ms = |k: &str| n(k) as f64 / 1000.0;
     let seconds = (n("duration_us") as f64 / 1e6).max(1e-9);
+    let events = n("requests") * batch;
+    let per_event = |start: Option<f64>, end: Option<f64>| match (start, end) {
+        (Some(a), Some(b)) if events > 0 => Some((b - a) * 1e6 / events as f64),
+        _ => None,
+    };
     let mut errors = BTreeMap::new();
     for (name, k) in [("transport", "errors"), ("non-2xx", "non_2xx")] {
         if n(k) > 0 {
@@ -1639,8 +1745,56 @@ async fn drive_wrk(
         max_ms: ms("max_us"),
         // wrk's script builds the bodies: not counted here.
         wire_bytes_per_event: 0.0,
-        server_cpu_us_per_event: None,
+        server_cpu_us_per_event: per_event(cpu_at_start, cpu_at_end),
+        database_cpu_us_per_event: per_event(db_cpu_at_start, db_cpu_at_end),
     })
+}
+
+/// The body format of a wrk run (`FASTACK_BENCH_FORMAT` for the script).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WrkFormat {
+    Fastack,
+    Capture,
+}
+
+impl WrkFormat {
+    fn name(self) -> &'static str {
+        match self {
+            WrkFormat::Fastack => "fastack",
+            WrkFormat::Capture => "capture",
+        }
+    }
+}
+
+/// PostHog's capture, started on a free port with its print sink (Kafka's
+/// settings are required but unused) and its Redis for the quota limiter.
+async fn spawn_capture(bin: &std::path::Path, redis: &str) -> anyhow::Result<Served> {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let env = [
+        ("PRINT_SINK", "true".to_owned()),
+        ("ADDRESS", addr.to_string()),
+        ("REDIS_URL", redis.to_owned()),
+        ("KAFKA_HOSTS", "127.0.0.1:9092".to_owned()),
+        ("KAFKA_TOPIC", "events".to_owned()),
+    ];
+    let child = Command::new(bin)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "capture did not listen within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Served { child, addr })
 }
 
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
