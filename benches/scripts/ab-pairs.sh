@@ -3,9 +3,13 @@
 # base, new, new, base (so neither build always runs after the other):
 # `fastack-bench` closed loop, 8 s after a 2 s warm-up, each build serving
 # its own load (one load tool for both: FASTACK_BENCH, by default the
-# fastack-bench beside NEW_BIN, else the one in target/release). Prints
+# fastack-bench beside NEW_BIN, else the one in target/release; BASE_BENCH,
+# when set, for the base side: the load tool opens the store to create its
+# tenants, so a base with an older schema needs the load tool of its own
+# build). Prints
 # one line a run: backend, profile, pair, build, req/s, events/s, p99 ms,
-# errors.
+# errors, the server's CPU µs per event (from /proc: less moved than req/s
+# by a neighbour taking the machine's time).
 #
 # Usage: benches/scripts/ab-pairs.sh BASE_BIN NEW_BIN BACKEND PROFILE [PAIRS]
 #   BACKEND sqlite|postgres; PROFILE track (32 connections) | batch (8)
@@ -24,20 +28,23 @@ trap 'rm -rf "$dir"' EXIT
 for pair in $(seq "$pairs"); do
   for which in base new new base; do
     bin=$base
+    tool=${BASE_BENCH:-$bench}
     extra=()
     for kv in ${SERVER_ENV:-}; do extra+=(--server-env "${kv//\{dir\}/$dir/run}"); done
     if [ "$which" = new ]; then
       bin=$new
+      tool=$bench
       for kv in ${NEW_SERVER_ENV:-}; do extra+=(--server-env "${kv//\{dir\}/$dir/run}"); done
     fi
     mkdir -p "$dir/run"
-    (cd "$dir" && "$bench" --server "$bin" --backend "$backend" --profile "$profile" --connections "$conns" \
+    (cd "$dir" && "$tool" --server "$bin" --backend "$backend" --profile "$profile" --connections "$conns" \
       --duration 8 --warmup 2 --no-baseline --out "$dir/run.json" "${extra[@]}" >/dev/null 2>&1)
     rm -rf "$dir/run"
     figures=$(python3 - "$dir/run.json" <<'PY' 2>/dev/null || echo "failed"
 import json, sys
 f = json.load(open(sys.argv[1]))["fastack"]
-print("%.0f\t%.0f\t%.2f\t%d" % (f["requests_per_sec"], f["events_per_sec"], f["p99_ms"], sum(f["errors"].values())))
+cpu = f.get("server_cpu_us_per_event")
+print("%.0f\t%.0f\t%.2f\t%d\t%s" % (f["requests_per_sec"], f["events_per_sec"], f["p99_ms"], sum(f["errors"].values()), "%.1f" % cpu if cpu else "-"))
 PY
 )
     printf '%s\t%s\t%s\t%s\t%s\n' "$backend" "$profile" "$pair" "$which" "$figures"
