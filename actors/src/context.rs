@@ -12,7 +12,7 @@ use std::sync::{
 
 use dashmap::DashMap;
 use fastack_core::{
-    Config, amqp::Emitter, clock::SharedClock, crypto::Keys, metrics::Metrics, objects::Objects,
+    Config, clock::SharedClock, crypto::Keys, metrics::Metrics, objects::Objects,
     ratelimit::LocalCells, ratelimit::RedisLimiter, store::Store,
 };
 use fastack_entities::{EventId, NodeId, Tenant, TenantId};
@@ -37,8 +37,6 @@ pub struct Ctx {
     pub ingest: IngestQueue,
     pub keys: Keys,
     pub objects: Objects,
-    /// Set when AMQP streaming is on.
-    pub emitter: Option<Emitter>,
     /// Which sinks take jobs' and events' outbox rows.
     pub routing: Routing,
     pub signals: Signals,

@@ -10,9 +10,9 @@
 //! ├── Periodic<PlanRefresher>       tracking plans installed on any node, in force here
 //! ├── Periodic<ClockWatch>          warns while the machine's clock moved from the node's
 //! ├── Periodic<DependencyWatch>     dependencies checked for /readyz
-//! ├── WebhookDispatcher ── EndpointWorker(endpoint)   retries at ~2 s and ~8 s
 //! └── Relay<Sink>, one per sink on  each sink a file of sinks/, listed once in
-//!                                   sinks::SINKS: webhooks (fan-out to deliveries),
+//!     and the sink's workers        sinks::SINKS: webhooks (fan-out to deliveries;
+//!                                   its worker WebhookDispatcher ── EndpointWorker),
 //!                                   amqp (RabbitMQ, publisher confirms), the
 //!                                   Parquet lake's
 //! ```
@@ -31,7 +31,6 @@ pub mod child;
 pub mod clock_watch;
 pub mod context;
 pub mod dependency_watch;
-pub mod endpoint_worker;
 pub mod error;
 pub mod ingest_queue;
 pub mod ingest_writer;
@@ -49,14 +48,12 @@ pub mod signal;
 pub mod sinks;
 pub mod tenant_registry;
 pub mod tenant_supervisor;
-pub mod webhook_dispatcher;
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
 use fastack_core::{
     Config,
-    amqp::Emitter,
     clock::SharedClock,
     health::{self, Dependency, Health},
     metrics::Metrics,
@@ -128,8 +125,8 @@ impl Default for RuntimeOptions {
 /// What a node checks before it serves, so that a misconfiguration fails
 /// the start with the setting named instead of the first job hours later:
 /// object storage (a probe object written, read back and deleted), the
-/// lake's storage when a sink keeping one is on, RabbitMQ (connected, exchanges
-/// declared) when streaming is on, and the data directory's disk.
+/// lake's storage when a sink keeping one is on, each sink's link (RabbitMQ:
+/// connected, exchanges declared) and the data directory's disk.
 async fn check_at_start(config: &Config, health: &Health, objects: &Objects) -> Result<()> {
     let node = config.node_id.to_string();
     health::probe_objects(objects, &node)
@@ -144,16 +141,11 @@ async fn check_at_start(config: &Config, health: &Health, objects: &Objects) -> 
             .map_err(|e| health::unusable(dep, &lake.objects.location, e))?;
         health.up(dep, Some(lake.objects.location.clone()));
     }
-    match &config.amqp_url {
-        Some(url) => {
-            sinks::amqp::check(config, url).await.map_err(|e| {
-                health::unusable(Dependency::Amqp, &health::without_credentials(url), e)
-            })?;
-            health.up(Dependency::Amqp, None);
-        }
-        None => tracing::debug!(
-            "event streaming is off (no FASTACK_AMQP_URL): webhooks and polling still work"
-        ),
+    for probe in sinks::probes(config).await {
+        probe
+            .result
+            .map_err(|e| health::unusable(probe.dependency, &probe.location, e))?;
+        health.up(probe.dependency, None);
     }
     dependency_watch::disk(config, health);
     Ok(())
@@ -225,13 +217,6 @@ impl Runtime {
             routing,
         } = parts;
         let ingest = IngestQueue::new(INGEST_QUEUE_CAPACITY, config.ingest_split_rows);
-        let emitter = config.amqp_url.as_ref().map(|_| Emitter {
-            source: config.cloudevents_source.clone().unwrap_or_default(),
-            job_exchange: config.job_events_exchange.clone(),
-            core_exchange: config.core_events_exchange.clone(),
-            single_tenant: config.single_tenant,
-            signing_key: keys.deployment_hmac(),
-        });
         let ctx = Arc::new(Ctx {
             node_id: config.node_id,
             config,
@@ -243,7 +228,6 @@ impl Runtime {
             ingest,
             keys,
             objects,
-            emitter,
             routing,
             signals: Signals::default(),
             idempotency: context::IdempotencyCache::default(),

@@ -23,7 +23,6 @@ use crate::{
     repairer::Repairer,
     sinks,
     tenant_registry::{TenantRegistryActor, TenantRegistryArgs},
-    webhook_dispatcher::{WebhookDispatcherActor, WebhookDispatcherArgs},
 };
 use fastack_core::backoff::Backoff;
 
@@ -44,11 +43,12 @@ pub fn children(ctx: &Ctx) -> Vec<ChildSpec> {
         PeriodicActor::child(PlanRefresher),
         PeriodicActor::child(ClockWatch),
         PeriodicActor::child(DependencyWatch::new(&ctx.config)),
-        ChildSpec::new("webhook_dispatcher", |ctx| {
-            Some((WebhookDispatcherActor, WebhookDispatcherArgs { ctx }))
-        }),
     ];
-    children.extend(sinks::enabled(&ctx.config).into_iter().map(|s| s.child));
+    children.extend(
+        sinks::enabled(&ctx.config)
+            .into_iter()
+            .flat_map(|s| s.children),
+    );
     children
 }
 

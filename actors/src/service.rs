@@ -190,7 +190,7 @@ impl Service {
             tenant,
             url,
             events,
-            self.parts.config.webhook_allow_private,
+            crate::sinks::webhooks::WebhookSettings::of(&self.parts.config).allow_private,
         )
         .await
     }

@@ -117,7 +117,7 @@ pub use fastack_actors::RuntimeOptions as StartOptions;
 /// written), then opens the node ([`Runtime::open`]: storage, keys, Redis,
 /// the actors) and serves.
 pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
-    config.check_streaming()?;
+    fastack_actors::sinks::check(&config)?;
     let listener = bind(config.listen, "FASTACK_LISTEN").await?;
     let admin_listener = match &config.admin_token {
         Some(_) => {

@@ -118,6 +118,17 @@ pub async fn rabbit_reachable() -> bool {
     }
 }
 
+/// Turns streaming on in a node's configuration: the broker at `url`, the
+/// test's own exchanges.
+pub fn streaming_on(c: &mut fastack_core::Config, url: String, names: &Names) {
+    c.sections.set(fastack_actors::sinks::amqp::AmqpSettings {
+        url: Some(url),
+        cloudevents_source: Some(SOURCE.to_owned()),
+        job_events_exchange: names.job.clone(),
+        core_events_exchange: names.core.clone(),
+    });
+}
+
 /// A server with AMQP streaming on (through `via`, a proxy, if given).
 pub async fn streaming_app(
     backend: Backend,
@@ -134,10 +145,7 @@ pub async fn streaming_app(
     };
     let n = names.clone();
     let app = spawn_on(db, move |c| {
-        c.amqp_url = Some(via.unwrap_or_else(amqp_url));
-        c.cloudevents_source = Some(SOURCE.to_owned());
-        c.job_events_exchange = n.job.clone();
-        c.core_events_exchange = n.core.clone();
+        streaming_on(c, via.unwrap_or_else(amqp_url), &n);
         tweak(c);
     })
     .await;
@@ -760,10 +768,7 @@ async fn repairers_on_two_nodes_do_the_work_once() {
     };
     let n = names.clone();
     let b = spawn_on(a.db.clone(), move |c| {
-        c.amqp_url = Some(amqp_url());
-        c.cloudevents_source = Some(SOURCE.to_owned());
-        c.job_events_exchange = n.job.clone();
-        c.core_events_exchange = n.core.clone();
+        streaming_on(c, amqp_url(), &n);
         c.repair_interval = Duration::from_millis(300);
     })
     .await;

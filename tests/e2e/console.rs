@@ -884,7 +884,7 @@ async fn the_console_speaks_to_the_tenants_user() {
     };
     let app = spawn_with(Arc::new(db), fastack_api::StartOptions::default(), |c| {
         console_on(c);
-        c.webhook_allow_private = false;
+        crate::webhooks::allow_private(c, false);
     })
     .await;
     let mut b = signed_in(&app, app.t.tenant.id, "owner@acme.test", Role::Owner).await;

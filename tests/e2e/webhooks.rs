@@ -165,10 +165,17 @@ pub async fn webhook_app(backend: Backend) -> Option<TestApp> {
     Some(spawn_on(db, tweak).await)
 }
 
+/// Allows (or refuses) receivers on private addresses.
+pub fn allow_private(c: &mut fastack_core::Config, allow: bool) {
+    let mut settings = fastack_actors::sinks::webhooks::WebhookSettings::of(c).clone();
+    settings.allow_private = allow;
+    c.sections.set(settings);
+}
+
 pub fn tweak(c: &mut fastack_core::Config) {
     c.admin_token = Some(ADMIN_TOKEN.to_owned());
     c.admin_listen = "127.0.0.1:0".parse().unwrap();
-    c.webhook_allow_private = true;
+    allow_private(c, true);
 }
 
 pub fn admin_url(app: &TestApp, path: &str) -> String {
@@ -713,7 +720,7 @@ async fn private_addresses_are_refused_at_delivery_time() {
     let db = app.stop().await;
     let app = spawn_on(db, |c| {
         tweak(c);
-        c.webhook_allow_private = false;
+        allow_private(c, false);
     })
     .await;
     send(&app, "rebind-1").await;

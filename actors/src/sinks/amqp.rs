@@ -3,14 +3,20 @@
 //! batch goes out before the first confirm is awaited). Only confirmed rows
 //! are done; the rest are offered again, and a broken link is reported so
 //! the relay reconnects after a capped backoff.
+//!
+//! Everything about it is declared here: its settings ([`AmqpSettings`],
+//! checked together before a node serves), its counters, the start's
+//! probe of the broker and the `amqp` dependency of `/readyz`.
 
 use std::{collections::BTreeSet, time::Duration};
 
 use async_trait::async_trait;
 use fastack_core::{
-    Config,
+    Config, Error,
     amqp::{Emitter, declare_exchange},
-    health::{CHECK_TIMEOUT, Dependency},
+    health::{CHECK_TIMEOUT, Dependency, without_credentials},
+    metrics::CounterSpec,
+    settings::{Extension, parse},
     store::{OutboxRow, SinkName},
 };
 use lapin::{
@@ -19,8 +25,62 @@ use lapin::{
 };
 use tracing::{info, warn};
 
-use super::{Sent, Sink, Tracked};
+use super::{Probe, Sent, Sink, Tracked};
 use crate::context::Ctx;
+
+fastack_core::settings! {
+    /// The AMQP sink's settings.
+    pub struct AmqpSettings {
+        /// RabbitMQ for job and event streams
+        pub url: Option<String> = "FASTACK_AMQP_URL" {
+            default: "",
+            shown: "(unset: streaming off)",
+            parse: parse::optional_text,
+            show: url,
+        },
+        /// topic exchange of job.completed / job.failed
+        pub job_events_exchange: String = "FASTACK_JOB_EVENTS_EXCHANGE" {
+            default: "fastack.job.events",
+            parse: parse::text,
+        },
+        /// topic exchange of core.event.tracked
+        pub core_events_exchange: String = "FASTACK_CORE_EVENTS_EXCHANGE" {
+            default: "fastack.core.events",
+            parse: parse::text,
+        },
+        /// ce-source of every emitted CloudEvent; required with AMQP
+        pub cloudevents_source: Option<String> = "FASTACK_CLOUDEVENTS_SOURCE" {
+            default: "",
+            shown: "(none)",
+            parse: parse::optional_text,
+        },
+    }
+}
+
+/// The settings of a node streaming to a broker (`None`: streaming off).
+fn streaming(config: &Config) -> Option<&AmqpSettings> {
+    config
+        .sections
+        .get::<AmqpSettings>()
+        .filter(|s| s.url.is_some())
+}
+
+/// How `/readyz` and the start's errors name the broker.
+const LINK: Dependency = Dependency::Link {
+    name: "amqp",
+    settings: "FASTACK_AMQP_URL",
+};
+
+/// Outbox rows the broker confirmed.
+const PUBLISHED: CounterSpec = CounterSpec {
+    name: "amqp_published",
+    help: "outbox rows confirmed by the broker",
+};
+/// Confirmed messages no queue took.
+const UNROUTABLE: CounterSpec = CounterSpec {
+    name: "amqp_unroutable",
+    help: "confirmed messages the broker could not route to any queue",
+};
 
 pub struct AmqpSink {
     emitter: Emitter,
@@ -48,12 +108,12 @@ async fn open_link(url: &str, exchanges: [&str; 2]) -> Result<(Connection, Chann
     Ok((conn, channel))
 }
 
-/// The start's check of a node streaming to a broker: it connects and
-/// declares the exchanges, within the dependency check's time.
-pub async fn check(config: &Config, url: &str) -> Result<(), String> {
+/// Connects and declares the exchanges, within the dependency check's
+/// time, then closes.
+async fn check(settings: &AmqpSettings, url: &str) -> Result<(), String> {
     let exchanges = [
-        config.job_events_exchange.as_str(),
-        config.core_events_exchange.as_str(),
+        settings.job_events_exchange.as_str(),
+        settings.core_events_exchange.as_str(),
     ];
     let (conn, channel) = tokio::time::timeout(CHECK_TIMEOUT, open_link(url, exchanges))
         .await
@@ -70,16 +130,62 @@ impl Sink for AmqpSink {
     const NAME: SinkName = SinkName("amqp");
     const JOBS: bool = true;
     const TRACKED: Tracked = Tracked::Every;
+    const SETTINGS: Option<Extension> = Some(Extension::of::<AmqpSettings>());
+    const COUNTERS: &'static [CounterSpec] = &[PUBLISHED, UNROUTABLE];
 
     /// With a broker (`FASTACK_AMQP_URL`).
     fn on(config: &Config) -> bool {
-        config.amqp_url.is_some()
+        streaming(config).is_some()
+    }
+
+    /// The event contract needs exchange names and a CloudEvents source:
+    /// a node streaming without them refuses to start.
+    fn check(config: &Config) -> fastack_core::Result<()> {
+        let Some(settings) = streaming(config) else {
+            return Ok(());
+        };
+        if settings.job_events_exchange.trim().is_empty()
+            || settings.core_events_exchange.trim().is_empty()
+        {
+            return Err(Error::Config(
+                "FASTACK_AMQP_URL is set but FASTACK_JOB_EVENTS_EXCHANGE or FASTACK_CORE_EVENTS_EXCHANGE is empty"
+                    .to_owned(),
+            ));
+        }
+        if settings
+            .cloudevents_source
+            .as_deref()
+            .is_none_or(|s| s.trim().is_empty())
+        {
+            return Err(Error::Config(
+                "FASTACK_AMQP_URL is set but FASTACK_CLOUDEVENTS_SOURCE is empty: job events need a ce-source"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn probe(config: &Config) -> Option<Probe> {
+        let settings = streaming(config)?;
+        let url = settings.url.as_deref()?;
+        Some(Probe {
+            dependency: LINK,
+            location: without_credentials(url),
+            result: check(settings, url).await,
+        })
     }
 
     fn open(ctx: &Ctx) -> Option<Self> {
+        let settings = streaming(&ctx.config)?;
         Some(AmqpSink {
-            emitter: ctx.emitter.clone()?,
-            url: ctx.config.amqp_url.clone()?,
+            emitter: Emitter {
+                source: settings.cloudevents_source.clone().unwrap_or_default(),
+                job_exchange: settings.job_events_exchange.clone(),
+                core_exchange: settings.core_events_exchange.clone(),
+                single_tenant: ctx.config.single_tenant,
+                signing_key: ctx.keys.deployment_hmac(),
+            },
+            url: settings.url.clone()?,
             link: None,
             unroutable: BTreeSet::new(),
         })
@@ -101,13 +207,13 @@ impl Sink for AmqpSink {
                     "amqp connected, exchanges declared"
                 );
                 if self.unroutable.is_empty() {
-                    ctx.health.up(Dependency::Amqp, None);
+                    ctx.health.up(LINK, None);
                 }
                 self.link = Some(link);
                 Ok(())
             }
             Err(e) => {
-                ctx.health.down(Dependency::Amqp, &e);
+                ctx.health.down(LINK, &e);
                 Err(e)
             }
         }
@@ -162,7 +268,9 @@ impl Sink for AmqpSink {
                     if returned.is_some() {
                         // No queue is bound for this routing key: the broker
                         // took the message and had nowhere to put it.
-                        ctx.metrics.amqp_unroutable.inc();
+                        if let Some(c) = ctx.metrics.counter(UNROUTABLE.name) {
+                            c.inc();
+                        }
                         if self.unroutable.insert(exchange.clone()) {
                             warn!(
                                 outbox = id,
@@ -183,14 +291,16 @@ impl Sink for AmqpSink {
                 }
             }
         }
-        ctx.metrics.amqp_published.inc_by(sent.done.len() as u64);
+        if let Some(c) = ctx.metrics.counter(PUBLISHED.name) {
+            c.inc_by(sent.done.len() as u64);
+        }
         if let Some(error) = &sent.down {
-            ctx.health.down(Dependency::Amqp, error);
+            ctx.health.down(LINK, error);
             self.link = None;
         } else if self.unroutable != before || !sent.done.is_empty() {
             match self.unroutable.iter().next() {
                 Some(_) => ctx.health.warning(
-                    Dependency::Amqp,
+                    LINK,
                     format!(
                         "nothing is bound to exchange {}: the broker drops the events \
                          published there",
@@ -201,7 +311,7 @@ impl Sink for AmqpSink {
                             .join(", ")
                     ),
                 ),
-                None => ctx.health.up(Dependency::Amqp, None),
+                None => ctx.health.up(LINK, None),
             }
         }
         sent

@@ -24,12 +24,13 @@ use fastack_core::{
     store::{Emit, SinkName, TimeRange},
 };
 use fastack_entities::{Job, JobKind, TenantId};
+use futures::future::BoxFuture;
 use serde_json::json;
 
 use crate::child::ChildSpec;
 pub use crate::routing::Routing;
 use relay::RelayActor;
-pub use sink::{Backfill, BackfillRequest, Flush, Lake, Sent, Sink, Tracked};
+pub use sink::{Backfill, BackfillRequest, Flush, Lake, Probe, Sent, Sink, Tracked};
 
 /// Every sink of the product, each declared by its file: the one place an
 /// output is added.
@@ -47,6 +48,12 @@ struct SinkKind {
     on: fn(&Config) -> bool,
     spec: fn() -> SinkSpec,
     lake: fn(&Config) -> Option<fastack_core::Result<Lake>>,
+    check: fn(&Config) -> fastack_core::Result<()>,
+    probe: for<'a> fn(&'a Config) -> BoxFuture<'a, Option<Probe>>,
+}
+
+fn probe_of<S: Sink>(config: &Config) -> BoxFuture<'_, Option<Probe>> {
+    S::probe(config)
 }
 
 impl SinkKind {
@@ -58,6 +65,8 @@ impl SinkKind {
             on: S::on,
             spec: SinkSpec::of::<S>,
             lake: S::lake,
+            check: S::check,
+            probe: probe_of::<S>,
         }
     }
 }
@@ -72,8 +81,8 @@ pub struct SinkSpec {
     pub grouped: bool,
     /// Its counters ([`Sink::COUNTERS`]).
     pub counters: &'static [CounterSpec],
-    /// Starts its relay under the root.
-    pub child: ChildSpec,
+    /// Its relay and the actors it runs beside it, started under the root.
+    pub children: Vec<ChildSpec>,
 }
 
 impl SinkSpec {
@@ -84,7 +93,9 @@ impl SinkSpec {
             tracked: S::TRACKED,
             grouped: S::GROUPED,
             counters: S::COUNTERS,
-            child: RelayActor::<S>::child(S::open),
+            children: std::iter::once(RelayActor::<S>::child(S::open))
+                .chain(S::workers())
+                .collect(),
         }
     }
 }
@@ -119,6 +130,21 @@ pub fn lake(config: &Config) -> Option<fastack_core::Result<Lake>> {
         .iter()
         .filter(|k| (k.on)(config))
         .find_map(|k| (k.lake)(config))
+}
+
+/// Every sink's check of its settings: a node refuses to start on the
+/// first error.
+pub fn check(config: &Config) -> fastack_core::Result<()> {
+    SINKS.iter().try_for_each(|k| (k.check)(config))
+}
+
+/// The probes of the links of the sinks on with this configuration.
+pub async fn probes(config: &Config) -> Vec<Probe> {
+    let mut found = Vec::new();
+    for kind in SINKS.iter().filter(|k| (k.on)(config)) {
+        found.extend((kind.probe)(config).await);
+    }
+    found
 }
 
 /// The sinks that have a backfill, by name.

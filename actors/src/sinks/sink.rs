@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fastack_core::{
     Config, erasure,
+    health::Dependency,
     metrics::CounterSpec,
     objects::Objects,
     settings::Extension,
@@ -15,7 +16,7 @@ use fastack_core::{
 use fastack_entities::{Job, TenantId};
 use serde_json::Value;
 
-use crate::context::Ctx;
+use crate::{child::ChildSpec, context::Ctx};
 
 /// Which `core.event.tracked` events a sink takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,16 @@ pub struct Lake {
     pub settings: &'static str,
     /// How an erasure rewrites its files.
     pub files: Box<dyn erasure::Lake>,
+}
+
+/// What a sink's probe at start found of its link (a broker): a node
+/// whose probe failed does not start, and names the dependency's settings.
+pub struct Probe {
+    /// The dependency it reports under (`/readyz`, `fastack_dependency_up`).
+    pub dependency: Dependency,
+    /// Where it is, without credentials.
+    pub location: String,
+    pub result: Result<(), String>,
 }
 
 /// What a `backfill` job asks of its sink: a tenant's stored events of a
@@ -117,9 +128,26 @@ pub trait Sink: Send + Sync + Sized + 'static {
     /// Whether a node with this configuration runs it.
     fn on(config: &Config) -> bool;
 
+    /// Checks its settings together, before a node binds anything: an
+    /// error names the settings to fix.
+    fn check(_config: &Config) -> fastack_core::Result<()> {
+        Ok(())
+    }
+
+    /// Probes its link before a node serves, when it is on and has one.
+    async fn probe(_config: &Config) -> Option<Probe> {
+        None
+    }
+
     /// The sink of a node it is on for (`None`: it cannot start, and said
     /// why in the log).
     fn open(ctx: &Ctx) -> Option<Self>;
+
+    /// The actors it runs beside its relay, under the root (webhooks: the
+    /// dispatcher that delivers what the fan-out created).
+    fn workers() -> Vec<ChildSpec> {
+        Vec::new()
+    }
 
     /// The files of events it keeps, when it is on and keeps some.
     fn lake(_config: &Config) -> Option<fastack_core::Result<Lake>> {

@@ -114,29 +114,6 @@ crate::settings! {
             parse: parse::from_str,
             check: check::positive,
         },
-        /// RabbitMQ for job and event streams
-        pub amqp_url: Option<String> = "FASTACK_AMQP_URL" {
-            default: "",
-            shown: "(unset: streaming off)",
-            parse: parse::optional_text,
-            show: url,
-        },
-        /// topic exchange of job.completed / job.failed
-        pub job_events_exchange: String = "FASTACK_JOB_EVENTS_EXCHANGE" {
-            default: "fastack.job.events",
-            parse: parse::text,
-        },
-        /// topic exchange of core.event.tracked
-        pub core_events_exchange: String = "FASTACK_CORE_EVENTS_EXCHANGE" {
-            default: "fastack.core.events",
-            parse: parse::text,
-        },
-        /// ce-source of every emitted CloudEvent; required with AMQP
-        pub cloudevents_source: Option<String> = "FASTACK_CLOUDEVENTS_SOURCE" {
-            default: "",
-            shown: "(none)",
-            parse: parse::optional_text,
-        },
         /// base64 master key (>= 32 bytes) for encryption and HMAC keys
         pub enc_key: Option<String> = "FASTACK_ENC_KEY" {
             default: "",
@@ -174,28 +151,6 @@ crate::settings! {
         pub plan_refresh_interval: Duration = "FASTACK_PLAN_REFRESH_MS" {
             default: "1000",
             parse: parse::millis,
-        },
-        /// how long a node holds a webhook delivery it is attempting (a node that dies releases it after this)
-        pub webhook_claim: Duration = "FASTACK_WEBHOOK_CLAIM_MS" {
-            default: "60000",
-            parse: parse::millis,
-        },
-        /// most requests in flight to one webhook endpoint (the limit adapts below it)
-        pub webhook_max_concurrency: usize = "FASTACK_WEBHOOK_MAX_CONCURRENCY" {
-            default: "64",
-            parse: parse::from_str,
-        },
-        /// allow webhook endpoints on private/loopback addresses
-        pub webhook_allow_private: bool = "FASTACK_WEBHOOK_ALLOW_PRIVATE" {
-            default: "false",
-            parse: parse::boolean,
-        },
-        /// egress proxy for webhook deliveries; the proxy then enforces which addresses are reachable (environment proxies are ignored)
-        pub webhook_proxy: Option<String> = "FASTACK_WEBHOOK_PROXY" {
-            default: "",
-            shown: "(none: direct)",
-            parse: parse::optional_text,
-            show: url,
         },
         /// this node's id in processing leases
         pub node_id: NodeId = "FASTACK_NODE_ID" {
@@ -650,32 +605,6 @@ fn merged(
 }
 
 impl Config {
-    /// With AMQP configured, the event contract needs exchange names and a
-    /// CloudEvents source: a node refuses to start without them.
-    pub fn check_streaming(&self) -> Result<()> {
-        if self.amqp_url.is_none() {
-            return Ok(());
-        }
-        if self.job_events_exchange.trim().is_empty() || self.core_events_exchange.trim().is_empty()
-        {
-            return Err(Error::Config(
-                "FASTACK_AMQP_URL is set but FASTACK_JOB_EVENTS_EXCHANGE or FASTACK_CORE_EVENTS_EXCHANGE is empty"
-                    .to_owned(),
-            ));
-        }
-        if self
-            .cloudevents_source
-            .as_deref()
-            .is_none_or(|s| s.trim().is_empty())
-        {
-            return Err(Error::Config(
-                "FASTACK_AMQP_URL is set but FASTACK_CLOUDEVENTS_SOURCE is empty: job events need a ce-source"
-                    .to_owned(),
-            ));
-        }
-        Ok(())
-    }
-
     /// Embedded mode: SQLite under the data dir, in-process rate limits.
     pub fn is_embedded(&self) -> bool {
         self.database_url
@@ -862,45 +791,13 @@ mod tests {
             ("FASTACK_DATABASE_URL", "postgres://localhost/x"),
             ("FASTACK_PLAN_PRO_RPS", "3000"),
             ("FASTACK_PLAN_ENTERPRISE_RETENTION_MONTHS", "48"),
-            ("FASTACK_WEBHOOK_ALLOW_PRIVATE", "true"),
+            ("FASTACK_UNAUTH_RPS", "7"),
         ]))
         .unwrap();
         assert!(!cfg.is_embedded());
         assert_eq!(cfg.plans.pro.rate_per_sec, 3000);
         assert_eq!(cfg.plans.enterprise.retention_months, 48);
-        assert!(cfg.webhook_allow_private);
-    }
-
-    #[test]
-    fn streaming_needs_exchange_and_source() {
-        let amqp = ("FASTACK_AMQP_URL", "amqp://localhost");
-        let cfg = Config::from_vars(vars(&[amqp])).unwrap();
-        assert!(
-            cfg.check_streaming()
-                .unwrap_err()
-                .to_string()
-                .contains("FASTACK_CLOUDEVENTS_SOURCE")
-        );
-        let cfg = Config::from_vars(vars(&[
-            amqp,
-            ("FASTACK_CLOUDEVENTS_SOURCE", "//x"),
-            ("FASTACK_JOB_EVENTS_EXCHANGE", ""),
-        ]))
-        .unwrap();
-        assert!(
-            cfg.check_streaming()
-                .unwrap_err()
-                .to_string()
-                .contains("EXCHANGE")
-        );
-        let cfg = Config::from_vars(vars(&[amqp, ("FASTACK_CLOUDEVENTS_SOURCE", "//x")])).unwrap();
-        assert!(cfg.check_streaming().is_ok());
-        assert!(
-            Config::from_vars(vars(&[]))
-                .unwrap()
-                .check_streaming()
-                .is_ok()
-        );
+        assert_eq!(cfg.unauth_rps, 7);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a node depends on and how each dependency is doing: the database,
 //! object storage (exports and archives), the lake (the storage of a sink
-//! that keeps files of events), RabbitMQ, Redis and the data directory's disk. Each has a
+//! that keeps files of events), a sink's link (RabbitMQ), Redis and the data directory's disk. Each has a
 //! state (`up`, `warning`, `down`), since when, when it was last checked,
 //! and its last error. The checks at start, the dependency watch and the
 //! sinks (which see a broker's answers first) write it; `/readyz` shows it
@@ -33,7 +33,11 @@ pub enum Dependency {
     ObjectStorage,
     /// With the settings that point at it (the sink keeping it says).
     Lake(&'static str),
-    Amqp,
+    /// A sink's link (a broker), as the sink declares it.
+    Link {
+        name: &'static str,
+        settings: &'static str,
+    },
     Redis,
     Disk,
 }
@@ -44,7 +48,7 @@ impl Dependency {
             Dependency::Database => "database",
             Dependency::ObjectStorage => "object_storage",
             Dependency::Lake(_) => "lake",
-            Dependency::Amqp => "amqp",
+            Dependency::Link { name, .. } => name,
             Dependency::Redis => "redis",
             Dependency::Disk => "disk",
         }
@@ -61,7 +65,7 @@ impl Dependency {
                  FASTACK_S3_ACCESS_KEY_ID, FASTACK_S3_SECRET_ACCESS_KEY"
             }
             Dependency::Lake(settings) => settings,
-            Dependency::Amqp => "FASTACK_AMQP_URL",
+            Dependency::Link { settings, .. } => settings,
             Dependency::Redis => "FASTACK_REDIS_URL",
             Dependency::Disk => "FASTACK_DATA_DIR",
         }

@@ -74,8 +74,6 @@ pub struct Metrics {
     /// whatever failed and restarted before.
     pub processors: Gauge,
     pub actor_restarts: Family<ActorLabels, Counter>,
-    pub amqp_published: Counter,
-    pub amqp_unroutable: Counter,
     pub ratelimit_round_trips: Counter,
     pub outbox_depth: Family<SinkLabels, Gauge>,
     pub sink_lag_seconds: Family<SinkLabels, Gauge>,
@@ -139,8 +137,6 @@ impl Metrics {
         let active_tenants = Gauge::default();
         let processors = Gauge::default();
         let actor_restarts = Family::<ActorLabels, Counter>::default();
-        let amqp_published = Counter::default();
-        let amqp_unroutable = Counter::default();
         let ratelimit_round_trips = Counter::default();
         registry.register(
             "ratelimit_redis_round_trips",
@@ -166,16 +162,6 @@ impl Metrics {
             "webhook_first_attempt_lag_seconds",
             "time from the outbox row to a delivery's first attempt",
             webhook_first_attempt_lag_seconds.clone(),
-        );
-        registry.register(
-            "amqp_published",
-            "outbox rows confirmed by the broker",
-            amqp_published.clone(),
-        );
-        registry.register(
-            "amqp_unroutable",
-            "confirmed messages the broker could not route to any queue",
-            amqp_unroutable.clone(),
         );
         registry.register(
             "outbox_depth",
@@ -324,8 +310,6 @@ impl Metrics {
             active_tenants,
             processors,
             actor_restarts,
-            amqp_published,
-            amqp_unroutable,
             ratelimit_round_trips,
             outbox_depth,
             sink_lag_seconds,

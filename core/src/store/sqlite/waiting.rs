@@ -4,7 +4,10 @@
 //! into it yet (an earlier release's, a quarantined event put back), which
 //! the node moves in.
 
-use std::sync::{Arc, atomic::Ordering};
+use std::{
+    collections::HashMap,
+    sync::{Arc, atomic::Ordering},
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -85,54 +88,63 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// Every event waiting in the log's files (past its tenant's cursor),
+    /// handed to `f`, and the cursors read: where another process appends
+    /// to the log (a command beside a running node, the load tool beside
+    /// the node it measures), the files are what this process can read.
+    async fn waiting_in_files(
+        &self,
+        mut f: impl FnMut(Record) + Send,
+    ) -> Result<HashMap<Uuid, u64>> {
+        let cursors: HashMap<Uuid, u64> =
+            sqlx::query_as::<_, (Uuid, i64)>("SELECT tenant_id, seq FROM log_cursors")
+                .fetch_all(&self.reader)
+                .await?
+                .into_iter()
+                .map(|(tenant, seq)| (tenant, seq.max(0) as u64))
+                .collect();
+        accept_log::scan(&self.log_dir, |r, _| {
+            if r.seq > cursors.get(&r.tenant.0).copied().unwrap_or(0) {
+                f(r);
+            }
+            Ok(())
+        })?;
+        Ok(cursors)
+    }
+
     /// The tenant's cursor and its events waiting in the log: from this
-    /// process's index, or, where another process appends to the log (a
-    /// command beside a running node), read from the files.
+    /// process's index, or from the files where another process appends.
     async fn waiting_records(&self, tenant: TenantId) -> Result<(u64, Vec<Record>)> {
         match self.log().await {
             Ok(log) => log.waiting(tenant),
             Err(Error::Storage(_)) => {
-                let cursor: Option<i64> =
-                    sqlx::query_scalar("SELECT seq FROM log_cursors WHERE tenant_id = $1")
-                        .bind(tenant.0)
-                        .fetch_optional(&self.reader)
-                        .await?;
-                let cursor = cursor.unwrap_or(0).max(0) as u64;
                 let mut out = Vec::new();
-                accept_log::scan(&self.log_dir, |r, _| {
-                    if r.tenant == tenant && r.seq > cursor {
-                        out.push(r);
-                    }
-                    Ok(())
-                })?;
-                Ok((cursor, out))
+                let cursors = self
+                    .waiting_in_files(|r| {
+                        if r.tenant == tenant {
+                            out.push(r);
+                        }
+                    })
+                    .await?;
+                Ok((cursors.get(&tenant.0).copied().unwrap_or(0), out))
             }
             Err(e) => Err(e),
         }
     }
 
     /// The events waiting in the log and the oldest one's `received_at`:
-    /// from this process's index, or read from the files where another
-    /// process appends (the load tool beside the node it measures).
+    /// from this process's index, or from the files where another process
+    /// appends.
     async fn log_stats(&self) -> Result<(i64, Option<DateTime<Utc>>)> {
         match self.log().await {
             Ok(log) => Ok(log.stats()),
             Err(Error::Storage(_)) => {
-                let cursors: std::collections::HashMap<Uuid, i64> =
-                    sqlx::query_as::<_, (Uuid, i64)>("SELECT tenant_id, seq FROM log_cursors")
-                        .fetch_all(&self.reader)
-                        .await?
-                        .into_iter()
-                        .collect();
                 let (mut n, mut oldest) = (0i64, None::<DateTime<Utc>>);
-                accept_log::scan(&self.log_dir, |r, _| {
-                    let cursor = cursors.get(&r.tenant.0).copied().unwrap_or(0).max(0) as u64;
-                    if r.seq > cursor {
-                        n += 1;
-                        oldest = Some(oldest.map_or(r.received_at, |o| o.min(r.received_at)));
-                    }
-                    Ok(())
-                })?;
+                self.waiting_in_files(|r| {
+                    n += 1;
+                    oldest = Some(oldest.map_or(r.received_at, |o| o.min(r.received_at)));
+                })
+                .await?;
                 Ok((n, oldest))
             }
             Err(e) => Err(e),

@@ -20,13 +20,13 @@ use fastack_entities::{DeliveryId, EndpointId};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::warn;
 
-use crate::{
-    context::Ctx,
+use super::{
+    WebhookSettings,
     endpoint_worker::{
         BACKLOG_PER_SLOT, EndpointWorkerActor, EndpointWorkerArgs, EndpointWorkerMsg, http_client,
     },
-    signal::Wakes,
 };
+use crate::{context::Ctx, signal::Wakes};
 
 pub struct WebhookDispatcherActor;
 
@@ -96,7 +96,7 @@ impl WebhookDispatcherActor {
 
     /// Deliveries one endpoint may have handed out at once.
     fn backlog(ctx: &Ctx) -> usize {
-        ctx.config.webhook_max_concurrency.max(1) * BACKLOG_PER_SLOT
+        WebhookSettings::of(&ctx.config).max_concurrency.max(1) * BACKLOG_PER_SLOT
     }
 
     async fn dispatch(
@@ -131,7 +131,7 @@ impl WebhookDispatcherActor {
             .deliveries()
             .claim_due(
                 ctx.now(),
-                ChronoDuration::from_std(ctx.config.webhook_claim)
+                ChronoDuration::from_std(WebhookSettings::of(&ctx.config).claim)
                     .unwrap_or(ChronoDuration::seconds(60)),
                 room as u32,
                 &full,
@@ -212,8 +212,8 @@ impl Actor for WebhookDispatcherActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let client = http_client(
-            args.ctx.config.webhook_allow_private,
-            args.ctx.config.webhook_proxy.as_deref(),
+            WebhookSettings::of(&args.ctx.config).allow_private,
+            WebhookSettings::of(&args.ctx.config).proxy.as_deref(),
         )?;
         Ok(WebhookDispatcherState {
             client,

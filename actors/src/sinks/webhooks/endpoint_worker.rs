@@ -32,6 +32,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tracing::{debug, warn};
 
+use super::WebhookSettings;
 use crate::context::Ctx;
 
 /// Requests in flight to one endpoint when it is new.
@@ -195,7 +196,7 @@ impl Actor for EndpointWorkerActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(EndpointWorkerState {
-            limit: Limit::new(args.ctx.config.webhook_max_concurrency),
+            limit: Limit::new(WebhookSettings::of(&args.ctx.config).max_concurrency),
             ctx: args.ctx,
             endpoint: args.endpoint,
             client: args.client,
@@ -332,7 +333,9 @@ pub async fn attempt(
                         .map(|h| h.trim_matches(|c| c == '[' || c == ']').to_owned())
                 })
                 .and_then(|h| h.parse::<IpAddr>().ok())
-                .is_some_and(|ip| is_forbidden(ip) && !ctx.config.webhook_allow_private);
+                .is_some_and(|ip| {
+                    is_forbidden(ip) && !WebhookSettings::of(&ctx.config).allow_private
+                });
             if literal_forbidden {
                 Err(REFUSED_ADDRESS.to_owned())
             } else {
