@@ -14,7 +14,7 @@ use fastack_core::{
     validate::{FieldError, MAX_REQUEST_BYTES},
 };
 use poem::{
-    Request, RequestBody,
+    Body, Request, RequestBody,
     error::ReadBodyError,
     http::{StatusCode, header},
 };
@@ -66,6 +66,69 @@ pub fn is_json(content_type: Option<&str>) -> bool {
     })
 }
 
+/// Reads a JSON request's body under the edge's rules (the module's doc):
+/// the extractor's work, and the front door's for the ingest routes.
+pub async fn read_json(request: &Request, body: Body) -> Result<Bytes, ApiError> {
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if !is_json(content_type) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ProblemCode::UnsupportedMediaType,
+            format!(
+                "the body must be sent as `content-type: application/json` (got {})",
+                content_type.map_or("none".to_owned(), |c| format!("`{c}`"))
+            ),
+        ));
+    }
+    let encoding = Encoding::of(request)?;
+    let too_large =
+        || ApiError::payload_too_large(format!("request body is over {} bytes", MAX_REQUEST_BYTES));
+    let timeout = request
+        .data::<SharedState>()
+        .map_or(std::time::Duration::from_secs(30), |s| {
+            s.config.body_timeout
+        });
+    let timed_out = || {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ProblemCode::RequestTimeout,
+            format!(
+                "the body was not received within {} s",
+                timeout.as_secs_f64()
+            ),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > MAX_REQUEST_BYTES) {
+        // Refused unread: the listener reads a moderately oversized
+        // body before the 413 goes out (the client sees the answer, not
+        // a reset) and closes the connection after a huge one.
+        return Err(too_large());
+    }
+    let bytes = tokio::time::timeout(timeout, body.into_bytes_limit(MAX_REQUEST_BYTES))
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|e| match e {
+            ReadBodyError::PayloadTooLarge => too_large(),
+            other => ApiError::bad_request(
+                ProblemCode::InvalidRequest,
+                format!("could not read the body: {other}"),
+            ),
+        })?;
+    let bytes = encoding.inflate(bytes)?;
+    if bytes.is_empty() {
+        return Err(ApiError::invalid_json("request body is empty"));
+    }
+    Ok(bytes)
+}
+
 impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
     const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
     type ParamType = ();
@@ -91,67 +154,8 @@ impl<'a, T: Type + Send> ApiExtractor<'a> for JsonBody<T> {
         body: &mut RequestBody,
         _param_opts: ExtractParamOptions<Self::ParamType>,
     ) -> poem::Result<Self> {
-        let content_type = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        if !is_json(content_type) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                ProblemCode::UnsupportedMediaType,
-                format!(
-                    "the body must be sent as `content-type: application/json` (got {})",
-                    content_type.map_or("none".to_owned(), |c| format!("`{c}`"))
-                ),
-            )
-            .into());
-        }
-        let encoding = Encoding::of(request)?;
-        let too_large = || {
-            ApiError::payload_too_large(format!("request body is over {} bytes", MAX_REQUEST_BYTES))
-        };
-        let timeout = request
-            .data::<SharedState>()
-            .map_or(std::time::Duration::from_secs(30), |s| {
-                s.config.body_timeout
-            });
-        let timed_out = || {
-            ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                ProblemCode::RequestTimeout,
-                format!(
-                    "the body was not received within {} s",
-                    timeout.as_secs_f64()
-                ),
-            )
-        };
-        let declared = request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|len| len > MAX_REQUEST_BYTES) {
-            // Refused unread: the listener reads a moderately oversized
-            // body before the 413 goes out (the client sees the answer, not
-            // a reset) and closes the connection after a huge one.
-            return Err(too_large().into());
-        }
-        let bytes = tokio::time::timeout(timeout, body.take()?.into_bytes_limit(MAX_REQUEST_BYTES))
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(|e| match e {
-                ReadBodyError::PayloadTooLarge => too_large(),
-                other => ApiError::bad_request(
-                    ProblemCode::InvalidRequest,
-                    format!("could not read the body: {other}"),
-                ),
-            })?;
-        let bytes = encoding.inflate(bytes)?;
-        if bytes.is_empty() {
-            return Err(ApiError::invalid_json("request body is empty").into());
-        }
         Ok(JsonBody {
-            bytes,
+            bytes: read_json(request, body.take()?).await?,
             _schema: PhantomData,
         })
     }

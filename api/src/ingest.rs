@@ -48,6 +48,46 @@ fn conflict(index: Option<usize>, key: &str) -> ApiError {
     err
 }
 
+/// The ingest operations, as the front door ([`crate::front_door`]) and
+/// the OpenAPI document ([`crate::routes::CoreApi`]) name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Track,
+    Identify,
+    Batch,
+}
+
+impl Operation {
+    /// The operation a `POST` to `path` is.
+    pub fn of(path: &str) -> Option<Operation> {
+        match path {
+            "/v1/core/track" => Some(Operation::Track),
+            "/v1/core/identify" => Some(Operation::Identify),
+            "/v1/core/batch" => Some(Operation::Batch),
+            _ => None,
+        }
+    }
+
+    /// Validates and durably accepts the body: one ack for `track` and
+    /// `identify`, one per item, in order, for `batch`.
+    pub async fn accept(
+        self,
+        state: &AppState,
+        auth: &Authed,
+        bytes: &[u8],
+    ) -> Result<Vec<Ack>, ApiError> {
+        let (events, batched) = match self {
+            Operation::Track => (vec![single(state, auth, bytes, EventKind::Track)?], false),
+            Operation::Identify => (
+                vec![single(state, auth, bytes, EventKind::Identify)?],
+                false,
+            ),
+            Operation::Batch => (batch(state, auth, bytes)?, true),
+        };
+        accept(state, auth, events, batched).await
+    }
+}
+
 /// Validates the single event of `/track` or `/identify`.
 pub fn single(
     state: &AppState,

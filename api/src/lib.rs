@@ -9,6 +9,7 @@ pub mod console;
 pub mod dto;
 pub mod erasures;
 pub mod exports;
+pub mod front_door;
 pub mod gate;
 pub mod ingest;
 pub mod listener;

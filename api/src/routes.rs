@@ -7,7 +7,7 @@ use fastack_core::{
     health::Dependency,
     validate::{FieldError, normalize},
 };
-use fastack_entities::{ContactId, EventId, EventKind, IdentityKind, PlanVersion};
+use fastack_entities::{ContactId, EventId, IdentityKind, PlanVersion};
 use poem::web::Data;
 use poem_openapi::{
     ApiResponse, OpenApi, Tags,
@@ -24,7 +24,7 @@ use crate::{
         encode_cursor,
     },
     gate::ApiKeyAuth,
-    ingest,
+    ingest::Operation,
     problem::{ApiError, Errors, FindErrors, GetErrors, IngestErrors, ListErrors, ProblemCode},
     state::SharedState,
 };
@@ -68,6 +68,10 @@ pub enum Ready {
 pub const DEFAULT_PAGE: u32 = 100;
 pub const MAX_PAGE: u32 = 1000;
 
+/// The tenant API. Its ingest operations (`track`, `identify`, `batch`)
+/// are served by the front door ([`crate::front_door`]) with the same
+/// [`Operation::accept`] before the router is reached; they are declared
+/// here for the document, and answer the same way here.
 pub struct CoreApi;
 
 #[OpenApi]
@@ -89,8 +93,9 @@ impl CoreApi {
         auth: ApiKeyAuth,
         body: JsonBody<TrackRequest>,
     ) -> Result<Accepted, Errors<IngestErrors>> {
-        let ev = ingest::single(&state, &auth.0, &body.bytes, EventKind::Track)?;
-        let mut acks = ingest::accept(&state, &auth.0, vec![ev], false).await?;
+        let mut acks = Operation::Track
+            .accept(&state, &auth.0, &body.bytes)
+            .await?;
         Ok(Accepted::Accepted(Json(acks.remove(0))))
     }
 
@@ -110,8 +115,9 @@ impl CoreApi {
         auth: ApiKeyAuth,
         body: JsonBody<IdentifyRequest>,
     ) -> Result<Accepted, Errors<IngestErrors>> {
-        let ev = ingest::single(&state, &auth.0, &body.bytes, EventKind::Identify)?;
-        let mut acks = ingest::accept(&state, &auth.0, vec![ev], false).await?;
+        let mut acks = Operation::Identify
+            .accept(&state, &auth.0, &body.bytes)
+            .await?;
         Ok(Accepted::Accepted(Json(acks.remove(0))))
     }
 
@@ -132,8 +138,9 @@ impl CoreApi {
         auth: ApiKeyAuth,
         body: JsonBody<BatchRequest>,
     ) -> Result<BatchAccepted, Errors<IngestErrors>> {
-        let events = ingest::batch(&state, &auth.0, &body.bytes)?;
-        let items = ingest::accept(&state, &auth.0, events, true).await?;
+        let items = Operation::Batch
+            .accept(&state, &auth.0, &body.bytes)
+            .await?;
         Ok(BatchAccepted::Accepted(Json(BatchAck { items })))
     }
 

@@ -15,6 +15,7 @@ use crate::{
     Error, Result, VERSION,
     erasures::ErasuresApi,
     exports::ExportsApi,
+    front_door::FrontDoor,
     gate::{gate, observe},
     listener::Limits,
     routes::CoreApi,
@@ -148,13 +149,15 @@ pub async fn start(config: Config, options: StartOptions) -> Result<Server> {
         clock,
     });
 
-    let app = Route::new()
-        .nest("/", api)
-        .at("/openapi.json", spec)
-        .nest("/docs", docs)
-        .around(gate)
-        .around(observe)
-        .data(state.clone());
+    let app = FrontDoor {
+        rest: Route::new()
+            .nest("/", api)
+            .at("/openapi.json", spec)
+            .nest("/docs", docs),
+    }
+    .around(gate)
+    .around(observe)
+    .data(state.clone());
 
     let limits = Limits {
         header_timeout: config.header_timeout,
