@@ -164,10 +164,10 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
     // request never waits out a database outage in the gate.
     let deadline = arrived + state.config.ingest_budget - ANSWER_MARGIN;
     let secret = match bearer(&req) {
-        Ok(secret) => secret.to_owned(),
+        Ok(secret) => secret,
         Err(detail) => return Ok(refuse_unauthenticated(&state, &req, detail)),
     };
-    let principal = match state.keys.cached(&secret) {
+    let principal = match state.keys.cached(secret) {
         Some(Some(principal)) => Some(principal),
         known => {
             // Not known to be valid: an address that spent its budget on
@@ -183,7 +183,7 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
                     within(deadline, "the API key lookup", async {
                         state
                             .keys
-                            .authenticate(&secret)
+                            .authenticate(secret)
                             .await
                             .map_err(ApiError::from)
                     })
