@@ -179,14 +179,16 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
             }
             match known {
                 Some(_) => None,
+                // Boxed: a lookup is the rare case, and the gate's future
+                // (copied whole into the box of every request) stays small.
                 None => {
-                    within(deadline, "the API key lookup", async {
+                    Box::pin(within(deadline, "the API key lookup", async {
                         state
                             .keys
                             .authenticate(secret)
                             .await
                             .map_err(ApiError::from)
-                    })
+                    }))
                     .await?
                 }
             }
@@ -202,13 +204,13 @@ pub async fn gate<E: Endpoint>(next: E, mut req: Request) -> poem::Result<Respon
     let shared = match state.runtime.running_tenant(principal.tenant.id) {
         Some(shared) => shared,
         None => {
-            within(deadline, "the tenant's start", async {
+            Box::pin(within(deadline, "the tenant's start", async {
                 state
                     .runtime
                     .tenant(&principal.tenant)
                     .await
                     .map_err(ApiError::from)
-            })
+            }))
             .await?
         }
     };

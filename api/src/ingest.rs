@@ -327,7 +327,8 @@ pub async fn accept(
         }
     }
     if let Some(plan) = state.runtime.plans().get(tenant_id) {
-        apply_plan(
+        // Boxed: only tenants with a plan pay for its future's space.
+        Box::pin(apply_plan(
             state,
             tenant_id,
             &plan,
@@ -337,7 +338,7 @@ pub async fn accept(
             &mut outcome,
             batched,
             deadline,
-        )
+        ))
         .await?;
     }
 

@@ -44,6 +44,7 @@ if [ "$backend" = baseline ]; then
   key=none serve=baseline marker='baseline listening'
   bin=${FASTACK_BENCH:-$(dirname "$bin")/fastack-bench}
 else
+  "$bin" migrate >/dev/null
   "$bin" admin tenant create --name instr --plan enterprise --json >/dev/null
   key=$("$bin" admin key create --tenant instr --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
   serve=serve marker='fastack listening'
