@@ -41,7 +41,11 @@ impl<E: Endpoint> Endpoint for FrontDoor<E> {
                 Err(err) => err.into_response(),
             });
         }
-        self.rest.call(req).await.map(IntoResponse::into_response)
+        // Boxed: the router's future is twice the ingest answer's, and
+        // every request's future (moved whole into its box) would carry it.
+        Box::pin(self.rest.call(req))
+            .await
+            .map(IntoResponse::into_response)
     }
 }
 
