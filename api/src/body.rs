@@ -394,10 +394,8 @@ mod tests {
     }
 
     fn chunked(chunks: &[&'static [u8]]) -> Body {
-        let items: Vec<Result<Bytes, std::io::Error>> = chunks
-            .iter()
-            .map(|c| Ok(Bytes::from_static(c)))
-            .collect();
+        let items: Vec<Result<Bytes, std::io::Error>> =
+            chunks.iter().map(|c| Ok(Bytes::from_static(c))).collect();
         Body::from_bytes_stream(futures::stream::iter(items))
     }
 
@@ -417,7 +415,9 @@ mod tests {
         assert_eq!(collect(Body::empty(), 100, None).await.unwrap(), &b""[..]);
         // The limit counts every chunk: exactly at it passes, one past fails.
         assert_eq!(
-            collect(chunked(&[b"12345", b"67890"]), 10, None).await.unwrap(),
+            collect(chunked(&[b"12345", b"67890"]), 10, None)
+                .await
+                .unwrap(),
             &b"1234567890"[..]
         );
         assert!(matches!(

@@ -11,6 +11,7 @@
 #   FASTACK_BIN   the build to measure (default $CARGO_TARGET_DIR or
 #                 target, then release/fastack)
 #   CONNS         wrk connections (default 32)
+#   BATCH         events per request (default 1: `track`; more: `batch`)
 #   OUT           callgrind's file name (default: in a temporary dir, kept
 #                 for `callgrind_annotate`; one file per thread)
 # Prints the total per request, its split by thread kind and each kind's
@@ -21,6 +22,7 @@ backend=${1:-sqlite}
 secs=${2:-20}
 bin=${FASTACK_BIN:-${CARGO_TARGET_DIR:-target}/release/fastack}
 conns=${CONNS:-32}
+batch=${BATCH:-1}
 dir=$(mktemp -d)
 out=${OUT:-$dir/callgrind.out}
 pid=""
@@ -62,7 +64,7 @@ done
 [ -n "$addr" ] || { cat "$dir/serve.log" >&2; echo "server did not start" >&2; exit 1; }
 
 load() {
-  FASTACK_BENCH_KEY=$key FASTACK_BENCH_RUN=$1 wrk -t1 -c"$conns" -d"$2"s --timeout 10s \
+  FASTACK_BENCH_KEY=$key FASTACK_BENCH_RUN=$1 FASTACK_BENCH_BATCH=$batch wrk -t1 -c"$conns" -d"$2"s --timeout 10s \
     -s benches/wrk/events.lua "http://$addr"
 }
 load warm 5 >/dev/null

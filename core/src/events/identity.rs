@@ -118,11 +118,11 @@ impl Resolver<'_> {
     }
 
     fn traits_mut(&mut self, c: ContactId) -> &mut Map<String, Value> {
+        // `traits` gains a contact only here, so its first entry is its
+        // first touch (a search of `touched_traits` per call was n² a round).
         if !self.traits.contains_key(&c) {
             let current = self.snapshot.traits.get(&c).cloned().unwrap_or_default();
             self.traits.insert(c, current);
-        }
-        if !self.touched_traits.contains(&c) {
             self.touched_traits.push(c);
         }
         self.traits.get_mut(&c).expect("inserted above")
@@ -214,10 +214,13 @@ pub fn resolve(events: &[&NewEvent], snapshot: &Snapshot) -> Plan {
         plan: Plan::default(),
     };
     let mut contact_of: Vec<ContactId> = events.iter().map(|ev| r.resolve(ev)).collect();
+    // Looked up once per event below: a set, or a round creating n
+    // contacts costs n² comparisons.
+    let is_new: HashSet<ContactId> = r.new.iter().copied().collect();
     // A contact merged later in the batch: earlier events keep their contact
     // id (the read side follows merges), but identities must not point at it.
     for c in contact_of.iter_mut() {
-        if r.new.contains(c) && r.redirect.contains_key(c) {
+        if is_new.contains(c) && r.redirect.contains_key(c) {
             // Never stored as a separate contact if created and merged in the
             // same batch: move its events to the survivor.
             *c = r.canonical(*c);
@@ -251,7 +254,7 @@ pub fn resolve(events: &[&NewEvent], snapshot: &Snapshot) -> Plan {
         }
     }
     for c in r.touched_traits {
-        if !r.new.contains(&c) && !r.redirect.contains_key(&c) {
+        if !is_new.contains(&c) && !r.redirect.contains_key(&c) {
             plan.traits
                 .push((c, r.traits.get(&c).cloned().unwrap_or_default()));
         }
