@@ -171,6 +171,17 @@ impl ProcessorActor {
         ctx.metrics
             .events_processed
             .inc_by(out.appended.len() as u64);
+        for (from, n) in [
+            ("memory", out.identities_from_memory),
+            ("database", out.identities_looked_up),
+        ] {
+            if n > 0 {
+                ctx.metrics
+                    .identities_resolved
+                    .get_or_create(&fastack_core::metrics::ResolvedLabels { from })
+                    .inc_by(n as u64);
+            }
+        }
         for (reason, n) in [("suppressed", out.suppressed), ("erasure", out.held)] {
             if n > 0 {
                 ctx.metrics

@@ -12,6 +12,8 @@
 #                 target, then release/fastack)
 #   CONNS         wrk connections (default 32)
 #   BATCH         events per request (default 1: `track`; more: `batch`)
+#   WARM          seconds of load before the window (default 5; the load's
+#                 5,000 users are all known after 5,000 events)
 #   OUT           callgrind's file name (default: in a temporary dir, kept
 #                 for `callgrind_annotate`; one file per thread)
 # Prints the total per request, its split by thread kind and each kind's
@@ -23,6 +25,7 @@ secs=${2:-20}
 bin=${FASTACK_BIN:-${CARGO_TARGET_DIR:-target}/release/fastack}
 conns=${CONNS:-32}
 batch=${BATCH:-1}
+warm=${WARM:-5}
 dir=$(mktemp -d)
 out=${OUT:-$dir/callgrind.out}
 pid=""
@@ -67,7 +70,7 @@ load() {
   FASTACK_BENCH_KEY=$key FASTACK_BENCH_RUN=$1 FASTACK_BENCH_BATCH=$batch wrk -t1 -c"$conns" -d"$2"s --timeout 10s \
     -s benches/wrk/events.lua "http://$addr"
 }
-load warm 5 >/dev/null
+load warm "$warm" >/dev/null
 callgrind_control -z "$pid" >/dev/null
 report=$(load run "$secs")
 callgrind_control -d "$pid" >/dev/null

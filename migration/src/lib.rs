@@ -26,6 +26,7 @@ mod m20261205_000014_outbox_lz4;
 mod m20261205_000015_privacy;
 mod m20261206_000016_master_key;
 mod m20261206_000017_accept_log;
+mod m20261207_000018_lease_marks;
 
 pub struct Migrator;
 
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000015_privacy::Migration),
             Box::new(m20261206_000016_master_key::Migration),
             Box::new(m20261206_000017_accept_log::Migration),
+            Box::new(m20261207_000018_lease_marks::Migration),
         ]
     }
 }

@@ -791,6 +791,8 @@ async fn suppression_drops_until_lifted(app: TestApp) {
     )
     .await;
     wait_events(&app, &key, 2).await;
+    let erased = app.get("/v1/core/contacts?user_id=u-sup", &key).await;
+    assert_eq!(erased.status, 200, "{}", erased.body);
     let job = erase(&app, &key, json!({"user_ids": ["u-sup"], "suppress": true})).await;
     assert_eq!(job["result"]["suppressed"], true);
     assert_eq!(
@@ -867,7 +869,13 @@ async fn suppression_drops_until_lifted(app: TestApp) {
     )
     .await;
     let seen = wait_events(&app, &key, 3).await;
-    assert!(seen.iter().any(|e| e["id"] == back[0].as_str()));
+    let event = seen.iter().find(|e| e["id"] == back[0].as_str()).unwrap();
+    // They come back as someone new: a contact of their own, not the erased
+    // one (which processing had met before the erasure).
+    let contact = app.get("/v1/core/contacts?user_id=u-sup", &key).await;
+    assert_eq!(contact.status, 200, "{}", contact.body);
+    assert_ne!(contact.body["id"], erased.body["id"]);
+    assert_eq!(event["contact_id"], contact.body["id"], "{event}");
     app.cleanup().await;
 }
 
@@ -1010,30 +1018,6 @@ async fn requests_are_checked_and_strangers_complete_empty(app: TestApp) {
     app.cleanup().await;
 }
 
-/// Makes this node's processing lease of the tenant another node's (for an
-/// hour) or gives it back (expired), as a node that stopped would.
-async fn lease(app: &TestApp, held: bool) {
-    use sea_orm::ConnectionTrait;
-    let tenant = app.t.tenant.id.0;
-    let other = Uuid::now_v7();
-    let until = Utc::now() + chrono::Duration::hours(if held { 1 } else { -1 });
-    let sql = match app.db.backend {
-        Backend::Postgres => format!(
-            "UPDATE tenant_leases SET node_id = '{other}', expires_at = '{}' WHERE tenant_id = '{tenant}'",
-            until.to_rfc3339()
-        ),
-        Backend::Sqlite => format!(
-            "UPDATE tenant_leases SET node_id = x'{}', expires_at = {} WHERE tenant_id = x'{}'",
-            other.simple(),
-            until.timestamp_micros(),
-            tenant.simple()
-        ),
-    };
-    let db = app.store.connection_for_tests();
-    let done = db.execute_unprepared(&sql).await.unwrap();
-    assert_eq!(done.rows_affected(), 1);
-}
-
 /// Events of the person accepted before the request and still waiting in
 /// the inbox when it is answered are erased too: processing drops them,
 /// and the erasure waits until it has.
@@ -1042,7 +1026,7 @@ async fn events_still_in_the_inbox_are_erased_too(app: TestApp) {
     let now = Utc::now() - chrono::Duration::minutes(30);
     batch(&app, &key, vec![track("i-0", Some("u-n"), None, now)]).await;
     wait_events(&app, &key, 1).await;
-    lease(&app, true).await;
+    crate::helpers::lease(&app, true).await;
     let waiting = batch(
         &app,
         &key,
@@ -1066,7 +1050,7 @@ async fn events_still_in_the_inbox_are_erased_too(app: TestApp) {
         "the erasure waits for processing: {}",
         job.body
     );
-    lease(&app, false).await;
+    crate::helpers::lease(&app, false).await;
     let job = wait_job(&app, &key, &id).await;
     assert_eq!(job["status"], "completed", "{job}");
     // `a-in` was linked to `u-in` only by an identify still waiting: its

@@ -657,3 +657,27 @@ impl Node {
         }
     }
 }
+
+/// Makes this node's processing lease of the tenant another node's (for an
+/// hour) or gives it back (expired), as a node that stopped would.
+pub async fn lease(app: &TestApp, held: bool) {
+    use sea_orm::ConnectionTrait;
+    let tenant = app.t.tenant.id.0;
+    let other = Uuid::now_v7();
+    let until = Utc::now() + chrono::Duration::hours(if held { 1 } else { -1 });
+    let sql = match app.db.backend {
+        Backend::Postgres => format!(
+            "UPDATE tenant_leases SET node_id = '{other}', expires_at = '{}' WHERE tenant_id = '{tenant}'",
+            until.to_rfc3339()
+        ),
+        Backend::Sqlite => format!(
+            "UPDATE tenant_leases SET node_id = x'{}', expires_at = {} WHERE tenant_id = x'{}'",
+            other.simple(),
+            until.timestamp_micros(),
+            tenant.simple()
+        ),
+    };
+    let db = app.store.connection_for_tests();
+    let done = db.execute_unprepared(&sql).await.unwrap();
+    assert_eq!(done.rows_affected(), 1);
+}

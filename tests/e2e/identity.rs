@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 
-use crate::helpers::{TestApp, eventually, urlenc};
+use crate::helpers::{Backend, TestApp, eventually, urlenc};
 use crate::on_both_backends;
 
 on_both_backends!(unknown_ids_become_contacts_and_identify_merges);
@@ -180,5 +180,92 @@ async fn unknown_ids_become_contacts_and_identify_merges(app: TestApp) {
     );
     // Nothing of the refused track was kept.
     assert_eq!(app.events(&key, &from, &to, "&user_id=bea").await.len(), 1);
+    app.cleanup().await;
+}
+
+on_both_backends!(a_merge_made_elsewhere_is_followed);
+/// A node keeps the contacts it resolved in memory between rounds; when
+/// another node held the tenant meanwhile and merged two of them, the node
+/// that takes the tenant back resolves from what the database says, not
+/// from what it remembered.
+async fn a_merge_made_elsewhere_is_followed(app: TestApp) {
+    use sea_orm::ConnectionTrait;
+    let key = app.t.key.clone();
+    let t0 = Utc::now() - chrono::Duration::minutes(10);
+    let at = |m: i64| (t0 + chrono::Duration::minutes(m)).to_rfc3339();
+    let send = |id: &str, who: serde_json::Value, m: i64| {
+        let mut body = json!({"event": "Viewed", "occurred_at": at(m), "idempotency_key": id});
+        body.as_object_mut()
+            .unwrap()
+            .extend(who.as_object().unwrap().clone());
+        body
+    };
+    let contact_of = |query: &'static str| {
+        let (app, key) = (&app, &key);
+        async move {
+            eventually(query, Duration::from_secs(15), || async {
+                let c = app.get(&format!("/v1/core/contacts?{query}"), key).await;
+                (c.status == 200).then(|| c.body["id"].as_str().unwrap().to_owned())
+            })
+            .await
+        }
+    };
+    for (id, who, m) in [
+        ("m1", json!({"user_id": "cleo"}), 0),
+        ("m2", json!({"anonymous_id": "tablet-3"}), 1),
+    ] {
+        let a = app.post("/v1/core/track", &key, &send(id, who, m)).await;
+        assert_eq!(a.status, 202, "{}", a.body);
+    }
+    let user = contact_of("user_id=cleo").await;
+    let device = contact_of("anonymous_id=tablet-3").await;
+    assert_ne!(user, device);
+
+    // Another node takes the tenant and merges the device into her (what
+    // its processing of an `identify` writes), then stops.
+    crate::helpers::lease(&app, true).await;
+    let id = |u: &str| match app.db.backend {
+        Backend::Postgres => format!("'{u}'"),
+        Backend::Sqlite => format!("x'{}'", u.replace('-', "")),
+    };
+    let db = app.store.connection_for_tests();
+    for sql in [
+        format!(
+            "UPDATE contact_identities SET contact_id = {} WHERE contact_id = {}",
+            id(&user),
+            id(&device)
+        ),
+        format!(
+            "UPDATE contacts SET merged_into = {} WHERE id = {}",
+            id(&user),
+            id(&device)
+        ),
+    ] {
+        assert_eq!(
+            db.execute_unprepared(&sql).await.unwrap().rows_affected(),
+            1
+        );
+    }
+    crate::helpers::lease(&app, false).await;
+
+    // The device's next event is hers.
+    let a = app
+        .post(
+            "/v1/core/track",
+            &key,
+            &send("m3", json!({"anonymous_id": "tablet-3"}), 2),
+        )
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let from = (t0 - chrono::Duration::hours(1)).to_rfc3339();
+    let to = (Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let third = eventually("the third event", Duration::from_secs(15), || async {
+        app.events(&key, &from, &to, "")
+            .await
+            .into_iter()
+            .find(|e| e["id"] == a.body["id"])
+    })
+    .await;
+    assert_eq!(third["contact_id"], user.as_str(), "{third}");
     app.cleanup().await;
 }

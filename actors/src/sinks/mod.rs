@@ -272,7 +272,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use fastack_core::metrics::{
-        DependencyLabels, HttpLabels, Metrics, OutcomeLabels, PrivacyLabels, SinkLabels,
+        DependencyLabels, HttpLabels, Metrics, OutcomeLabels, PrivacyLabels, ResolvedLabels,
+        SinkLabels,
     };
 
     use super::*;
@@ -464,6 +465,9 @@ mod tests {
             })
             .inc();
         m.refused("connection_cap");
+        m.identities_resolved
+            .get_or_create(&ResolvedLabels { from: "memory" })
+            .inc();
         m.dependency_up
             .get_or_create(&DependencyLabels {
                 dependency: "database",

@@ -209,6 +209,11 @@ crate::settings! {
             parse: parse::from_str,
             check: check::positive,
         },
+        /// identities (user and anonymous ids) whose contact a node keeps in memory between processing rounds, over all tenants; 0 looks every one up
+        pub contacts_cached: usize = "FASTACK_CONTACTS_CACHED" {
+            default: "200000",
+            parse: parse::from_str,
+        },
         /// an event that fails processing this many times moves to quarantine
         pub process_max_attempts: u32 = "FASTACK_PROCESS_MAX_ATTEMPTS" {
             default: "5",

@@ -36,6 +36,13 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// Where processing found an identity's contact: `memory` (the node's
+/// known contacts) or `database`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResolvedLabels {
+    pub from: &'static str,
+}
+
 /// Why processing dropped a tenant's event: `suppressed` (its identifier
 /// is suppressed) or `erasure` (its person's erasure was running).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,6 +70,9 @@ pub struct Metrics {
     pub events_accepted: Counter,
     pub events_duplicate: Counter,
     pub events_processed: Counter,
+    /// Distinct identities of processing rounds, by where their contact
+    /// was found (`memory`: the node's known contacts; `database`).
+    pub identities_resolved: Family<ResolvedLabels, Counter>,
     pub ingest_queue_depth: Gauge,
     pub inbox_depth: Gauge,
     pub oldest_unprocessed_seconds: Gauge<f64, AtomicU64>,
@@ -128,6 +138,7 @@ impl Metrics {
         let events_accepted = Counter::default();
         let events_duplicate = Counter::default();
         let events_processed = Counter::default();
+        let identities_resolved = Family::<ResolvedLabels, Counter>::default();
         let ingest_queue_depth = Gauge::default();
         let inbox_depth = Gauge::default();
         let oldest_unprocessed_seconds = Gauge::<f64, AtomicU64>::default();
@@ -197,6 +208,11 @@ impl Metrics {
             "events_processed",
             "events appended to tracked_events",
             events_processed.clone(),
+        );
+        registry.register(
+            "identities_resolved",
+            "distinct user and anonymous ids of processing rounds, by where their contact was found (memory: the node's known contacts; database: looked up)",
+            identities_resolved.clone(),
         );
         registry.register(
             "ingest_queue_depth",
@@ -301,6 +317,7 @@ impl Metrics {
             events_accepted,
             events_duplicate,
             events_processed,
+            identities_resolved,
             ingest_queue_depth,
             inbox_depth,
             oldest_unprocessed_seconds,

@@ -16,6 +16,7 @@ use super::{
     Person,
     db::{Col, Db, Dialect, ListKind, Q, Tx, object},
     encoding::json_text,
+    known_contacts::{Generation, KnownContacts},
 };
 use crate::{
     error::{Error, Result},
@@ -142,27 +143,53 @@ impl Contacts<'_> {
     }
 }
 
+/// How a round's identities were found (see [`snapshot`]).
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    /// Identities found in the database, for the node to learn once the
+    /// round commits.
+    pub(crate) fetched: Vec<(IdentityKind, String)>,
+    /// Distinct identities resolved from the node's known contacts.
+    pub(crate) from_memory: usize,
+    /// Distinct identities looked up in the database (found or not).
+    pub(crate) looked_up: usize,
+}
+
 /// What identity resolution needs to know about a batch: the contacts of
 /// its identities, which of them already carry a user id (merges), and
-/// the traits of the contacts it may change.
+/// the traits of the contacts it may change. Identities the node's
+/// [`KnownContacts`] hold are not looked up.
 pub(crate) async fn snapshot(
     tx: &mut Tx<'_>,
     tenant: TenantId,
     events: &[&NewEvent],
-) -> Result<Snapshot> {
+    (known, generation): (&KnownContacts, Generation),
+) -> Result<(Snapshot, Found)> {
     let d = tx.dialect();
     let mut snapshot = Snapshot::default();
+    let mut found = Found::default();
     for kind in [IdentityKind::User, IdentityKind::Anonymous] {
-        let mut values: Vec<String> = events
+        let mut values: Vec<&str> = events
             .iter()
             .filter_map(|e| match kind {
-                IdentityKind::User => e.user_id.clone(),
-                IdentityKind::Anonymous => e.anonymous_id.clone(),
+                IdentityKind::User => e.user_id.as_deref(),
+                IdentityKind::Anonymous => e.anonymous_id.as_deref(),
             })
             .collect();
         values.sort_unstable();
         values.dedup();
-        if values.is_empty() {
+        let mut unknown: Vec<String> = Vec::new();
+        for v in values {
+            match known.get(tenant, generation, kind, v) {
+                Some(contact) => {
+                    snapshot.identities.insert((kind, v.to_owned()), contact);
+                    found.from_memory += 1;
+                }
+                None => unknown.push(v.to_owned()),
+            }
+        }
+        found.looked_up += unknown.len();
+        if unknown.is_empty() {
             continue;
         }
         // One primary-key lookup per value, whatever the statistics say: a
@@ -181,14 +208,14 @@ pub(crate) async fn snapshot(
                 ))
                 .bind(tenant.0)
                 .bind(i64::from(kind.as_i16()))
-                .bind(values),
+                .bind(unknown),
             )
             .await?
         {
             if let Some(contact) = r.opt_uuid("contact_id")? {
-                snapshot
-                    .identities
-                    .insert((kind, r.text("value")?), ContactId(contact));
+                let key = (kind, r.text("value")?);
+                found.fetched.push(key.clone());
+                snapshot.identities.insert(key, ContactId(contact));
             }
         }
     }
@@ -243,7 +270,7 @@ pub(crate) async fn snapshot(
             }
         }
     }
-    Ok(snapshot)
+    Ok((snapshot, found))
 }
 
 /// Writes what identity resolution decided.
@@ -463,6 +490,14 @@ pub(crate) async fn erase(
     person: &Person,
 ) -> Result<(u64, u64)> {
     let d = tx.dialect();
+    // Nodes holding the tenant's contacts in memory drop them at their next
+    // lease write ([`KnownContacts`]). First, as a processing transaction
+    // takes the lease row first too.
+    tx.execute(
+        Q::new("UPDATE tenant_leases SET contacts_gen = contacts_gen + 1 WHERE tenant_id = $1")
+            .bind(tenant.0),
+    )
+    .await?;
     let identities = tx
         .execute(
             Q::new(format!(

@@ -33,6 +33,7 @@ pub mod events;
 pub mod ingest;
 pub mod jobs;
 pub mod keys;
+mod known_contacts;
 pub mod master_key;
 pub mod outbox;
 pub mod partitions;
@@ -56,6 +57,7 @@ pub use events::Events;
 pub use ingest::{Fence, Ingest, KeepFn};
 pub use jobs::{Jobs, job_event};
 pub use keys::{KeyRecord, Keys};
+pub use known_contacts::KnownContacts;
 pub use master_key::{MasterKeyRecord, MasterKeys};
 pub use outbox::{Emit, FAN_OUT, Outbox, OutboxBatch, OutboxRow, Owed, SinkName, Topic};
 pub use partitions::{
@@ -92,11 +94,13 @@ pub type Store = Arc<Storage>;
 pub struct Storage {
     db: Db,
     engine: Box<dyn Engine>,
+    /// Processing's identities, kept between rounds ([`known_contacts`]).
+    known: KnownContacts,
 }
 
 impl Storage {
-    pub(crate) fn new(db: Db, engine: Box<dyn Engine>) -> Self {
-        Storage { db, engine }
+    pub(crate) fn new(db: Db, engine: Box<dyn Engine>, known: KnownContacts) -> Self {
+        Storage { db, engine, known }
     }
 
     pub fn backend(&self) -> Backend {
@@ -158,6 +162,7 @@ impl Storage {
             db: &self.db,
             engine: self.engine.as_ref(),
             waiting: self.engine.as_ref(),
+            known: &self.known,
         }
     }
 
@@ -229,14 +234,15 @@ impl Storage {
 
 /// Opens the store the configuration names and applies migrations.
 pub async fn open(config: &Config) -> Result<Store> {
+    let known = KnownContacts::new(config.contacts_cached);
     let store: Store = match &config.database_url {
         Some(url) if url.starts_with("postgres") => {
             let pg = postgres::PgStore::connect(url).await?;
-            Arc::new(Storage::new(Db::Pg(pg.pool().clone()), Box::new(pg)))
+            Arc::new(Storage::new(Db::Pg(pg.pool().clone()), Box::new(pg), known))
         }
         _ => {
             let lite = sqlite::SqliteStore::open(&config.sqlite_path()).await?;
-            Arc::new(Storage::new(lite.db(), Box::new(lite)))
+            Arc::new(Storage::new(lite.db(), Box::new(lite), known))
         }
     };
     store.migrate().await?;

@@ -18,7 +18,7 @@ use super::{
     ingest::IngestEngine,
     partitions::{KnownPartitions, drop_counted},
     partitions::{Layout, PartitionsEngine},
-    processing::{self, ProcessingEngine},
+    processing::{self, LEASE_MARK, ProcessingEngine, RENEW_LEASE},
 };
 use chrono::{DateTime, Utc};
 use fastack_entities::{StoredEvent, TenantId};
@@ -31,7 +31,7 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    DropOutcome, EventQuery, Fence, IngestRow, KeepFn, PartitionKey, ProcessOutcome,
+    DropOutcome, EventQuery, Fence, IngestRow, KeepFn, KnownContacts, PartitionKey, ProcessOutcome,
     ProcessRequest, TRACKED_SUBSCRIBED, TimeRange,
 };
 use crate::error::{Error, Result};
@@ -266,7 +266,11 @@ impl ProcessingEngine for PgStore {
         Ok(ids.into_iter().map(TenantId).collect())
     }
 
-    async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
+    async fn process_batch(
+        &self,
+        req: &ProcessRequest,
+        known: &KnownContacts,
+    ) -> Result<ProcessOutcome> {
         let mut tx = self.pool.begin().await?;
         // Fencing: renew the lease inside the transaction; the row lock
         // makes a concurrent takeover wait for this commit. The same
@@ -278,11 +282,10 @@ impl ProcessingEngine for PgStore {
         // again).
         let held = sqlx::query(AssertSqlSafe(format!(
             "WITH s AS (SELECT {TRACKED_SUBSCRIBED} AS fanout) \
-             UPDATE tenant_leases SET expires_at = $3 FROM s \
-             WHERE tenant_leases.tenant_id = $1 AND tenant_leases.node_id = $2 \
-                   AND tenant_leases.expires_at > $4 \
+             {} \
              RETURNING s.fanout, set_config('synchronous_commit', \
-                 CASE WHEN s.fanout OR $5 THEN 'on' ELSE 'off' END, true) AS sync"
+                 CASE WHEN s.fanout OR $5 THEN 'on' ELSE 'off' END, true) AS sync, {LEASE_MARK}",
+            RENEW_LEASE.replacen(" WHERE", " FROM s WHERE", 1)
         )))
         .bind(req.tenant_id.0)
         .bind(req.node_id.0)
@@ -295,12 +298,14 @@ impl ProcessingEngine for PgStore {
             return Err(Error::LeaseLost);
         };
         let emit = req.emit_tracked(held.try_get("fanout")?);
+        let lease = processing::lease_mark(&super::db::Row::Pg(held))?;
         processing::run(
             self,
             Tx::Pg(tx),
             emit,
             req,
             processing::Consume::InTransaction,
+            (known, lease),
         )
         .await
     }

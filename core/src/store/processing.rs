@@ -24,6 +24,7 @@ use super::{
     encoding::{TrackedView, json_text, tracked_body_of},
     erasures::SCREEN,
     event_record::write_record,
+    known_contacts::{KnownContacts, LeaseMark},
     outbox,
     partitions::Layout,
 };
@@ -104,6 +105,10 @@ pub struct ProcessOutcome {
     /// Events consumed without being stored: they belong to a running
     /// erasure's people.
     pub held: usize,
+    /// Distinct identities resolved from the node's known contacts.
+    pub identities_from_memory: usize,
+    /// Distinct identities looked up in the database.
+    pub identities_looked_up: usize,
 }
 
 /// How a round takes its inbox rows, and where they are deleted.
@@ -156,17 +161,40 @@ fn decode(rows: &[Row]) -> Result<Vec<Item>> {
     Ok(items)
 }
 
+/// The lease renewal every backend runs first in its processing
+/// transaction, minus its `RETURNING`: the lease must still be this node's
+/// and unexpired; the expiry it replaces is kept (see [`LeaseMark`]).
+pub(crate) const RENEW_LEASE: &str = "UPDATE tenant_leases \
+     SET renewed_from = tenant_leases.expires_at, expires_at = $3 \
+     WHERE tenant_leases.tenant_id = $1 AND tenant_leases.node_id = $2 \
+           AND tenant_leases.expires_at > $4";
+
+/// What [`RENEW_LEASE`] and a lease take return for the node's known
+/// contacts.
+pub(crate) const LEASE_MARK: &str = "renewed_from, expires_at, contacts_gen";
+
+/// A lease write's [`LEASE_MARK`] columns.
+pub(crate) fn lease_mark(row: &Row) -> Result<LeaseMark> {
+    Ok(LeaseMark {
+        renewed_from: row.opt_time("renewed_from")?,
+        expires_at: row.time("expires_at")?,
+        contacts_gen: row.int("contacts_gen")?,
+    })
+}
+
 /// Runs the processing transaction `tx` (opened by the backend, its lease
-/// already renewed) and commits it.
+/// already renewed, finding `lease`) and commits it.
 pub(crate) async fn run(
     layout: &dyn Layout,
     mut tx: Tx<'_>,
     emit: Emit,
     req: &ProcessRequest,
     consume: Consume,
+    (known, lease): (&KnownContacts, LeaseMark),
 ) -> Result<ProcessOutcome> {
     let d = tx.dialect();
     let tenant = req.tenant_id;
+    let generation = known.leased(tenant, &lease);
     let mut log: Option<LogRound> = None;
     let (items, in_transaction, screen) = match consume {
         // Reading the rows deletes them. A row is returned by one committed
@@ -259,11 +287,23 @@ pub(crate) async fn run(
         todo
     };
 
+    // What the round's identities were found and made to be, for the
+    // node's known contacts once the commit is done.
+    let mut learned = None;
     if !todo.is_empty() {
         let events: Vec<&NewEvent> = todo.iter().map(|i| &*i.event).collect();
-        let snapshot = super::contacts::snapshot(&mut tx, tenant, &events).await?;
+        let (snapshot, found) =
+            super::contacts::snapshot(&mut tx, tenant, &events, (known, generation)).await?;
+        outcome.identities_from_memory = found.from_memory;
+        outcome.identities_looked_up = found.looked_up;
         let plan = identity::resolve(&events, &snapshot);
         super::contacts::apply(&mut tx, tenant, &plan, req.now).await?;
+        learned = Some((
+            snapshot,
+            found.fetched,
+            plan.identities.clone(),
+            plan.merges.clone(),
+        ));
 
         // Rendered once: the event's own row takes the text, a grouped
         // sink's record copies it.
@@ -437,6 +477,13 @@ pub(crate) async fn run(
     }
     tx.commit().await?;
     layout.created(&keys);
+    if let Some((snapshot, fetched, made, merges)) = learned {
+        let found = fetched
+            .iter()
+            .filter_map(|k| snapshot.identities.get(k).map(|c| (k.0, k.1.as_str(), *c)));
+        let made = made.iter().map(|(kind, v, c)| (*kind, v.as_str(), *c));
+        known.learn(tenant, generation, found.chain(made), &merges);
+    }
     Ok(outcome)
 }
 
@@ -739,8 +786,12 @@ fn by_partition(items: &[&Item], retention_class: i16) -> BTreeMap<PartitionKey,
 pub(crate) trait ProcessingEngine: Send + Sync {
     /// See [`Processing::backlog_tenants`].
     async fn backlog_tenants(&self, limit: u32) -> Result<Vec<TenantId>>;
-    /// See [`Processing::run`].
-    async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome>;
+    /// See [`Processing::run`]; the backend hands `known` on to [`run`].
+    async fn process_batch(
+        &self,
+        req: &ProcessRequest,
+        known: &KnownContacts,
+    ) -> Result<ProcessOutcome>;
 }
 
 /// Leases, the inbox's backlog and the processing transaction (see the module doc).
@@ -749,6 +800,7 @@ pub struct Processing<'a> {
     pub(super) db: &'a Db,
     pub(super) engine: &'a dyn ProcessingEngine,
     pub(super) waiting: &'a dyn super::waiting::WaitingEngine,
+    pub(super) known: &'a KnownContacts,
 }
 
 impl Processing<'_> {
@@ -763,20 +815,25 @@ impl Processing<'_> {
         let holder = self
             .db
             .write_opt(
-                Q::new(
+                Q::new(format!(
                     "INSERT INTO tenant_leases (tenant_id, node_id, expires_at) VALUES ($1, $2, $3) \
                      ON CONFLICT (tenant_id) DO UPDATE SET node_id = excluded.node_id, \
-                         expires_at = excluded.expires_at \
+                         renewed_from = tenant_leases.expires_at, expires_at = excluded.expires_at \
                      WHERE tenant_leases.node_id = excluded.node_id OR tenant_leases.expires_at < $4 \
-                     RETURNING node_id",
-                )
+                     RETURNING node_id, {LEASE_MARK}"
+                ))
                 .bind(tenant.0)
                 .bind(node.0)
                 .bind(now + ttl)
                 .bind(now),
             )
             .await?;
-        Ok(holder.map(|r| r.uuid("node_id")).transpose()? == Some(node.0))
+        let Some(row) = holder else { return Ok(false) };
+        if row.uuid("node_id")? != node.0 {
+            return Ok(false);
+        }
+        self.known.leased(tenant, &lease_mark(&row)?);
+        Ok(true)
     }
 
     /// Gives up the tenant's lease if this node holds it.
@@ -810,6 +867,6 @@ impl Processing<'_> {
     /// One processing transaction: lease check, second fence, identity
     /// resolution, append to `tracked_events`, the events consumed.
     pub async fn run(self, req: &ProcessRequest) -> Result<ProcessOutcome> {
-        self.engine.process_batch(req).await
+        self.engine.process_batch(req, self.known).await
     }
 }

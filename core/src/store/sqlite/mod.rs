@@ -48,12 +48,11 @@ use self::{
     waiting::INBOX_LOOK_EVERY,
 };
 use super::{
-    db::Db,
-    db::Tx,
+    db::{Db, Row, Tx},
     engine::Engine,
     ingest::IngestEngine,
     partitions::KnownPartitions,
-    processing::{self, ProcessingEngine},
+    processing::{self, LEASE_MARK, ProcessingEngine, RENEW_LEASE},
 };
 use fastack_entities::TenantId;
 use sea_orm::SqlxSqliteConnector;
@@ -64,7 +63,7 @@ use sqlx::{
 use uuid::Uuid;
 
 use super::{
-    Fence, IngestRow, KeepFn, Month, PartitionKey, ProcessOutcome, ProcessRequest,
+    Fence, IngestRow, KeepFn, KnownContacts, Month, PartitionKey, ProcessOutcome, ProcessRequest,
     TRACKED_SUBSCRIBED, TimeRange, erasures::SCREEN,
 };
 use crate::error::{Error, Result};
@@ -354,7 +353,11 @@ impl ProcessingEngine for SqliteStore {
         Ok(log.backlog(limit))
     }
 
-    async fn process_batch(&self, req: &ProcessRequest) -> Result<ProcessOutcome> {
+    async fn process_batch(
+        &self,
+        req: &ProcessRequest,
+        known: &KnownContacts,
+    ) -> Result<ProcessOutcome> {
         let limit = if self.low_disk.load(Ordering::Acquire) {
             req.limit.min(LOW_DISK_ROUND)
         } else {
@@ -387,19 +390,19 @@ impl ProcessingEngine for SqliteStore {
         // the events it stored are dropped right after, and that must
         // never outlive a processing commit lost to power loss.
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let held = sqlx::query(
-            "UPDATE tenant_leases SET expires_at = $3 \
-             WHERE tenant_id = $1 AND node_id = $2 AND expires_at > $4",
-        )
+        let held = sqlx::query(AssertSqlSafe(format!(
+            "{RENEW_LEASE} RETURNING {LEASE_MARK}"
+        )))
         .bind(req.tenant_id.0)
         .bind(req.node_id.0)
         .bind(us(req.now + req.lease_ttl))
         .bind(us(req.now))
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
-        if held.rows_affected() != 1 {
+        let Some(held) = held else {
             return Err(Error::LeaseLost);
-        }
+        };
+        let lease = processing::lease_mark(&Row::Lite(held))?;
         let from = round.from;
         let outcome = processing::run(
             self,
@@ -407,6 +410,7 @@ impl ProcessingEngine for SqliteStore {
             emit,
             req,
             processing::Consume::Log { round, screen },
+            (known, lease),
         )
         .await;
         match outcome {
