@@ -146,9 +146,9 @@ impl Contacts<'_> {
 /// How a round's identities were found (see [`snapshot`]).
 #[derive(Debug, Default)]
 pub(crate) struct Found {
-    /// Identities found in the database, for the node to learn once the
-    /// round commits.
-    pub(crate) fetched: Vec<(IdentityKind, String)>,
+    /// Identities found in the database and their contacts, for the node
+    /// to learn once the round commits.
+    pub(crate) fetched: Vec<(IdentityKind, String, ContactId)>,
     /// Distinct identities resolved from the node's known contacts.
     pub(crate) from_memory: usize,
     /// Distinct identities looked up in the database (found or not).
@@ -213,9 +213,13 @@ pub(crate) async fn snapshot(
             .await?
         {
             if let Some(contact) = r.opt_uuid("contact_id")? {
-                let key = (kind, r.text("value")?);
-                found.fetched.push(key.clone());
-                snapshot.identities.insert(key, ContactId(contact));
+                let value = r.text("value")?;
+                found
+                    .fetched
+                    .push((kind, value.clone(), ContactId(contact)));
+                snapshot
+                    .identities
+                    .insert((kind, value), ContactId(contact));
             }
         }
     }

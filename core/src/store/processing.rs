@@ -296,13 +296,13 @@ pub(crate) async fn run(
             super::contacts::snapshot(&mut tx, tenant, &events, (known, generation)).await?;
         outcome.identities_from_memory = found.from_memory;
         outcome.identities_looked_up = found.looked_up;
-        let plan = identity::resolve(&events, &snapshot);
+        let mut plan = identity::resolve(&events, &snapshot);
         super::contacts::apply(&mut tx, tenant, &plan, req.now).await?;
+        // Applied: the rows below need only each event's contact.
         learned = Some((
-            snapshot,
             found.fetched,
-            plan.identities.clone(),
-            plan.merges.clone(),
+            std::mem::take(&mut plan.identities),
+            std::mem::take(&mut plan.merges),
         ));
 
         // Rendered once: the event's own row takes the text, a grouped
@@ -477,12 +477,14 @@ pub(crate) async fn run(
     }
     tx.commit().await?;
     layout.created(&keys);
-    if let Some((snapshot, fetched, made, merges)) = learned {
-        let found = fetched
-            .iter()
-            .filter_map(|k| snapshot.identities.get(k).map(|c| (k.0, k.1.as_str(), *c)));
-        let made = made.iter().map(|(kind, v, c)| (*kind, v.as_str(), *c));
-        known.learn(tenant, generation, found.chain(made), &merges);
+    if let Some((fetched, made, merges)) = learned {
+        let ids = fetched.iter().chain(&made);
+        known.learn(
+            tenant,
+            generation,
+            ids.map(|(kind, v, c)| (*kind, v.as_str(), *c)),
+            &merges,
+        );
     }
     Ok(outcome)
 }
