@@ -171,6 +171,11 @@ impl ProcessorActor {
         ctx.metrics
             .events_processed
             .inc_by(out.appended.len() as u64);
+        if out.consumed > 0 {
+            ctx.metrics
+                .processing_round_events
+                .observe(out.consumed as f64);
+        }
         for (from, n) in [
             ("memory", out.identities_from_memory),
             ("database", out.identities_looked_up),

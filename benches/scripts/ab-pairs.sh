@@ -9,7 +9,9 @@
 # build). Prints
 # one line a run: backend, profile, pair, build, req/s, events/s, p99 ms,
 # errors, the server's CPU µs per event (from /proc: less moved than req/s
-# by a neighbour taking the machine's time).
+# by a neighbour taking the machine's time), and the server's group
+# commits and processing rounds per 1,000 events (from its /metrics; "-"
+# for a build without them).
 #
 # Usage: benches/scripts/ab-pairs.sh BASE_BIN NEW_BIN BACKEND PROFILE [PAIRS]
 #   BACKEND sqlite|postgres; PROFILE track (32 connections) | batch (8)
@@ -44,7 +46,9 @@ for pair in $(seq "$pairs"); do
 import json, sys
 f = json.load(open(sys.argv[1]))["fastack"]
 cpu = f.get("server_cpu_us_per_event")
-print("%.0f\t%.0f\t%.2f\t%d\t%s" % (f["requests_per_sec"], f["events_per_sec"], f["p99_ms"], sum(f["errors"].values()), "%.1f" % cpu if cpu else "-"))
+w = f.get("server_work")
+work = "%.2f\t%.2f" % (w["group_commits_per_1k_events"], w["rounds_per_1k_events"]) if w else "-\t-"
+print("%.0f\t%.0f\t%.2f\t%d\t%s\t%s" % (f["requests_per_sec"], f["events_per_sec"], f["p99_ms"], sum(f["errors"].values()), "%.1f" % cpu if cpu else "-", work))
 PY
 )
     printf '%s\t%s\t%s\t%s\t%s\n' "$backend" "$profile" "$pair" "$which" "$figures"

@@ -78,6 +78,7 @@ pub struct Metrics {
     pub oldest_unprocessed_seconds: Gauge<f64, AtomicU64>,
     pub processing_lag_seconds: Histogram,
     pub group_commit_rows: Histogram,
+    pub processing_round_events: Histogram,
     pub group_commit_seconds: Histogram,
     pub active_tenants: Gauge,
     /// Tenant processors alive on this node: one per running tenant,
@@ -144,6 +145,7 @@ impl Metrics {
         let oldest_unprocessed_seconds = Gauge::<f64, AtomicU64>::default();
         let processing_lag_seconds = latency_histogram();
         let group_commit_rows = Histogram::new(exponential_buckets(1.0, 2.0, 14));
+        let processing_round_events = Histogram::new(exponential_buckets(1.0, 2.0, 14));
         let group_commit_seconds = latency_histogram();
         let active_tenants = Gauge::default();
         let processors = Gauge::default();
@@ -240,6 +242,11 @@ impl Metrics {
             group_commit_rows.clone(),
         );
         registry.register(
+            "processing_round_events",
+            "events each committed processing round consumed (its count: rounds, each one transaction)",
+            processing_round_events.clone(),
+        );
+        registry.register(
             "group_commit_seconds",
             "duration of an ingest group commit",
             group_commit_seconds.clone(),
@@ -323,6 +330,7 @@ impl Metrics {
             oldest_unprocessed_seconds,
             processing_lag_seconds,
             group_commit_rows,
+            processing_round_events,
             group_commit_seconds,
             active_tenants,
             processors,

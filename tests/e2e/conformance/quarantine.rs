@@ -179,14 +179,29 @@ async fn quarantine_round_trip(store: &Store) {
         vec![fine.event_id]
     );
 
-    // Retry puts it back under the same id; processing appends it.
+    // Retry puts it back under the same id, behind an event accepted
+    // since; it is still the oldest waiting, and processing appends both.
+    let newer = IngestRow::new(
+        t.id,
+        track("newer", "u", at),
+        fingerprint(&track("newer", "u", at)),
+        poison.received_at + chrono::Duration::minutes(5),
+    );
+    accept(store, std::slice::from_ref(&newer)).await;
     assert!(store.quarantine().retry(t.id, q.event_id).await.unwrap());
     assert!(!store.quarantine().retry(t.id, q.event_id).await.unwrap());
     assert!(store.quarantine().list(t.id, 10).await.unwrap().is_empty());
+    let (depth, oldest) = store.processing().inbox_stats().await.unwrap();
+    assert_eq!(depth, 2);
+    assert_eq!(
+        oldest.map(|o| o.timestamp_micros()),
+        Some(poison.received_at.timestamp_micros()),
+        "the put-back event is the oldest waiting"
+    );
     let out = process_all(store, t.id, false).await;
     assert_eq!(
         out.appended.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        vec![poison.event_id]
+        vec![newer.event_id, poison.event_id]
     );
 
     // Drop discards for good.

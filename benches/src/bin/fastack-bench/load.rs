@@ -220,6 +220,48 @@ pub struct RunReport {
     /// On PostgreSQL: CPU time the database's processes used per accepted
     /// event in the same window (the node's own is the line above).
     pub database_cpu_us_per_event: Option<f64>,
+    /// fastack's own counts over the window, from its `/metrics`: ingest
+    /// group commits (each one sync) and processing rounds (each one
+    /// transaction) per thousand accepted events.
+    pub server_work: Option<ServerWork>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ServerWork {
+    pub group_commits_per_1k_events: f64,
+    pub rounds_per_1k_events: f64,
+    pub events_per_round: f64,
+}
+
+/// Group commits, processing rounds and the events those rounds consumed,
+/// so far, as fastack's `/metrics` counts them.
+async fn work_counts(base: &str) -> Option<[f64; 3]> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some([
+        value("fastack_group_commit_rows_count")?,
+        value("fastack_processing_round_events_count")?,
+        value("fastack_processing_round_events_sum")?,
+    ])
+}
+
+fn server_work(start: Option<[f64; 3]>, end: Option<[f64; 3]>, events: u64) -> Option<ServerWork> {
+    let (start, end) = (start?, end?);
+    let per_1k = |i: usize| (end[i] - start[i]) * 1000.0 / events.max(1) as f64;
+    Some(ServerWork {
+        group_commits_per_1k_events: per_1k(0),
+        rounds_per_1k_events: per_1k(1),
+        events_per_round: (end[2] - start[2]) / (end[1] - start[1]).max(1.0),
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -285,6 +327,7 @@ pub struct Report {
     pub erasures: Option<Erasures>,
     pub server_rss_mib_before: Option<f64>,
     pub server_rss_mib_after: Option<f64>,
+    pub server_rss_mib_peak: Option<f64>,
     /// Inbox rows waiting when the load ended, and the seconds until the
     /// inbox was empty (`None`: not within two minutes).
     pub inbox_at_end: Option<i64>,
@@ -414,12 +457,22 @@ struct Served {
 }
 
 impl Served {
+    /// The server's resident memory now (`VmRSS`) or at its highest so
+    /// far (`VmHWM`).
     fn rss_mib(&self) -> Option<f64> {
+        self.status_mib("VmRSS:")
+    }
+
+    fn peak_rss_mib(&self) -> Option<f64> {
+        self.status_mib("VmHWM:")
+    }
+
+    fn status_mib(&self, field: &str) -> Option<f64> {
         let pid = self.child.id()?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let kb: f64 = status
             .lines()
-            .find(|l| l.starts_with("VmRSS:"))?
+            .find(|l| l.starts_with(field))?
             .split_whitespace()
             .nth(1)?
             .parse()
@@ -650,6 +703,7 @@ impl Recorder {
                 / events.max(1) as f64,
             server_cpu_us_per_event: None,
             database_cpu_us_per_event: None,
+            server_work: None,
         }
     }
 }
@@ -742,9 +796,10 @@ async fn drive(
     let started = Instant::now();
     let stop_events = args.events;
     let cpu_at_start = server_pid.map(|pid| {
+        let base = base.to_owned();
         tokio::spawn(async move {
             tokio::time::sleep_until((started + measure_from).into()).await;
-            cpu_seconds(pid)
+            (cpu_seconds(pid), work_counts(&base).await)
         })
     });
     let ticker = {
@@ -852,6 +907,10 @@ async fn drive(
         }
     }
     let cpu_at_end = server_pid.and_then(cpu_seconds);
+    let work_at_end = match server_pid {
+        Some(_) => work_counts(base).await,
+        None => None,
+    };
     // Let in-flight open-loop requests land.
     tokio::time::sleep(Duration::from_millis(200)).await;
     ticker.abort();
@@ -867,11 +926,14 @@ async fn drive(
         None => format!("closed loop, {} connections", args.connections),
     };
     let mut report = measured.report(label, &mode, seconds);
-    if let (Some(start), Some(end)) = (cpu_at_start, cpu_at_end)
-        && let Ok(Some(start)) = start.await
+    if let Some(start) = cpu_at_start
+        && let Ok((cpu_start, work_start)) = start.await
         && report.events > 0
     {
-        report.server_cpu_us_per_event = Some((end - start) * 1e6 / report.events as f64);
+        if let (Some(start), Some(end)) = (cpu_start, cpu_at_end) {
+            report.server_cpu_us_per_event = Some((end - start) * 1e6 / report.events as f64);
+        }
+        report.server_work = server_work(work_start, work_at_end, report.events);
     }
     report
 }
@@ -1228,6 +1290,12 @@ fn table(report: &Report) -> String {
                     .unwrap_or_default()
             ));
         }
+        if let Some(w) = r.server_work {
+            out.push_str(&format!(
+                "\n{}: {:.2} group commits and {:.2} processing rounds per 1,000 events ({:.0} events a round)",
+                r.target, w.group_commits_per_1k_events, w.rounds_per_1k_events, w.events_per_round
+            ));
+        }
         if r.wire_bytes_per_event > 0.0 {
             out.push_str(&format!(
                 "\n{}: {:.0} body bytes on the wire per event{}",
@@ -1271,8 +1339,12 @@ fn table(report: &Report) -> String {
         });
     }
     if let (Some(a), Some(b)) = (report.server_rss_mib_before, report.server_rss_mib_after) {
+        let peak = report
+            .server_rss_mib_peak
+            .map(|p| format!(", {p:.1} MiB at its peak"))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "server RSS: {a:.1} MiB before, {b:.1} MiB after\n"
+            "server RSS: {a:.1} MiB before, {b:.1} MiB after{peak}\n"
         ));
     }
     if !report.fastack.errors.is_empty() {
@@ -1589,6 +1661,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         None => None,
     };
     let rss_after = server.rss_mib();
+    let rss_peak = server.peak_rss_mib();
     server.stop().await;
     if let Some(url) = &args.amqp {
         delete_exchanges(url, &[&core_exchange, &job_exchange]).await;
@@ -1623,6 +1696,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         erasures,
         server_rss_mib_before: rss_before,
         server_rss_mib_after: rss_after,
+        server_rss_mib_peak: rss_peak,
         inbox_at_end: inbox.map(|(rows, _)| rows),
         inbox_drain_seconds: inbox.and_then(|(_, secs)| secs),
         machine: machine(),
@@ -1645,8 +1719,20 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 /// the measurement does not slow the drain it measures.
 async fn inbox_drain(store: &store::Storage) -> Option<(i64, Option<f64>)> {
     let start = Instant::now();
-    let at_end = store.processing().inbox_stats().await.ok()?.0;
-    while !store.processing().inbox_empty().await.ok()? {
+    let at_end = store
+        .processing()
+        .inbox_stats()
+        .await
+        .inspect_err(|e| eprintln!("the waiting events could not be counted: {e:?}"))
+        .ok()?
+        .0;
+    while !store
+        .processing()
+        .inbox_empty()
+        .await
+        .inspect_err(|e| eprintln!("the waiting events could not be looked at: {e:?}"))
+        .ok()?
+    {
         if start.elapsed() > Duration::from_secs(120) {
             return Some((at_end, None));
         }
@@ -1699,11 +1785,19 @@ async fn drive_wrk(
     let on_postgres = args.backend == Backend::Postgres && format == WrkFormat::Fastack;
     let cpu_at_start = server_pid.and_then(cpu_seconds);
     let db_cpu_at_start = on_postgres.then(postgres_cpu_seconds);
+    let work_at_start = match format {
+        WrkFormat::Fastack => work_counts(base).await,
+        WrkFormat::Capture => None,
+    };
     let out = wrk(args.duration.max(1), run.to_owned())
         .await
         .context("running wrk (install the Debian package `wrk`)")?;
     let cpu_at_end = server_pid.and_then(cpu_seconds);
     let db_cpu_at_end = on_postgres.then(postgres_cpu_seconds);
+    let work_at_end = match format {
+        WrkFormat::Fastack => work_counts(base).await,
+        WrkFormat::Capture => None,
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
@@ -1747,6 +1841,7 @@ async fn drive_wrk(
         wire_bytes_per_event: 0.0,
         server_cpu_us_per_event: per_event(cpu_at_start, cpu_at_end),
         database_cpu_us_per_event: per_event(db_cpu_at_start, db_cpu_at_end),
+        server_work: server_work(work_at_start, work_at_end, events),
     })
 }
 

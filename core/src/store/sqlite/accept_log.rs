@@ -263,10 +263,55 @@ pub(crate) fn scan_segment(
 pub(crate) fn scan(dir: &Path, mut f: impl FnMut(Record, Pos) -> Result<()>) -> Result<u64> {
     let mut next = 1;
     for (first, path) in segments(dir)? {
-        let end = scan_segment(&path, first, &mut f)?;
+        // The appending node drops a segment once nothing in it waits (or
+        // renames it as its spare): one listed and gone before it is read
+        // held nothing waiting.
+        if !path.exists() {
+            continue;
+        }
+        let end = match scan_segment(&path, first, &mut f) {
+            Ok(end) => end,
+            Err(_) if !path.exists() => continue,
+            Err(e) => return Err(e),
+        };
         next = next.max(end.next_seq).max(first);
     }
     Ok(next)
+}
+
+/// The right to append to a log directory: `LOCK` held (`flock`), taken
+/// before the log is read back, so that a second process learns the log
+/// is in use without reading every segment first.
+#[derive(Debug)]
+pub(crate) struct LogLock {
+    dir: PathBuf,
+    file: File,
+}
+
+impl LogLock {
+    /// Fails with [`Error::Storage`] when another process holds it.
+    pub(crate) fn take(dir: &Path) -> Result<Self> {
+        crate::owner_only::ensure_dir(dir)?;
+        let lock_path = dir.join("LOCK");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io(&lock_path, e))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |_| {
+                Error::Storage(format!(
+                    "the accept log in {} is in use by another fastack process",
+                    dir.display()
+                ))
+            },
+        )?;
+        Ok(LogLock {
+            dir: dir.to_owned(),
+            file,
+        })
+    }
 }
 
 /// The one appender of a log directory (it holds `LOCK`).
@@ -301,28 +346,12 @@ pub(crate) struct OpenSegment {
 }
 
 impl Appender {
-    /// Takes the log directory for appending, the next record numbered
-    /// `next_seq` (after the last one read, or higher). Fails when another
-    /// process appends to it.
-    pub(crate) fn open(dir: &Path, segment_bytes: u64, next_seq: u64) -> Result<Self> {
-        crate::owner_only::ensure_dir(dir)?;
-        let lock_path = dir.join("LOCK");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io(&lock_path, e))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
-            |_| {
-                Error::Storage(format!(
-                    "the accept log in {} is in use by another fastack process",
-                    dir.display()
-                ))
-            },
-        )?;
-        Ok(Appender {
-            dir: dir.to_owned(),
+    /// Appends to the log directory whose lock is `lock`, the next record
+    /// numbered `next_seq` (after the last one read, or higher).
+    pub(crate) fn open(lock: LogLock, segment_bytes: u64, next_seq: u64) -> Self {
+        let LogLock { dir, file: lock } = lock;
+        Appender {
+            dir,
             segment_bytes: segment_bytes.max(64 * 1024),
             _lock: lock,
             current: None,
@@ -330,7 +359,7 @@ impl Appender {
             dirty: Vec::new(),
             buf: Vec::with_capacity(1 << 20),
             torn: None,
-        })
+        }
     }
 
     #[cfg(test)]
@@ -638,7 +667,7 @@ mod tests {
     #[test]
     fn records_read_back_in_order_across_segments_and_by_position() {
         let dir = tempfile::tempdir().unwrap();
-        let mut a = Appender::open(dir.path(), 64 * 1024, 1).unwrap();
+        let mut a = Appender::open(LogLock::take(dir.path()).unwrap(), 64 * 1024, 1);
         let placed = append_n(&mut a, 0, 2000);
         assert!(segments(dir.path()).unwrap().len() > 2, "several segments");
         let (read, next) = all(dir.path());
@@ -653,14 +682,18 @@ mod tests {
             assert_eq!(r.seq, *seq);
             assert_eq!(r, read[(*seq - 1) as usize]);
         }
-        // Another appender is refused while this one lives.
-        assert!(Appender::open(dir.path(), 64 * 1024, next).is_err());
+        // Another appender is refused while this one lives, before it
+        // reads anything.
+        assert!(matches!(
+            LogLock::take(dir.path()),
+            Err(crate::error::Error::Storage(_))
+        ));
     }
 
     #[test]
     fn an_append_whose_first_frame_does_not_fit_starts_the_next_segment() {
         let dir = tempfile::tempdir().unwrap();
-        let mut a = Appender::open(dir.path(), 64 * 1024, 1).unwrap();
+        let mut a = Appender::open(LogLock::take(dir.path()).unwrap(), 64 * 1024, 1);
         // One record an append, as a `track` at a time: each segment's last
         // frame leaves less room than the next one needs.
         let mut placed = Vec::new();
@@ -692,7 +725,7 @@ mod tests {
     #[test]
     fn a_torn_tail_ends_the_segment_and_the_next_writer_starts_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
-        let mut a = Appender::open(dir.path(), 1 << 20, 1).unwrap();
+        let mut a = Appender::open(LogLock::take(dir.path()).unwrap(), 1 << 20, 1);
         let placed = append_n(&mut a, 0, 10);
         drop(a);
         // The last frame half written: its body cut after 5 bytes.
@@ -703,7 +736,7 @@ mod tests {
         let (read, next) = all(dir.path());
         assert_eq!(read.len(), 9);
         assert_eq!(next, 10);
-        let mut a = Appender::open(dir.path(), 1 << 20, next).unwrap();
+        let mut a = Appender::open(LogLock::take(dir.path()).unwrap(), 1 << 20, next);
         append_n(&mut a, 100, 3);
         let (read, next) = all(dir.path());
         assert_eq!(read.len(), 12);
@@ -716,7 +749,7 @@ mod tests {
     #[test]
     fn a_reused_segment_shows_none_of_its_old_frames() {
         let dir = tempfile::tempdir().unwrap();
-        let mut a = Appender::open(dir.path(), 64 * 1024, 1).unwrap();
+        let mut a = Appender::open(LogLock::take(dir.path()).unwrap(), 64 * 1024, 1);
         append_n(&mut a, 0, 2000);
         let segs: Vec<u64> = segments(dir.path()).unwrap().into_keys().collect();
         assert!(segs.len() >= 3);
@@ -730,7 +763,7 @@ mod tests {
         // A new writer reuses a spare; the old frames in it never show.
         let next = a.next_seq();
         drop(a);
-        let mut a = Appender::open(dir.path(), 64 * 1024, next).unwrap();
+        let mut a = Appender::open(LogLock::take(dir.path()).unwrap(), 64 * 1024, next);
         append_n(&mut a, 1000, 2);
         let (read, _) = all(dir.path());
         let seqs: Vec<u64> = read.iter().map(|r| r.seq).collect();

@@ -46,7 +46,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::accept_log::{self, Appender, NewRecord, Pos, Record};
+use super::accept_log::{self, Appender, LogLock, NewRecord, Pos, Record};
 use crate::error::{Error, Result};
 use crate::store::{
     Fence, IngestRow, KeepFn, decode_payload, ingest,
@@ -57,12 +57,19 @@ use crate::store::{
 /// round reads its records back from the log.
 const HOLD_AT_MOST: usize = 50_000;
 
+/// A tenant's queue or the key table this large and three quarters empty
+/// is shrunk (a thousand tenants' queues each grown by a backlog held
+/// 64 MiB after it was worked off).
+const QUEUE_SHRINK_ABOVE: usize = 64;
+const KEYS_SHRINK_ABOVE: usize = 4096;
+
 /// A record not processed yet.
 #[derive(Debug)]
 struct Entry {
     seq: u64,
     pos: Pos,
     key_hash: u64,
+    received_at: DateTime<Utc>,
     legacy: bool,
     /// The event, while the index holds it.
     held: Option<Box<Held>>,
@@ -101,10 +108,13 @@ struct Index {
     collisions: HashMap<u64, Vec<u64>>,
     segments: BTreeMap<u64, Segment>,
     held: usize,
-    /// Where every waiting record is, by sequence number: tenant and
-    /// segment (for a record named by its number alone).
-    by_seq: BTreeMap<u64, TenantId>,
-    oldest_received: BTreeMap<u64, DateTime<Utc>>,
+    /// Records waiting, all tenants together.
+    waiting: usize,
+    /// `received_at` of the waiting records moved in from the inbox table,
+    /// which come after newer ones: the oldest of the others is at the
+    /// front of its tenant's queue. Nothing is kept per record beyond its
+    /// entry (a million waiting records cost their entries and their keys).
+    legacy_received: BTreeMap<u64, DateTime<Utc>>,
 }
 
 impl Index {
@@ -144,7 +154,7 @@ impl Index {
         out
     }
 
-    fn add(&mut self, tenant: TenantId, entry: Entry, received_at: DateTime<Utc>) {
+    fn add(&mut self, tenant: TenantId, entry: Entry) {
         self.add_key(entry.key_hash, entry.seq);
         if let Some(s) = self.segments.get_mut(&entry.pos.segment) {
             s.pending += 1;
@@ -152,13 +162,20 @@ impl Index {
         if entry.held.is_some() {
             self.held += 1;
         }
-        self.by_seq.insert(entry.seq, tenant);
-        self.oldest_received.insert(entry.seq, received_at);
-        self.tenants
-            .entry(tenant)
-            .or_default()
-            .pending
-            .push_back(entry);
+        self.waiting += 1;
+        if entry.legacy {
+            self.legacy_received.insert(entry.seq, entry.received_at);
+        }
+        let pending = &mut self.tenants.entry(tenant).or_default().pending;
+        debug_assert!(pending.back().is_none_or(|b| b.seq < entry.seq));
+        pending.push_back(entry);
+    }
+
+    /// The tenant's waiting record `seq` (its queue is in sequence order).
+    fn entry(&self, tenant: TenantId, seq: u64) -> Option<&Entry> {
+        let pending = &self.tenants.get(&tenant)?.pending;
+        let at = pending.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        pending.get(at)
     }
 
     /// The file and path of a record's segment.
@@ -241,8 +258,9 @@ impl AcceptLog {
             .name("fastack-log".to_owned())
             .spawn(move || {
                 let start = || -> Result<(Writer, Index, HashSet<i64>)> {
+                    let lock = LogLock::take(&dir)?;
                     let (index, moved, next) = load(&dir, &cursors, &h)?;
-                    let appender = Appender::open(&dir, segment_bytes, next)?;
+                    let appender = Appender::open(lock, segment_bytes, next);
                     let keys = Connection::open_with_flags(
                         &main,
                         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -425,6 +443,7 @@ impl AcceptLog {
                         seq,
                         pos,
                         key_hash: hash_of[&r.event_id],
+                        received_at: r.received_at,
                         legacy: false,
                         held: Some(Box::new(Held {
                             item: Item {
@@ -436,7 +455,6 @@ impl AcceptLog {
                             fingerprint: r.fingerprint,
                         })),
                     },
-                    r.received_at,
                 )
             }),
         );
@@ -454,7 +472,7 @@ impl AcceptLog {
         &self,
         w: &Writer,
         opened: Vec<accept_log::OpenSegment>,
-        records: impl Iterator<Item = (TenantId, Entry, DateTime<Utc>)>,
+        records: impl Iterator<Item = (TenantId, Entry)>,
     ) {
         let mut index = self.index.lock();
         if !opened.is_empty() {
@@ -478,11 +496,11 @@ impl AcceptLog {
                 s.open = true;
             }
         }
-        for (tenant, mut entry, received_at) in records {
+        for (tenant, mut entry) in records {
             if index.held >= HOLD_AT_MOST {
                 entry.held = None;
             }
-            index.add(tenant, entry, received_at);
+            index.add(tenant, entry);
         }
         let drained = index.drained();
         drop(index);
@@ -505,17 +523,8 @@ impl AcceptLog {
     ) -> Result<Option<crate::domain::TakenKey>> {
         let index = self.index.lock();
         for seq in index.candidates(hash) {
-            let Some(t) = index.by_seq.get(&seq).copied() else {
-                continue;
-            };
-            if t != tenant {
-                continue;
-            }
-            let Some(entry) = index
-                .tenants
-                .get(&t)
-                .and_then(|tl| tl.pending.iter().find(|e| e.seq == seq))
-            else {
+            // Not in the tenant's queue: another tenant's key of the same hash.
+            let Some(entry) = index.entry(tenant, seq) else {
                 continue;
             };
             let (file, path) = index.file_of(entry.pos)?;
@@ -595,17 +604,31 @@ impl AcceptLog {
                 while tl.pending.front().is_some_and(|e| e.seq <= to) {
                     gone.push(tl.pending.pop_front().expect("a front"));
                 }
+                // A backlog's queue gives its memory back once worked off.
+                if tl.pending.capacity() > QUEUE_SHRINK_ABOVE
+                    && tl.pending.len() < tl.pending.capacity() / 4
+                {
+                    tl.pending.shrink_to(tl.pending.len() * 2);
+                }
             }
             for e in gone {
                 index.remove_key(e.key_hash, e.seq);
-                index.by_seq.remove(&e.seq);
-                index.oldest_received.remove(&e.seq);
+                index.waiting -= 1;
+                if e.legacy {
+                    index.legacy_received.remove(&e.seq);
+                }
                 if e.held.is_some() {
                     index.held -= 1;
                 }
                 if let Some(s) = index.segments.get_mut(&e.pos.segment) {
                     s.pending = s.pending.saturating_sub(1);
                 }
+            }
+            if index.keys.capacity() > KEYS_SHRINK_ABOVE
+                && index.keys.len() < index.keys.capacity() / 4
+            {
+                let keep = index.keys.len() * 2;
+                index.keys.shrink_to(keep);
             }
             index.drained()
         };
@@ -627,8 +650,12 @@ impl AcceptLog {
     /// Records waiting, and the oldest one's `received_at`.
     pub(crate) fn stats(&self) -> (i64, Option<DateTime<Utc>>) {
         let index = self.index.lock();
-        let oldest = index.oldest_received.values().min().copied();
-        (index.by_seq.len() as i64, oldest)
+        let fronts = index
+            .tenants
+            .values()
+            .filter_map(|tl| tl.pending.front().map(|e| e.received_at));
+        let oldest = fronts.chain(index.legacy_received.values().copied()).min();
+        (index.waiting as i64, oldest)
     }
 
     /// The key's owner among records not processed yet (the front door
@@ -673,11 +700,7 @@ impl AcceptLog {
     /// The record `seq` of `tenant`, while it waits.
     pub(crate) fn waiting_record(&self, tenant: TenantId, seq: u64) -> Result<Option<Record>> {
         let index = self.index.lock();
-        let Some(e) = index
-            .tenants
-            .get(&tenant)
-            .and_then(|tl| tl.pending.iter().find(|e| e.seq == seq))
-        else {
+        let Some(e) = index.entry(tenant, seq) else {
             return Ok(None);
         };
         let (file, path) = index.file_of(e.pos)?;
@@ -771,10 +794,10 @@ impl AcceptLog {
                                 seq,
                                 pos,
                                 key_hash: log.key_hash(r.tenant, &event.idempotency_key),
+                                received_at: r.received_at,
                                 legacy: true,
                                 held: None,
                             },
-                            r.received_at,
                         )
                     }),
                 );
@@ -859,10 +882,10 @@ fn load(
                     seq: r.seq,
                     pos,
                     key_hash,
+                    received_at: r.received_at,
                     legacy: r.legacy_seq != 0,
                     held: None,
                 },
-                r.received_at,
             );
             Ok(())
         })?;

@@ -92,6 +92,9 @@ pub struct SqliteStore {
     /// Set by the checkpointer while the disk has less free space than a
     /// WAL may take (see [`LOW_DISK`]).
     low_disk: Arc<AtomicBool>,
+    /// Rounds holding their events, from their read of the log to their
+    /// commit (see [`ROUNDS_AT_ONCE`]).
+    rounds: tokio::sync::Semaphore,
 }
 
 impl Drop for SqliteStore {
@@ -124,6 +127,14 @@ const WRITER_STATEMENTS: usize = 400;
 /// Rows a sqlx connection's worker may run ahead of the task reading
 /// them: a whole processing round's.
 const ROW_CHANNEL: usize = 16_384;
+
+/// Processing rounds that may hold their events at once. They commit one
+/// at a time on the one writer; without a bound, every tenant's processor
+/// read and decoded its next round and then queued for the writer, so a
+/// backlog over many tenants was held in memory all at once (the million
+/// events over a thousand tenants: most of the node's RSS). Two keep the
+/// next round ready while one commits.
+const ROUNDS_AT_ONCE: usize = 2;
 
 /// How long a connection waits for another's write lock.
 const BUSY_TIMEOUT: StdDuration = StdDuration::from_secs(10);
@@ -222,6 +233,7 @@ impl SqliteStore {
             inbox_rows: AtomicBool::new(true),
             inbox_looked: parking_lot::Mutex::new(std::time::Instant::now()),
             checkpointer,
+            rounds: tokio::sync::Semaphore::new(ROUNDS_AT_ONCE),
         })
     }
 
@@ -370,6 +382,11 @@ impl ProcessingEngine for SqliteStore {
             *self.inbox_looked.lock() = std::time::Instant::now();
             self.move_inbox_rows(log).await?;
         }
+        let _holding = self
+            .rounds
+            .acquire()
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
         let Some(round) = log.round(req.tenant_id, limit)? else {
             return Ok(ProcessOutcome::default());
         };
