@@ -53,9 +53,12 @@ use crate::store::{
     processing::{Item, LogRound as Round},
 };
 
-/// Events kept decoded in the index, all tenants together; beyond it a
-/// round reads its records back from the log.
+/// Events kept decoded in the index, all tenants together, and their
+/// frames' bytes (a decoded event takes a few times its JSON); beyond
+/// either, a round reads its records back from the log. By count alone,
+/// 50,000 events of the largest size (32 KiB) were over a gigabyte held.
 const HOLD_AT_MOST: usize = 50_000;
+const HOLD_BYTES_AT_MOST: u64 = 16 << 20;
 
 /// A tenant's queue or the key table this large and three quarters empty
 /// is shrunk (a thousand tenants' queues each grown by a backlog held
@@ -108,6 +111,7 @@ struct Index {
     collisions: HashMap<u64, Vec<u64>>,
     segments: BTreeMap<u64, Segment>,
     held: usize,
+    held_bytes: u64,
     /// Records waiting, all tenants together.
     waiting: usize,
     /// `received_at` of the waiting records moved in from the inbox table,
@@ -154,13 +158,21 @@ impl Index {
         out
     }
 
-    fn add(&mut self, tenant: TenantId, entry: Entry) {
+    /// Indexes a waiting record; its event stays held only while the
+    /// index holds fewer than its bounds.
+    fn add(&mut self, tenant: TenantId, mut entry: Entry) {
         self.add_key(entry.key_hash, entry.seq);
         if let Some(s) = self.segments.get_mut(&entry.pos.segment) {
             s.pending += 1;
         }
         if entry.held.is_some() {
-            self.held += 1;
+            let bytes = u64::from(entry.pos.len);
+            if self.held >= HOLD_AT_MOST || self.held_bytes + bytes > HOLD_BYTES_AT_MOST {
+                entry.held = None;
+            } else {
+                self.held += 1;
+                self.held_bytes += bytes;
+            }
         }
         self.waiting += 1;
         if entry.legacy {
@@ -176,6 +188,53 @@ impl Index {
         let pending = &self.tenants.get(&tenant)?.pending;
         let at = pending.binary_search_by_key(&seq, |e| e.seq).ok()?;
         pending.get(at)
+    }
+
+    /// The tenant's records up to `to` leave the index (their commit
+    /// moved its cursor there); returns the segments drained by it.
+    fn consume(&mut self, tenant: TenantId, to: u64) -> Vec<u64> {
+        let mut gone = Vec::new();
+        if let Some(tl) = self.tenants.get_mut(&tenant) {
+            tl.cursor = tl.cursor.max(to);
+            while tl.pending.front().is_some_and(|e| e.seq <= to) {
+                gone.push(tl.pending.pop_front().expect("a front"));
+            }
+            // A backlog's queue gives its memory back once worked off.
+            if tl.pending.capacity() > QUEUE_SHRINK_ABOVE
+                && tl.pending.len() < tl.pending.capacity() / 4
+            {
+                tl.pending.shrink_to(tl.pending.len() * 2);
+            }
+        }
+        for e in gone {
+            self.remove_key(e.key_hash, e.seq);
+            self.waiting -= 1;
+            if e.legacy {
+                self.legacy_received.remove(&e.seq);
+            }
+            if e.held.is_some() {
+                self.held -= 1;
+                self.held_bytes -= u64::from(e.pos.len);
+            }
+            if let Some(s) = self.segments.get_mut(&e.pos.segment) {
+                s.pending = s.pending.saturating_sub(1);
+            }
+        }
+        if self.keys.capacity() > KEYS_SHRINK_ABOVE && self.keys.len() < self.keys.capacity() / 4 {
+            let keep = self.keys.len() * 2;
+            self.keys.shrink_to(keep);
+        }
+        self.drained()
+    }
+
+    /// The oldest waiting record's `received_at`: the first of some
+    /// tenant's queue, or one moved in from the inbox table.
+    fn oldest(&self) -> Option<DateTime<Utc>> {
+        let fronts = self
+            .tenants
+            .values()
+            .filter_map(|tl| tl.pending.front().map(|e| e.received_at));
+        fronts.chain(self.legacy_received.values().copied()).min()
     }
 
     /// The file and path of a record's segment.
@@ -496,10 +555,7 @@ impl AcceptLog {
                 s.open = true;
             }
         }
-        for (tenant, mut entry) in records {
-            if index.held >= HOLD_AT_MOST {
-                entry.held = None;
-            }
+        for (tenant, entry) in records {
             index.add(tenant, entry);
         }
         let drained = index.drained();
@@ -596,42 +652,7 @@ impl AcceptLog {
     /// its cursor there): they leave the index, and segments none of whose
     /// records wait any more are dropped.
     pub(crate) fn consumed(&self, tenant: TenantId, to: u64) {
-        let drained = {
-            let mut index = self.index.lock();
-            let mut gone = Vec::new();
-            if let Some(tl) = index.tenants.get_mut(&tenant) {
-                tl.cursor = tl.cursor.max(to);
-                while tl.pending.front().is_some_and(|e| e.seq <= to) {
-                    gone.push(tl.pending.pop_front().expect("a front"));
-                }
-                // A backlog's queue gives its memory back once worked off.
-                if tl.pending.capacity() > QUEUE_SHRINK_ABOVE
-                    && tl.pending.len() < tl.pending.capacity() / 4
-                {
-                    tl.pending.shrink_to(tl.pending.len() * 2);
-                }
-            }
-            for e in gone {
-                index.remove_key(e.key_hash, e.seq);
-                index.waiting -= 1;
-                if e.legacy {
-                    index.legacy_received.remove(&e.seq);
-                }
-                if e.held.is_some() {
-                    index.held -= 1;
-                }
-                if let Some(s) = index.segments.get_mut(&e.pos.segment) {
-                    s.pending = s.pending.saturating_sub(1);
-                }
-            }
-            if index.keys.capacity() > KEYS_SHRINK_ABOVE
-                && index.keys.len() < index.keys.capacity() / 4
-            {
-                let keep = index.keys.len() * 2;
-                index.keys.shrink_to(keep);
-            }
-            index.drained()
-        };
+        let drained = self.index.lock().consume(tenant, to);
         self.release(drained);
     }
 
@@ -650,12 +671,7 @@ impl AcceptLog {
     /// Records waiting, and the oldest one's `received_at`.
     pub(crate) fn stats(&self) -> (i64, Option<DateTime<Utc>>) {
         let index = self.index.lock();
-        let fronts = index
-            .tenants
-            .values()
-            .filter_map(|tl| tl.pending.front().map(|e| e.received_at));
-        let oldest = fronts.chain(index.legacy_received.values().copied()).min();
-        (index.waiting as i64, oldest)
+        (index.waiting as i64, index.oldest())
     }
 
     /// The key's owner among records not processed yet (the front door
@@ -898,4 +914,125 @@ fn load(
         index.tenants.entry(*tenant).or_default().cursor = *cursor;
     }
     Ok((index, moved, next.max(highest_cursor + 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use fastack_entities::{EventKind, NewEvent};
+
+    use super::*;
+
+    fn entry(seq: u64, len: u32) -> Entry {
+        let event = NewEvent {
+            kind: EventKind::Track,
+            event: Some("e".into()),
+            user_id: Some("u".into()),
+            anonymous_id: None,
+            properties: Default::default(),
+            occurred_at: Utc::now().fixed_offset(),
+            idempotency_key: format!("k{seq}"),
+            plan: None,
+        };
+        Entry {
+            seq,
+            pos: Pos {
+                segment: 1,
+                offset: 0,
+                len,
+            },
+            key_hash: seq,
+            received_at: Utc::now(),
+            legacy: false,
+            held: Some(Box::new(Held {
+                item: Item {
+                    seq: seq as i64,
+                    id: EventId(uuid::Uuid::now_v7()),
+                    event: Arc::new(event),
+                    received_at: Utc::now(),
+                },
+                fingerprint: [0; 32],
+            })),
+        }
+    }
+
+    fn held(index: &Index, tenant: TenantId) -> Vec<bool> {
+        index.tenants[&tenant]
+            .pending
+            .iter()
+            .map(|e| e.held.is_some())
+            .collect()
+    }
+
+    #[test]
+    fn held_events_are_bounded_by_bytes_and_freed_when_consumed() {
+        let tenant = TenantId(uuid::Uuid::now_v7());
+        let mut index = Index::default();
+        let big = 32 * 1024;
+        let fit = HOLD_BYTES_AT_MOST / u64::from(big);
+        for seq in 1..=fit + 2 {
+            index.add(tenant, entry(seq, big));
+        }
+        let flags = held(&index, tenant);
+        assert!(flags[..fit as usize].iter().all(|h| *h));
+        assert!(
+            !flags[fit as usize..].iter().any(|h| *h),
+            "past the bytes bound, read back from the log"
+        );
+        assert_eq!(
+            (index.held, index.held_bytes),
+            (fit as usize, fit * u64::from(big))
+        );
+        index.add(tenant, entry(fit + 3, 100));
+        assert!(
+            index.tenants[&tenant]
+                .pending
+                .back()
+                .unwrap()
+                .held
+                .is_none()
+        );
+
+        // Consumed records give their bytes back.
+        index.consume(tenant, 1);
+        assert_eq!(index.held_bytes, (fit - 1) * u64::from(big));
+        index.add(tenant, entry(fit + 4, 100));
+        assert!(
+            index.tenants[&tenant]
+                .pending
+                .back()
+                .unwrap()
+                .held
+                .is_some(),
+            "room again"
+        );
+        index.consume(tenant, fit + 4);
+        assert_eq!((index.held, index.held_bytes, index.waiting), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_oldest_waiting_is_a_queue_front_or_a_moved_in_row() {
+        let (a, b) = (
+            TenantId(uuid::Uuid::now_v7()),
+            TenantId(uuid::Uuid::now_v7()),
+        );
+        let mut index = Index::default();
+        let t0 = Utc::now();
+        let at = |e: Entry, secs: i64, legacy: bool| Entry {
+            received_at: t0 + chrono::Duration::seconds(secs),
+            legacy,
+            ..e
+        };
+        index.add(a, at(entry(1, 10), 10, false));
+        index.add(b, at(entry(2, 10), 5, false));
+        index.add(a, at(entry(3, 10), 20, false));
+        assert_eq!(index.waiting, 3);
+        assert_eq!(index.oldest(), Some(t0 + chrono::Duration::seconds(5)));
+        // A quarantined event put back: behind newer ones, and the oldest.
+        index.add(a, at(entry(4, 10), -60, true));
+        assert_eq!(index.oldest(), Some(t0 - chrono::Duration::seconds(60)));
+        index.consume(b, 2);
+        index.consume(a, 4);
+        assert_eq!(index.oldest(), None);
+        assert!(index.legacy_received.is_empty());
+    }
 }
