@@ -266,9 +266,6 @@ pub(crate) fn scan(dir: &Path, mut f: impl FnMut(Record, Pos) -> Result<()>) -> 
         // The appending node drops a segment once nothing in it waits (or
         // renames it as its spare): one listed and gone before it is read
         // held nothing waiting.
-        if !path.exists() {
-            continue;
-        }
         let end = match scan_segment(&path, first, &mut f) {
             Ok(end) => end,
             Err(_) if !path.exists() => continue,

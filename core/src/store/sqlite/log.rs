@@ -983,28 +983,13 @@ mod tests {
             (fit as usize, fit * u64::from(big))
         );
         index.add(tenant, entry(fit + 3, 100));
-        assert!(
-            index.tenants[&tenant]
-                .pending
-                .back()
-                .unwrap()
-                .held
-                .is_none()
-        );
+        assert_eq!(held(&index, tenant).last(), Some(&false));
 
         // Consumed records give their bytes back.
         index.consume(tenant, 1);
         assert_eq!(index.held_bytes, (fit - 1) * u64::from(big));
         index.add(tenant, entry(fit + 4, 100));
-        assert!(
-            index.tenants[&tenant]
-                .pending
-                .back()
-                .unwrap()
-                .held
-                .is_some(),
-            "room again"
-        );
+        assert_eq!(held(&index, tenant).last(), Some(&true), "room again");
         index.consume(tenant, fit + 4);
         assert_eq!((index.held, index.held_bytes, index.waiting), (0, 0, 0));
     }
