@@ -214,6 +214,12 @@ crate::settings! {
             default: "200000",
             parse: parse::from_str,
         },
+        /// the embedded database's page cache for processing's writes, in MiB: a round's pages fit in it, so none is written to the WAL twice before its commit
+        pub sqlite_cache_mib: u32 = "FASTACK_SQLITE_CACHE_MIB" {
+            default: "64",
+            parse: parse::from_str,
+            check: check::positive,
+        },
         /// an event that fails processing this many times moves to quarantine
         pub process_max_attempts: u32 = "FASTACK_PROCESS_MAX_ATTEMPTS" {
             default: "5",

@@ -241,7 +241,8 @@ pub async fn open(config: &Config) -> Result<Store> {
             Arc::new(Storage::new(Db::Pg(pg.pool().clone()), Box::new(pg), known))
         }
         _ => {
-            let lite = sqlite::SqliteStore::open(&config.sqlite_path()).await?;
+            let lite =
+                sqlite::SqliteStore::open(&config.sqlite_path(), config.sqlite_cache_mib).await?;
             Arc::new(Storage::new(lite.db(), Box::new(lite), known))
         }
     };

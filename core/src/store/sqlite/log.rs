@@ -57,6 +57,9 @@ use crate::store::{
 /// frames' bytes (a decoded event takes a few times its JSON); beyond
 /// either, a round reads its records back from the log. By count alone,
 /// 50,000 events of the largest size (32 KiB) were over a gigabyte held.
+/// At 16,384 (two rounds) the million events over a thousand tenants
+/// peaked 15 MiB lower, but batches cost 5 % more CPU per event: under a
+/// backlog, every event not held is decoded again by processing.
 const HOLD_AT_MOST: usize = 50_000;
 const HOLD_BYTES_AT_MOST: u64 = 16 << 20;
 
@@ -66,15 +69,49 @@ const HOLD_BYTES_AT_MOST: u64 = 16 << 20;
 const QUEUE_SHRINK_ABOVE: usize = 64;
 const KEYS_SHRINK_ABOVE: usize = 4096;
 
-/// A record not processed yet.
-#[derive(Debug)]
+/// A record not processed yet, in 32 bytes: a million waiting cost 32 MB
+/// here (and their keys in [`Index::keys`]). Its segment is the last one
+/// starting at or before `seq` (sequence numbers increase across
+/// segments); whether it was moved in from the inbox table, and its event
+/// while held, are kept beside it in the index, for the few that have them.
+#[derive(Debug, Clone, Copy)]
 struct Entry {
     seq: u64,
-    pos: Pos,
     key_hash: u64,
-    received_at: DateTime<Utc>,
+    /// `received_at`, microseconds since the epoch.
+    received_us: i64,
+    /// Where its frame's body lies in its segment (a segment is far
+    /// smaller than 4 GiB: [`AcceptLog::open`] refuses larger ones).
+    offset: u32,
+    len: u32,
+}
+
+impl Entry {
+    fn new(seq: u64, pos: Pos, key_hash: u64, received_at: DateTime<Utc>) -> Self {
+        Entry {
+            seq,
+            key_hash,
+            received_us: received_at.timestamp_micros(),
+            // Out of range only for a segment `open` refuses; a wrong
+            // offset then fails the frame's check, never reads another.
+            offset: u32::try_from(pos.offset).unwrap_or(u32::MAX),
+            len: pos.len,
+        }
+    }
+
+    fn received_at(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_micros(self.received_us).unwrap_or_default()
+    }
+}
+
+/// A record entering the index, with what is kept beside its entry.
+struct Added {
+    tenant: TenantId,
+    entry: Entry,
+    /// Moved in from the inbox table (its `received_at` is older than
+    /// records before it in the log).
     legacy: bool,
-    /// The event, while the index holds it.
+    /// The event as the front door validated it, held if the bounds allow.
     held: Option<Box<Held>>,
 }
 
@@ -110,7 +147,8 @@ struct Index {
     keys: HashMap<u64, u64>,
     collisions: HashMap<u64, Vec<u64>>,
     segments: BTreeMap<u64, Segment>,
-    held: usize,
+    /// Events held decoded, by sequence number, and their frames' bytes.
+    held: HashMap<u64, Box<Held>>,
     held_bytes: u64,
     /// Records waiting, all tenants together.
     waiting: usize,
@@ -160,23 +198,27 @@ impl Index {
 
     /// Indexes a waiting record; its event stays held only while the
     /// index holds fewer than its bounds.
-    fn add(&mut self, tenant: TenantId, mut entry: Entry) {
+    fn add(&mut self, added: Added) {
+        let Added {
+            tenant,
+            entry,
+            legacy,
+            held,
+        } = added;
         self.add_key(entry.key_hash, entry.seq);
-        if let Some(s) = self.segments.get_mut(&entry.pos.segment) {
+        if let Some(s) = self.segment_mut(entry.seq) {
             s.pending += 1;
         }
-        if entry.held.is_some() {
-            let bytes = u64::from(entry.pos.len);
-            if self.held >= HOLD_AT_MOST || self.held_bytes + bytes > HOLD_BYTES_AT_MOST {
-                entry.held = None;
-            } else {
-                self.held += 1;
+        if let Some(held) = held {
+            let bytes = u64::from(entry.len);
+            if self.held.len() < HOLD_AT_MOST && self.held_bytes + bytes <= HOLD_BYTES_AT_MOST {
+                self.held.insert(entry.seq, held);
                 self.held_bytes += bytes;
             }
         }
         self.waiting += 1;
-        if entry.legacy {
-            self.legacy_received.insert(entry.seq, entry.received_at);
+        if legacy {
+            self.legacy_received.insert(entry.seq, entry.received_at());
         }
         let pending = &mut self.tenants.entry(tenant).or_default().pending;
         debug_assert!(pending.back().is_none_or(|b| b.seq < entry.seq));
@@ -209,16 +251,16 @@ impl Index {
         for e in gone {
             self.remove_key(e.key_hash, e.seq);
             self.waiting -= 1;
-            if e.legacy {
-                self.legacy_received.remove(&e.seq);
+            self.legacy_received.remove(&e.seq);
+            if self.held.remove(&e.seq).is_some() {
+                self.held_bytes -= u64::from(e.len);
             }
-            if e.held.is_some() {
-                self.held -= 1;
-                self.held_bytes -= u64::from(e.pos.len);
-            }
-            if let Some(s) = self.segments.get_mut(&e.pos.segment) {
+            if let Some(s) = self.segment_mut(e.seq) {
                 s.pending = s.pending.saturating_sub(1);
             }
+        }
+        if self.held.capacity() > KEYS_SHRINK_ABOVE && self.held.len() < self.held.capacity() / 4 {
+            self.held.shrink_to(self.held.len() * 2);
         }
         if self.keys.capacity() > KEYS_SHRINK_ABOVE && self.keys.len() < self.keys.capacity() / 4 {
             let keep = self.keys.len() * 2;
@@ -233,17 +275,33 @@ impl Index {
         let fronts = self
             .tenants
             .values()
-            .filter_map(|tl| tl.pending.front().map(|e| e.received_at));
+            .filter_map(|tl| tl.pending.front().map(Entry::received_at));
         fronts.chain(self.legacy_received.values().copied()).min()
     }
 
-    /// The file and path of a record's segment.
-    fn file_of(&self, pos: Pos) -> Result<(Arc<File>, PathBuf)> {
-        let s = self
-            .segments
-            .get(&pos.segment)
-            .ok_or_else(|| Error::Corrupt(format!("log segment {} is gone", pos.segment)))?;
-        Ok((s.file.clone(), s.path.clone()))
+    /// The segment holding record `seq`: the last one starting at or
+    /// before it.
+    fn segment_mut(&mut self, seq: u64) -> Option<&mut Segment> {
+        self.segments.range_mut(..=seq).next_back().map(|(_, s)| s)
+    }
+
+    /// Where a waiting record lies: its position, and its segment's file
+    /// and path.
+    fn locate(&self, e: &Entry) -> Result<At> {
+        let (first, s) = self.segments.range(..=e.seq).next_back().ok_or_else(|| {
+            Error::Corrupt(format!("the log segment of record {} is gone", e.seq))
+        })?;
+        let pos = Pos {
+            segment: *first,
+            offset: u64::from(e.offset),
+            len: e.len,
+        };
+        Ok(At {
+            seq: e.seq,
+            pos,
+            file: s.file.clone(),
+            path: s.path.clone(),
+        })
     }
 
     /// Segments that are sealed and hold nothing waiting: forgotten here,
@@ -259,6 +317,29 @@ impl Index {
             self.segments.remove(first);
         }
         done
+    }
+}
+
+/// A waiting record's place, to read it back outside the index's lock.
+struct At {
+    seq: u64,
+    pos: Pos,
+    file: Arc<File>,
+    path: PathBuf,
+}
+
+impl At {
+    /// The record, checked to be the one its entry names (a segment
+    /// missing from the index would otherwise point into another).
+    fn read(&self) -> Result<Record> {
+        let r = accept_log::read_at(&self.file, &self.path, self.pos)?;
+        if r.seq != self.seq {
+            return Err(Error::Corrupt(format!(
+                "the log holds record {} where {} was indexed",
+                r.seq, self.seq
+            )));
+        }
+        Ok(r)
     }
 }
 
@@ -309,6 +390,11 @@ impl AcceptLog {
         segment_bytes: u64,
         cursors: HashMap<TenantId, u64>,
     ) -> Result<Self> {
+        if u32::try_from(segment_bytes).is_err() {
+            return Err(Error::Storage(format!(
+                "log segments of {segment_bytes} bytes: the index addresses at most 4 GiB"
+            )));
+        }
         let hasher = std::hash::RandomState::new();
         let (ready, opened) = oneshot::channel();
         let (jobs, queue) = mpsc::channel::<Job>();
@@ -495,26 +581,19 @@ impl AcceptLog {
         self.index_appended(
             w,
             opened,
-            queued.iter().zip(placed).map(|(r, (seq, pos))| {
-                (
-                    r.tenant_id,
-                    Entry {
-                        seq,
-                        pos,
-                        key_hash: hash_of[&r.event_id],
+            queued.iter().zip(placed).map(|(r, (seq, pos))| Added {
+                tenant: r.tenant_id,
+                entry: Entry::new(seq, pos, hash_of[&r.event_id], r.received_at),
+                legacy: false,
+                held: Some(Box::new(Held {
+                    item: Item {
+                        seq: seq as i64,
+                        id: r.event_id,
+                        event: r.event.clone(),
                         received_at: r.received_at,
-                        legacy: false,
-                        held: Some(Box::new(Held {
-                            item: Item {
-                                seq: seq as i64,
-                                id: r.event_id,
-                                event: r.event.clone(),
-                                received_at: r.received_at,
-                            },
-                            fingerprint: r.fingerprint,
-                        })),
                     },
-                )
+                    fingerprint: r.fingerprint,
+                })),
             }),
         );
         if let Err(e) = synced {
@@ -531,7 +610,7 @@ impl AcceptLog {
         &self,
         w: &Writer,
         opened: Vec<accept_log::OpenSegment>,
-        records: impl Iterator<Item = (TenantId, Entry)>,
+        records: impl Iterator<Item = Added>,
     ) {
         let mut index = self.index.lock();
         if !opened.is_empty() {
@@ -555,8 +634,8 @@ impl AcceptLog {
                 s.open = true;
             }
         }
-        for (tenant, entry) in records {
-            index.add(tenant, entry);
+        for added in records {
+            index.add(added);
         }
         let drained = index.drained();
         drop(index);
@@ -583,8 +662,7 @@ impl AcceptLog {
             let Some(entry) = index.entry(tenant, seq) else {
                 continue;
             };
-            let (file, path) = index.file_of(entry.pos)?;
-            let r = accept_log::read_at(&file, &path, entry.pos)?;
+            let r = index.locate(entry)?.read()?;
             if r.key == key {
                 return Ok(Some(crate::domain::TakenKey {
                     key: r.key,
@@ -610,11 +688,11 @@ impl AcceptLog {
             }
             let mut picked = Vec::with_capacity((limit as usize).min(tl.pending.len()));
             for e in tl.pending.iter().take(limit as usize) {
-                let read = match &e.held {
+                let read = match index.held.get(&e.seq) {
                     Some(h) => Ok((h.item.clone(), h.fingerprint)),
-                    None => Err((e.pos, index.file_of(e.pos)?)),
+                    None => Err(index.locate(e)?),
                 };
-                picked.push((e.seq, e.legacy, read));
+                picked.push((e.seq, index.legacy_received.contains_key(&e.seq), read));
             }
             (tl.cursor, picked)
         };
@@ -628,8 +706,8 @@ impl AcceptLog {
         for (seq, legacy, read) in picked {
             let (item, fingerprint) = match read {
                 Ok(held) => held,
-                Err((pos, (file, path))) => {
-                    let r = accept_log::read_at(&file, &path, pos)?;
+                Err(at) => {
+                    let r = at.read()?;
                     let item = Item {
                         seq: r.seq as i64,
                         id: r.event_id,
@@ -703,12 +781,9 @@ impl AcceptLog {
             .pending
             .iter()
             .find(|e| after.is_none_or(|a| e.seq > a))?;
-        let id = match &e.held {
+        let id = match index.held.get(&e.seq) {
             Some(h) => h.item.id,
-            None => {
-                let (file, path) = index.file_of(e.pos).ok()?;
-                accept_log::read_at(&file, &path, e.pos).ok()?.event_id
-            }
+            None => index.locate(e).ok()?.read().ok()?.event_id,
         };
         Some((e.seq, id))
     }
@@ -719,8 +794,7 @@ impl AcceptLog {
         let Some(e) = index.entry(tenant, seq) else {
             return Ok(None);
         };
-        let (file, path) = index.file_of(e.pos)?;
-        accept_log::read_at(&file, &path, e.pos).map(Some)
+        index.locate(e)?.read().map(Some)
     }
 
     /// The tenant's cursor and the records waiting after it (read back).
@@ -732,15 +806,15 @@ impl AcceptLog {
                 Some(tl) => {
                     let mut at = Vec::with_capacity(tl.pending.len());
                     for e in &tl.pending {
-                        at.push((e.pos, index.file_of(e.pos)?));
+                        at.push(index.locate(e)?);
                     }
                     (tl.cursor, at)
                 }
             }
         };
         let mut out = Vec::with_capacity(at.len());
-        for (pos, (file, path)) in at {
-            out.push(accept_log::read_at(&file, &path, pos)?);
+        for at in at {
+            out.push(at.read()?);
         }
         Ok((cursor, out))
     }
@@ -803,19 +877,20 @@ impl AcceptLog {
                 log.index_appended(
                     w,
                     opened,
-                    decoded.iter().zip(placed).map(|((r, event), (seq, pos))| {
-                        (
-                            r.tenant,
-                            Entry {
+                    decoded
+                        .iter()
+                        .zip(placed)
+                        .map(|((r, event), (seq, pos))| Added {
+                            tenant: r.tenant,
+                            entry: Entry::new(
                                 seq,
                                 pos,
-                                key_hash: log.key_hash(r.tenant, &event.idempotency_key),
-                                received_at: r.received_at,
-                                legacy: true,
-                                held: None,
-                            },
-                        )
-                    }),
+                                log.key_hash(r.tenant, &event.idempotency_key),
+                                r.received_at,
+                            ),
+                            legacy: true,
+                            held: None,
+                        }),
                 );
                 Ok(seqs)
             })
@@ -892,17 +967,12 @@ fn load(
                 return Ok(());
             }
             let key_hash = hasher.hash_one((r.tenant.0, r.key.as_str()));
-            index.add(
-                r.tenant,
-                Entry {
-                    seq: r.seq,
-                    pos,
-                    key_hash,
-                    received_at: r.received_at,
-                    legacy: r.legacy_seq != 0,
-                    held: None,
-                },
-            );
+            index.add(Added {
+                tenant: r.tenant,
+                entry: Entry::new(r.seq, pos, key_hash, r.received_at),
+                legacy: r.legacy_seq != 0,
+                held: None,
+            });
             Ok(())
         })?;
         next = next.max(end.next_seq).max(segment.first);
@@ -922,7 +992,7 @@ mod tests {
 
     use super::*;
 
-    fn entry(seq: u64, len: u32) -> Entry {
+    fn entry(tenant: TenantId, seq: u64, len: u32) -> Added {
         let event = NewEvent {
             kind: EventKind::Track,
             event: Some("e".into()),
@@ -933,15 +1003,14 @@ mod tests {
             idempotency_key: format!("k{seq}"),
             plan: None,
         };
-        Entry {
-            seq,
-            pos: Pos {
-                segment: 1,
-                offset: 0,
-                len,
-            },
-            key_hash: seq,
-            received_at: Utc::now(),
+        let pos = Pos {
+            segment: 1,
+            offset: 0,
+            len,
+        };
+        Added {
+            tenant,
+            entry: Entry::new(seq, pos, seq, Utc::now()),
             legacy: false,
             held: Some(Box::new(Held {
                 item: Item {
@@ -959,8 +1028,13 @@ mod tests {
         index.tenants[&tenant]
             .pending
             .iter()
-            .map(|e| e.held.is_some())
+            .map(|e| index.held.contains_key(&e.seq))
             .collect()
+    }
+
+    #[test]
+    fn an_entry_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Entry>(), 32);
     }
 
     #[test]
@@ -970,7 +1044,7 @@ mod tests {
         let big = 32 * 1024;
         let fit = HOLD_BYTES_AT_MOST / u64::from(big);
         for seq in 1..=fit + 2 {
-            index.add(tenant, entry(seq, big));
+            index.add(entry(tenant, seq, big));
         }
         let flags = held(&index, tenant);
         assert!(flags[..fit as usize].iter().all(|h| *h));
@@ -979,19 +1053,22 @@ mod tests {
             "past the bytes bound, read back from the log"
         );
         assert_eq!(
-            (index.held, index.held_bytes),
+            (index.held.len(), index.held_bytes),
             (fit as usize, fit * u64::from(big))
         );
-        index.add(tenant, entry(fit + 3, 100));
+        index.add(entry(tenant, fit + 3, 100));
         assert_eq!(held(&index, tenant).last(), Some(&false));
 
         // Consumed records give their bytes back.
         index.consume(tenant, 1);
         assert_eq!(index.held_bytes, (fit - 1) * u64::from(big));
-        index.add(tenant, entry(fit + 4, 100));
+        index.add(entry(tenant, fit + 4, 100));
         assert_eq!(held(&index, tenant).last(), Some(&true), "room again");
         index.consume(tenant, fit + 4);
-        assert_eq!((index.held, index.held_bytes, index.waiting), (0, 0, 0));
+        assert_eq!(
+            (index.held.len(), index.held_bytes, index.waiting),
+            (0, 0, 0)
+        );
     }
 
     #[test]
@@ -1001,19 +1078,25 @@ mod tests {
             TenantId(uuid::Uuid::now_v7()),
         );
         let mut index = Index::default();
-        let t0 = Utc::now();
-        let at = |e: Entry, secs: i64, legacy: bool| Entry {
-            received_at: t0 + chrono::Duration::seconds(secs),
-            legacy,
-            ..e
+        let t0 = DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
+        let at = |tenant: TenantId, seq: u64, secs: i64, legacy: bool| {
+            let added = entry(tenant, seq, 10);
+            Added {
+                entry: Entry {
+                    received_us: (t0 + chrono::Duration::seconds(secs)).timestamp_micros(),
+                    ..added.entry
+                },
+                legacy,
+                ..added
+            }
         };
-        index.add(a, at(entry(1, 10), 10, false));
-        index.add(b, at(entry(2, 10), 5, false));
-        index.add(a, at(entry(3, 10), 20, false));
+        index.add(at(a, 1, 10, false));
+        index.add(at(b, 2, 5, false));
+        index.add(at(a, 3, 20, false));
         assert_eq!(index.waiting, 3);
         assert_eq!(index.oldest(), Some(t0 + chrono::Duration::seconds(5)));
         // A quarantined event put back: behind newer ones, and the oldest.
-        index.add(a, at(entry(4, 10), -60, true));
+        index.add(at(a, 4, -60, true));
         assert_eq!(index.oldest(), Some(t0 - chrono::Duration::seconds(60)));
         index.consume(b, 2);
         index.consume(a, 4);

@@ -115,9 +115,6 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// Bytes of a segment of the accept log.
 const LOG_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
 
-/// The main writer's page cache, in KiB (SQLite's negative form).
-const WRITER_CACHE: &str = "-65536";
-
 /// Prepared statements the main writer keeps (sqlx's default is 100): its
 /// own statements, and up to ten bulk-insert sizes for each table it
 /// inserts into ([`super::db::Dialect::insert`]), so that none is
@@ -155,7 +152,9 @@ pub fn inbox_path(main: &Path) -> PathBuf {
 }
 
 impl SqliteStore {
-    pub async fn open(path: &Path) -> Result<Self> {
+    /// Opens (creating) the embedded database at `path`, the writer's page
+    /// cache `writer_cache_mib` MiB (`FASTACK_SQLITE_CACHE_MIB`).
+    pub async fn open(path: &Path, writer_cache_mib: u32) -> Result<Self> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
@@ -208,7 +207,11 @@ impl SqliteStore {
             .connect_with(
                 options
                     .clone()
-                    .pragma("cache_size", WRITER_CACHE)
+                    // SQLite's negative form: KiB.
+                    .pragma(
+                        "cache_size",
+                        format!("-{}", u64::from(writer_cache_mib) * 1024),
+                    )
                     .statement_cache_capacity(WRITER_STATEMENTS),
             )
             .await?;
