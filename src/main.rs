@@ -9,27 +9,6 @@ mod cli;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's option `mi_option_purge_delay` (its position in `mimalloc.h`;
-/// libmimalloc-sys names only some options).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// How long freed memory stays with the allocator before it goes back to
-/// the system. mimalloc 3 keeps it a second: the memory of a backlog's
-/// rounds, freed as fast as it was taken, stayed resident and the million
-/// events over a thousand tenants peaked 40 MiB higher
-/// (benches/README.md, "Memory").
-const ALLOCATOR_PURGE_DELAY_MS: std::ffi::c_long = 10;
-
-/// Sets the allocator's options; first thing in `main`.
-fn tune_allocator() {
-    // SAFETY: sets a plain option value; mimalloc reads its options at
-    // each purge, so a change at any time is safe.
-    #[allow(unsafe_code)]
-    unsafe {
-        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, ALLOCATOR_PURGE_DELAY_MS)
-    };
-}
-
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -61,7 +40,6 @@ async fn serve() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
     let cli = cli::Cli::parse();
     // SAFETY: first thing, on the only thread: no SQLite connection exists.
     #[allow(unsafe_code)]
@@ -95,23 +73,4 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_purge_delay_option_is_the_one_set() {
-        // SAFETY: reads an option's value.
-        #[allow(unsafe_code)]
-        let get = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        assert_eq!(
-            get(),
-            1000,
-            "mimalloc 3's default purge delay, at this position"
-        );
-        tune_allocator();
-        assert_eq!(get(), ALLOCATOR_PURGE_DELAY_MS);
-    }
 }
