@@ -11,11 +11,13 @@
 //! - `secrets/`: encryption and redaction; `keyring.rs`: the master key's
 //!   check and rotation;
 //! - `node/`: settings, logging, metrics, health, clock, faults, owner-only
-//!   files, object storage; `backup.rs`: backups and restores.
+//!   files, object storage; `backup.rs`: backups and restores; `delta.rs`:
+//!   a Delta Lake table's log (the lake's commits).
 
 pub mod access;
 pub mod accounts;
 pub mod backup;
+pub mod delta;
 pub mod domain;
 pub mod erasure;
 pub mod error;

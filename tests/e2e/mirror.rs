@@ -188,13 +188,21 @@ fn pyarrow(root: &Path) -> Option<Value> {
     Some(serde_json::from_slice(&out.stdout).expect("check.py prints JSON"))
 }
 
-/// What pyarrow must see: the rows, each once, typed, in their partitions.
+/// What pyarrow must see: the rows, each once, typed, in their partitions;
+/// and `deltalake` reading the tables the same rows.
 fn assert_pyarrow(root: &Path, rows: usize) {
     let Some(seen) = pyarrow(root) else { return };
     assert_eq!(seen["rows"], rows, "{seen}");
     assert_eq!(seen["distinct_ids"], rows, "{seen}");
     assert_eq!(seen["partition_mismatches"], 0, "{seen}");
     assert_eq!(seen["bad_json"], 0, "{seen}");
+    // The same events through each tenant's Delta table (its log, not a
+    // listing): once each.
+    let table = &seen["delta"];
+    assert!(table["tables"].as_u64() >= Some(1), "{seen}");
+    assert_eq!(table["rows"], rows, "{seen}");
+    assert_eq!(table["distinct_ids"], rows, "{seen}");
+    assert_eq!(table["partition_mismatches"], 0, "{seen}");
     let schema = &seen["schema"];
     for (column, ty) in [
         ("id", "string"),
@@ -301,13 +309,35 @@ async fn send(
     Arc::try_unwrap(accepted).unwrap().into_inner()
 }
 
-/// Waits until the mirror under `root` holds at least `n` rows.
+/// Waits until the mirror under `root` holds at least `n` rows, every
+/// file committed to its tenant's table.
 async fn mirrored(root: &Path, n: usize, within: Duration) -> Vec<LakeRow> {
     eventually("the mirror to hold every event", within, || async {
         let rows = read_dir(root);
-        (rows.len() >= n).then_some(rows)
+        (rows.len() >= n && all_committed(root).await).then_some(rows)
     })
     .await
+}
+
+/// Whether every Parquet file under `root` is a live file of its tenant's
+/// Delta table.
+pub(crate) async fn all_committed(root: &Path) -> bool {
+    let objects = fastack_core::objects::Objects::at(
+        &fastack_core::Config::default(),
+        &format!("file://{}", root.display()),
+    )
+    .unwrap();
+    for file in files_under(root) {
+        let (table, rel) = file.split_once('/').unwrap();
+        let snapshot = fastack_core::delta::Table::new(&objects, table)
+            .snapshot()
+            .await
+            .unwrap();
+        if !snapshot.files.contains_key(rel) {
+            return false;
+        }
+    }
+    true
 }
 
 fn lake(db: &TestDb) -> PathBuf {
@@ -392,15 +422,30 @@ async fn mirror_to_s3() {
                 let path = local.path().join(file);
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                 std::fs::write(&path, &bytes).unwrap();
-                rows.extend(read_file(file, bytes));
+                if file.ends_with(".parquet") {
+                    rows.extend(read_file(file, bytes));
+                }
             }
-            (rows.len() >= accepted.len()).then_some(rows)
+            // The tables' last commits follow the files.
+            let committed = rows.len() >= accepted.len()
+                && pyarrow(local.path()).is_none_or(|seen| seen["delta"]["rows"] == accepted.len());
+            committed.then_some(rows)
         },
     )
     .await;
     assert_exactly_once(&rows, &accepted);
     assert_partitioned(&rows);
     assert_pyarrow(local.path(), accepted.len());
+    // Nothing but the tables: no probe of the conditional put left behind.
+    assert!(
+        bucket
+            .keys()
+            .await
+            .iter()
+            .all(|k| k.starts_with("lake/tenant=")),
+        "{:?}",
+        bucket.keys().await
+    );
     app.cleanup().await;
 }
 

@@ -23,7 +23,7 @@
 
 use std::{
     borrow::Cow,
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
     time::Duration,
 };
@@ -33,6 +33,7 @@ use bytes::Bytes;
 use chrono::{DateTime, DurationRound, Timelike, Utc};
 use fastack_core::{
     Config,
+    delta::{self, Commit, DataFile, Outcome, Snapshot, Stats, Table},
     domain::Matcher,
     erasure,
     metrics::CounterSpec,
@@ -133,6 +134,10 @@ pub struct MirrorSink {
     objects: Option<Objects>,
     schema: Arc<Type>,
     props: Arc<WriterProperties>,
+    /// The tables' schema as the Delta log states it.
+    table_schema: String,
+    /// Each tenant's table as this node last read or committed it.
+    tables: HashMap<TenantId, Snapshot>,
 }
 
 /// Events written to the lake (a batch written again counts again).
@@ -145,6 +150,11 @@ const FILES_WRITTEN: CounterSpec = CounterSpec {
     name: "mirror_files_written",
     help: "Parquet files the mirror wrote",
 };
+/// Versions of a tenant's table another writer created first.
+const COMMIT_RACES: CounterSpec = CounterSpec {
+    name: "mirror_commit_races",
+    help: "table commits that lost the race for a version to another writer and were made again",
+};
 
 #[async_trait]
 impl Sink for MirrorSink {
@@ -152,7 +162,7 @@ impl Sink for MirrorSink {
     const JOBS: bool = false;
     const TRACKED: Tracked = Tracked::Every;
     const GROUPED: bool = true;
-    const COUNTERS: &'static [CounterSpec] = &[EVENTS_WRITTEN, FILES_WRITTEN];
+    const COUNTERS: &'static [CounterSpec] = &[EVENTS_WRITTEN, FILES_WRITTEN, COMMIT_RACES];
     const SETTINGS: Option<Extension> = Some(Extension::of::<MirrorSettings>());
     const BACKFILL: Option<&'static dyn Backfill> = Some(&MirrorBackfill);
 
@@ -178,8 +188,10 @@ impl Sink for MirrorSink {
                 age: settings.flush,
             },
             objects: None,
+            table_schema: table_schema(&schema),
             schema,
             props,
+            tables: HashMap::new(),
         })
     }
 
@@ -193,6 +205,7 @@ impl Sink for MirrorSink {
                            FASTACK_S3_ACCESS_KEY_ID, FASTACK_S3_SECRET_ACCESS_KEY",
                 files: Box::new(MirrorLake {
                     objects,
+                    table_schema: table_schema(&schema),
                     schema,
                     props,
                 }),
@@ -210,7 +223,11 @@ impl Sink for MirrorSink {
 
     async fn connect(&mut self, ctx: &Ctx) -> Result<(), String> {
         let objects = Objects::at(&ctx.config, &self.url).map_err(|e| e.to_string())?;
-        info!(location = %objects.location, "mirror writing parquet");
+        // Two nodes committing one version would lose a commit.
+        delta::check_conditional_put(&objects)
+            .await
+            .map_err(|e| format!("{e}; the mirror does not write to FASTACK_MIRROR_URL"))?;
+        info!(location = %objects.location, "mirror writing delta tables");
         self.objects = Some(objects);
         Ok(())
     }
@@ -248,6 +265,13 @@ impl Sink for MirrorSink {
         };
         let events: usize = files.iter().map(|f| f.rows).sum();
         let count = files.len();
+        let mut tables: BTreeMap<TenantId, Vec<DataFile>> = BTreeMap::new();
+        for file in &files {
+            tables
+                .entry(file.tenant)
+                .or_default()
+                .push(file.entry.clone());
+        }
         let uploaded = futures::stream::iter(files)
             .map(|file| {
                 let objects = objects.clone();
@@ -256,8 +280,12 @@ impl Sink for MirrorSink {
             .buffer_unordered(UPLOADS)
             .try_collect::<Vec<()>>()
             .await;
+        let uploaded = match uploaded {
+            Ok(_) => self.commit(ctx, &objects, &batch.name, &tables).await,
+            Err(error) => Err(format!("upload failed: {error}")),
+        };
         match uploaded {
-            Ok(_) => {
+            Ok(()) => {
                 if let Some(c) = ctx.metrics.counter(EVENTS_WRITTEN.name) {
                     c.inc_by(events as u64);
                 }
@@ -269,13 +297,95 @@ impl Sink for MirrorSink {
                     ..Sent::default()
                 }
             }
-            Err(error) => Sent {
+            Err(down) => Sent {
                 retry: ids,
-                down: Some(format!("upload failed: {error}")),
+                down: Some(down),
                 ..Sent::default()
             },
         }
     }
+}
+
+impl MirrorSink {
+    /// Adds a batch's files to their tenants' tables, a commit per table
+    /// carrying the batch's name as its transaction: a batch written again
+    /// (its node died before completing it, two nodes raced for it) adds
+    /// nothing a second time.
+    async fn commit(
+        &mut self,
+        ctx: &Ctx,
+        objects: &Objects,
+        batch: &str,
+        tables: &BTreeMap<TenantId, Vec<DataFile>>,
+    ) -> Result<(), String> {
+        let races = ctx.metrics.counter(COMMIT_RACES.name);
+        let on_race = || {
+            if let Some(c) = &races {
+                c.inc();
+            }
+        };
+        for (tenant, files) in tables {
+            let table = Table::new(objects, table_root(*tenant));
+            let snapshot = match self.tables.get_mut(tenant) {
+                Some(snapshot) => snapshot,
+                None => {
+                    let read = table.snapshot().await.map_err(|e| e.to_string())?;
+                    self.tables.entry(*tenant).or_insert(read)
+                }
+            };
+            let commit = Commit {
+                operation: "WRITE",
+                add: files.clone(),
+                remove: Vec::new(),
+                transaction: Some(format!("fastack-mirror-{batch}")),
+            };
+            let outcome = table
+                .commit(
+                    snapshot,
+                    &commit,
+                    &self.table_schema,
+                    ctx.clock.now(),
+                    &on_race,
+                )
+                .await;
+            match outcome {
+                Ok(Outcome::Committed(_) | Outcome::AlreadyCommitted) => {}
+                Err(e) => {
+                    // Read afresh next time: the cached version may be behind.
+                    self.tables.remove(tenant);
+                    return Err(format!("commit to tenant {tenant}'s table failed: {e}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A tenant's table: `tenant=<id>` under the lake's root.
+fn table_root(tenant: TenantId) -> String {
+    format!("tenant={tenant}")
+}
+
+/// The table's schema in Delta's JSON: the files' columns, and the date
+/// they are partitioned by.
+fn table_schema(schema: &Type) -> String {
+    use parquet::basic::{LogicalType, Type as Physical};
+    let mut fields: Vec<Value> = schema
+        .get_fields()
+        .iter()
+        .map(|f| {
+            let ty = match (f.get_physical_type(), f.get_basic_info().logical_type_ref()) {
+                (Physical::INT64, Some(LogicalType::Timestamp { .. })) => "timestamp",
+                (Physical::INT64, _) => "long",
+                _ => "string",
+            };
+            json!({ "name": f.name(), "type": ty, "nullable": f.is_optional(), "metadata": {} })
+        })
+        .collect();
+    fields.push(
+        json!({ "name": delta::PARTITION, "type": "date", "nullable": true, "metadata": {} }),
+    );
+    json!({ "type": "struct", "fields": fields }).to_string()
 }
 
 /// The files' schema and writer properties, the same for the live mirror
@@ -307,9 +417,13 @@ fn writer() -> Result<(Arc<Type>, Arc<WriterProperties>), String> {
 
 /// One Parquet file of a batch.
 struct File {
+    /// Under the lake's root.
     path: String,
     bytes: Vec<u8>,
     rows: usize,
+    tenant: TenantId,
+    /// As its tenant's table lists it.
+    entry: DataFile,
 }
 
 /// An event as a row of the files: its texts as the Parquet writer takes
@@ -399,15 +513,19 @@ fn encode_batch(
     }
     parts
         .into_iter()
-        .map(|((tenant, hour), events)| {
-            let tenant = tenant.to_string();
+        .map(|((tenant_id, hour), events)| {
+            let tenant = tenant_id.to_string();
             let start = DateTime::from_timestamp(hour * 3600, 0).unwrap_or_default();
             let dir = hour_dir(&tenant, start);
+            let bytes =
+                encode(&tenant, &events, schema, props).map_err(|e| format!("{dir}: {e}"))?;
+            let rel = format!("{}/{name}.parquet", partition_dir(start));
             Ok(File {
-                path: format!("{dir}/{name}.parquet"),
+                path: format!("{}/{rel}", table_root(tenant_id)),
                 rows: events.len(),
-                bytes: encode(&tenant, &events, schema, props)
-                    .map_err(|e| format!("{dir}: {e}"))?,
+                tenant: tenant_id,
+                entry: data_file(rel, start, &events, bytes.len()),
+                bytes,
             })
         })
         .collect()
@@ -415,11 +533,36 @@ fn encode_batch(
 
 /// The directory of a tenant's hour: `tenant=T/date=YYYY-MM-DD/hour=HH`.
 fn hour_dir(tenant: &str, at: DateTime<Utc>) -> String {
-    format!(
-        "tenant={tenant}/date={}/hour={:02}",
-        at.format("%Y-%m-%d"),
-        at.hour()
-    )
+    format!("tenant={tenant}/{}", partition_dir(at))
+}
+
+/// An hour's directory in its tenant's table: `date=YYYY-MM-DD/hour=HH`.
+fn partition_dir(at: DateTime<Utc>) -> String {
+    format!("date={}/hour={:02}", at.format("%Y-%m-%d"), at.hour())
+}
+
+/// A file of `events` (one tenant's, of the hour starting at `hour`) as
+/// its table lists it: statistics on the times only, which identify no one.
+fn data_file(path: String, hour: DateTime<Utc>, events: &[Event], size: usize) -> DataFile {
+    let range = |at: fn(&Event) -> DateTime<Utc>| {
+        let least = events.iter().map(at).min().unwrap_or(hour);
+        let greatest = events.iter().map(at).max().unwrap_or(hour);
+        (least, greatest)
+    };
+    let (occurred_min, occurred_max) = range(|e| e.occurred_at);
+    let (received_min, received_max) = range(|e| e.received_at);
+    DataFile {
+        path,
+        date: hour.format("%Y-%m-%d").to_string(),
+        size: size as u64,
+        stats: Some(Stats {
+            rows: events.len() as u64,
+            times: vec![
+                ("occurred_at", occurred_min, occurred_max),
+                ("received_at", received_min, received_max),
+            ],
+        }),
+    }
 }
 
 /// Events read per page while backfilling.
@@ -477,7 +620,15 @@ impl Backfill for MirrorBackfill {
             .map_err(|e| e.to_string())?;
         let hours = (range.to - first).num_hours() as u64 + 1;
         let tenant_text = tenant.to_string();
-        let (mut written, mut held, mut files, mut replaced) = (0u64, 0u64, 0u64, 0u64);
+        let table = Table::new(&objects, table_root(tenant));
+        let in_table = |snapshot: &Snapshot, path: &str| {
+            path.strip_prefix(&format!("{}/", table_root(tenant)))
+                .is_some_and(|rel| snapshot.files.contains_key(rel))
+        };
+        let (mut written, mut held, mut replaced) = (0u64, 0u64, 0u64);
+        // One commit at the end: readers see the hours as they were, or
+        // as the backfill leaves them, never both.
+        let (mut add, mut remove, mut stale_objects) = (Vec::new(), Vec::new(), Vec::new());
         for h in 0..hours {
             progress(h, hours);
             let start = first + chrono::Duration::hours(h as i64);
@@ -490,7 +641,7 @@ impl Backfill for MirrorBackfill {
                 continue;
             };
             let dir = hour_dir(&tenant_text, start);
-            let before = if rewrite {
+            let before: Vec<String> = if rewrite {
                 files_in(&objects, &dir).await?
             } else {
                 Vec::new()
@@ -500,15 +651,38 @@ impl Backfill for MirrorBackfill {
                 continue;
             }
             let owed = owed_ids(store, tenant).await?;
-            // Ids the live mirror holds or will write: not written here.
+            // The table read after what is owed: a batch completed since
+            // the owed read was committed before it.
+            let now_read = table.snapshot().await.map_err(|e| e.to_string())?;
+            // Ids the table holds or the live mirror will write: not
+            // written here. A file outside the table (a batch written and
+            // not yet committed, what a stopped run left) adds none: its
+            // batch's events are owed.
             let mut mirrored = HashSet::new();
             let (mut stale, mut stale_ids) = (Vec::new(), HashSet::new());
-            for path in files_in(&objects, &dir).await? {
+            let listed = files_in(&objects, &dir).await?;
+            // A file the table lists that is gone (lost, deleted by hand)
+            // leaves the table: its events are written again.
+            let hour_prefix = format!("{}/", partition_dir(start));
+            for rel in now_read.files.keys() {
+                let path = format!("{}/{rel}", table_root(tenant));
+                if rel.starts_with(&hour_prefix) && !listed.contains(&path) {
+                    remove.push(path);
+                }
+            }
+            for path in listed {
+                let live = in_table(&now_read, &path);
+                if !live && !before.contains(&path) {
+                    continue;
+                }
                 let ids = ids_in(&objects, &path).await?;
                 if before.contains(&path) && ids.is_disjoint(&owed) {
+                    if live {
+                        remove.push(path.clone());
+                    }
                     stale.push(path);
                     stale_ids.extend(ids);
-                } else {
+                } else if live {
                     mirrored.extend(ids);
                 }
             }
@@ -532,15 +706,44 @@ impl Backfill for MirrorBackfill {
             for (n, chunk) in todo.chunks(BACKFILL_FILE_ROWS).enumerate() {
                 let bytes = encode(&tenant_text, chunk, &schema, &props)
                     .map_err(|e| format!("{dir}: {e}"))?;
-                let path = format!("{dir}/backfill-{}-{}-{n}.parquet", job.id, job.attempts);
-                objects.put(&path, bytes).await.map_err(|e| e.to_string())?;
+                let rel = format!(
+                    "{}/backfill-{}-{}-{n}.parquet",
+                    partition_dir(start),
+                    job.id,
+                    job.attempts
+                );
+                add.push(data_file(rel.clone(), start, chunk, bytes.len()));
+                objects
+                    .put(&format!("{}/{rel}", table_root(tenant)), bytes)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 written += chunk.len() as u64;
-                files += 1;
             }
-            for path in stale {
-                objects.delete(&path).await.map_err(|e| e.to_string())?;
-                replaced += 1;
-            }
+            stale_objects.extend(stale);
+        }
+        let files = add.len() as u64;
+        let root = format!("{}/", table_root(tenant));
+        if !add.is_empty() || !remove.is_empty() {
+            let mut snapshot = table.snapshot().await.map_err(|e| e.to_string())?;
+            let commit = Commit {
+                operation: if rewrite { "REPLACE" } else { "WRITE" },
+                add,
+                remove: remove
+                    .iter()
+                    .filter_map(|p| p.strip_prefix(&root).map(str::to_owned))
+                    .collect(),
+                transaction: Some(format!("fastack-backfill-{}-{}", job.id, job.attempts)),
+            };
+            let schema = table_schema(&schema);
+            table
+                .commit(&mut snapshot, &commit, &schema, Utc::now(), &|| {})
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        // Removed from the table by the commit above, or never in it.
+        for path in stale_objects {
+            objects.delete(&path).await.map_err(|e| e.to_string())?;
+            replaced += 1;
         }
         progress(hours, hours);
         Ok(json!({
@@ -577,6 +780,7 @@ pub struct MirrorLake {
     objects: Objects,
     schema: Arc<Type>,
     props: Arc<WriterProperties>,
+    table_schema: String,
 }
 
 /// The columns an erasure decides by.
@@ -643,11 +847,56 @@ impl erasure::Lake for MirrorLake {
         }))
     }
 
+    /// A file of the table is replaced by a commit (remove it, add the file
+    /// without the person under a new name), then deleted: no version left
+    /// readable holds the person (an older version names a file that is
+    /// gone). A file the table already removed is deleted. A file outside
+    /// the table (a batch written, not yet committed) is written again in
+    /// place, as the batch will commit it.
     async fn replace(&self, path: &str, bytes: Option<Vec<u8>>) -> fastack_core::Result<()> {
-        match bytes {
-            Some(bytes) => self.objects.put(path, bytes).await,
-            None => self.objects.delete(path).await,
+        let Some((root, rel)) = path.split_once('/') else {
+            return Err(fastack_core::Error::Storage(format!(
+                "{path} is not in a tenant's table"
+            )));
+        };
+        let table = Table::new(&self.objects, root);
+        let mut snapshot = table.snapshot().await?;
+        let Some(old) = snapshot.files.get(rel).cloned() else {
+            return match bytes {
+                Some(bytes) if !snapshot.removed.contains(rel) => {
+                    self.objects.put(path, bytes).await
+                }
+                _ => self.objects.delete(path).await,
+            };
+        };
+        let mut add = Vec::new();
+        if let Some(bytes) = bytes {
+            let stem = rel.strip_suffix(".parquet").unwrap_or(rel);
+            let new = format!("{stem}.erased-{}.parquet", uuid::Uuid::now_v7().simple());
+            add.push(DataFile {
+                path: new.clone(),
+                date: old.date.clone(),
+                size: bytes.len() as u64,
+                stats: None,
+            });
+            self.objects.put(&format!("{root}/{new}"), bytes).await?;
         }
+        let commit = Commit {
+            operation: "DELETE",
+            add,
+            remove: vec![rel.to_owned()],
+            transaction: None,
+        };
+        table
+            .commit(
+                &mut snapshot,
+                &commit,
+                &self.table_schema,
+                Utc::now(),
+                &|| {},
+            )
+            .await?;
+        self.objects.delete(path).await
     }
 }
 
@@ -780,7 +1029,13 @@ async fn files_in(objects: &Objects, dir: &str) -> Result<Vec<String>, String> {
         .await
         .map_err(|e| e.to_string())?
         .into_iter()
-        .filter(|p| p.ends_with(".parquet"))
+        // Not the tables' logs and checkpoints, nor staged uploads.
+        .filter(|p| {
+            p.ends_with(".parquet")
+                && !p
+                    .split('/')
+                    .any(|part| part.starts_with('_') || part.starts_with('.'))
+        })
         .collect())
 }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::{
-    BackoffConfig, ObjectStore, PutPayload, RetryConfig, aws::AmazonS3Builder, buffered::BufWriter,
-    local::LocalFileSystem, path::Path as ObjectPath, prefix::PrefixStore,
+    BackoffConfig, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig, aws::AmazonS3Builder,
+    buffered::BufWriter, local::LocalFileSystem, path::Path as ObjectPath, prefix::PrefixStore,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -188,6 +188,41 @@ impl Objects {
         Ok(())
     }
 
+    /// Stores an object only if none exists at `path`: `false` when one
+    /// does (nothing is written then). Two writers racing for one path:
+    /// exactly one gets `true`. On S3 a conditional put (`If-None-Match:
+    /// *`); on a local disk a hard link, which fails on an existing name.
+    pub async fn put_new(&self, path: &str, mut bytes: Vec<u8>) -> Result<bool> {
+        if let Some(f) = &self.fault {
+            f(&mut bytes);
+        }
+        if let Some(root) = &self.local_root {
+            return put_local_new(root, path, bytes).await;
+        }
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .store
+            .put_opts(&ObjectPath::from(path), PutPayload::from(bytes), opts)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(storage_err(e)),
+        }
+    }
+
+    /// The object, or `None` where there is none.
+    pub async fn get_opt(&self, path: &str) -> Result<Option<Bytes>> {
+        match self.store.get(&ObjectPath::from(path)).await {
+            Ok(got) => got.bytes().await.map(Some).map_err(storage_err),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(storage_err(e)),
+        }
+    }
+
     pub async fn get(&self, path: &str) -> Result<Bytes> {
         let got = self
             .store
@@ -323,6 +358,44 @@ async fn put_local(root: &std::path::Path, path: &str, bytes: Vec<u8>) -> Result
         let _ = std::fs::remove_file(&staged);
         io(e)
     })
+}
+
+/// A local object written under a hidden name and linked into place only
+/// if nothing is there yet; `false` when something is.
+async fn put_local_new(root: &std::path::Path, path: &str, bytes: Vec<u8>) -> Result<bool> {
+    let dest = root.join(path);
+    let dir = dest
+        .parent()
+        .ok_or_else(|| Error::Storage(format!("{path} names no file")))?
+        .to_owned();
+    let staged = dir.join(format!(".new.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let dest2 = dest.clone();
+    tokio::task::spawn_blocking(move || -> std::io::Result<bool> {
+        use std::io::Write;
+        std::fs::create_dir_all(&dir)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&staged)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        let linked = f
+            .write_all(&bytes)
+            .and_then(|()| f.sync_all())
+            .and_then(|()| std::fs::hard_link(&staged, &dest2));
+        let _ = std::fs::remove_file(&staged);
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .map_err(|e| Error::Storage(format!("writing {path}: {e}")))?
+    .map_err(|e| Error::io(dest.display().to_string(), e))
 }
 
 pub struct ObjectWriter {
