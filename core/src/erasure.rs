@@ -178,13 +178,32 @@ fn ts(t: DateTime<Utc>) -> String {
 /// keeps.
 #[async_trait]
 pub trait Lake: Send + Sync {
-    /// Every file of the tenant.
+    /// Every file of the tenant: those its table holds, those a version
+    /// removed and are still kept, those not yet committed.
     async fn files(&self, tenant: TenantId) -> Result<Vec<String>>;
     /// The file without the events `matcher` picks: `None` when it holds
     /// none of them.
     async fn without(&self, path: &str, matcher: &Matcher) -> Result<Option<LakeRewrite>>;
-    /// Replaces a file (an atomic upload) or deletes it.
-    async fn replace(&self, path: &str, bytes: Option<Vec<u8>>) -> Result<()>;
+    /// Writes a file's replacement beside it, named after the job (the
+    /// same name when the job runs again), not yet part of the lake;
+    /// `None`: the file is to be removed.
+    async fn stage(&self, job: JobId, path: &str, bytes: Option<Vec<u8>>) -> Result<LakeStaged>;
+    /// Puts every staged replacement of a tenant in place at once (one
+    /// commit of its table) and deletes the files replaced: the version
+    /// committed, if any. [`Error::Conflict`] when another commit removed
+    /// one of the files first: the caller lists the files again.
+    async fn swap(&self, tenant: TenantId, staged: &[LakeStaged]) -> Result<Option<u64>>;
+}
+
+/// A lake file's replacement, written and not yet in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LakeStaged {
+    /// The file replaced.
+    pub path: String,
+    /// Its replacement; `None` when nothing is left of it.
+    pub new: Option<String>,
+    /// The replacement's size in bytes.
+    pub size: u64,
 }
 
 /// A lake file without a person's events.
@@ -348,6 +367,9 @@ pub struct Rewritten {
     pub sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hmac: Option<String>,
+    /// The lake table's version whose commit replaced the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_version: Option<u64>,
     /// `replacing` until the old object is replaced, then `done`.
     pub state: String,
 }
@@ -594,6 +616,7 @@ async fn erase_archives(
                 rows: manifest.rows,
                 sha256: Some(manifest.uncompressed_sha256.clone()),
                 hmac: None,
+                table_version: None,
                 state: REPLACING.to_owned(),
             };
             record(env, rec.id, report, ARCHIVES, &path, entry).await?;
@@ -687,6 +710,7 @@ async fn erase_exports(
                 rows: new_result["row_count"].as_u64().unwrap_or_default(),
                 sha256: None,
                 hmac: new_result["hmac"].as_str().map(str::to_owned),
+                table_version: None,
                 state: REPLACING.to_owned(),
             };
             record(env, rec.id, report, EXPORTS, &key, entry).await?;
@@ -710,42 +734,83 @@ async fn erase_exports(
 }
 
 /// Every lake file of the tenant holding the people's events, written
-/// again without them under its own name (the lake never shows them
-/// again, and never twice), or removed when nothing else is left in it.
+/// again without them (the lake never shows them again, and never twice),
+/// or removed when nothing else is left in it: the replacements staged
+/// first, then put in place by one commit of the tenant's table, whose
+/// version each file's record keeps. A commit that lost a file to another
+/// (a compaction) starts the step again from the files as they are then.
 async fn erase_lake(
     env: &Env<'_>,
     rec: &ErasureRecord,
     matcher: &Matcher,
     report: &mut Report,
 ) -> Result<()> {
+    /// Commits lost to a concurrent one before the step gives up (the job
+    /// is run again later).
+    const CONFLICTS: usize = 8;
     let Some(lake) = env.lake else {
         return Ok(());
     };
-    for path in lake.files(rec.tenant_id).await? {
-        let before = report.object(LAKE, &path).cloned();
-        let Some(rewrite) = lake.without(&path, matcher).await? else {
-            if before.is_some_and(|r| r.state == REPLACING) {
-                replaced(env, rec.id, report, LAKE, &path).await?;
+    let mut conflicts = 0;
+    loop {
+        let listed = lake.files(rec.tenant_id).await?;
+        let mut staged = Vec::new();
+        for path in &listed {
+            let before = report.object(LAKE, path).cloned();
+            let Some(rewrite) = lake.without(path, matcher).await? else {
+                if before.is_some_and(|r| r.state == REPLACING) {
+                    replaced(env, rec.id, report, LAKE, path).await?;
+                }
+                continue;
+            };
+            // A replacement a crash interrupted is counted again from the
+            // file; one done in an earlier pass adds to it.
+            let prior = before
+                .filter(|r| r.state == DONE)
+                .map_or(0, |r| r.events_removed);
+            let entry = Rewritten {
+                events_removed: prior + rewrite.removed,
+                rows: rewrite.kept,
+                state: REPLACING.to_owned(),
+                ..Rewritten::default()
+            };
+            record(env, rec.id, report, LAKE, path, entry).await?;
+            staged.push(lake.stage(rec.id, path, rewrite.bytes).await?);
+        }
+        let version = match lake.swap(rec.tenant_id, &staged).await {
+            Ok(version) => version,
+            Err(Error::Conflict(why)) if conflicts < CONFLICTS => {
+                conflicts += 1;
+                info!(job = %rec.id, %why, "lake changed under the erasure; listing again");
+                continue;
             }
-            continue;
+            Err(e) => return Err(e),
         };
-        // A replacement a crash interrupted is counted again from the
-        // file; one done in an earlier pass adds to it.
-        let prior = before
-            .filter(|r| r.state == DONE)
-            .map_or(0, |r| r.events_removed);
-        let entry = Rewritten {
-            events_removed: prior + rewrite.removed,
-            rows: rewrite.kept,
-            sha256: None,
-            hmac: None,
-            state: REPLACING.to_owned(),
-        };
-        record(env, rec.id, report, LAKE, &path, entry).await?;
-        lake.replace(&path, rewrite.bytes).await?;
-        replaced(env, rec.id, report, LAKE, &path).await?;
+        for s in &staged {
+            if let Some(r) = report.object(LAKE, &s.path) {
+                let entry = Rewritten {
+                    state: DONE.to_owned(),
+                    table_version: version.or(r.table_version),
+                    ..r.clone()
+                };
+                record(env, rec.id, report, LAKE, &s.path, entry).await?;
+            }
+        }
+        // A file replaced by a run a crash interrupted after its commit:
+        // gone now, its replacement in place.
+        let gone: Vec<String> = report
+            .objects
+            .iter()
+            .filter(|((store, path), r)| {
+                store == LAKE && r.state == REPLACING && !listed.contains(path)
+            })
+            .map(|((_, path), _)| path.clone())
+            .collect();
+        for path in gone {
+            replaced(env, rec.id, report, LAKE, &path).await?;
+        }
+        return Ok(());
     }
-    Ok(())
 }
 
 /// What the verification pass found, store by store.
@@ -885,6 +950,9 @@ fn certificate(
             "files_rewritten": files.values().filter(|r| r.rows > 0).count(),
             "files_removed": files.values().filter(|r| r.rows == 0).count(),
             "events_removed": sum(&files),
+            // The version of the tenant's table from which on no readable
+            // version holds the people (earlier ones name deleted files).
+            "table_version": files.values().filter_map(|r| r.table_version).max(),
         });
     }
     let mut cert = json!({

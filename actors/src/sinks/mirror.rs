@@ -44,7 +44,7 @@ use fastack_core::{
         records_in,
     },
 };
-use fastack_entities::{EventId, Job, TenantId};
+use fastack_entities::{EventId, Job, JobId, TenantId};
 use futures::{StreamExt, TryStreamExt};
 use parquet::{
     basic::{Compression, ZstdLevel},
@@ -847,56 +847,105 @@ impl erasure::Lake for MirrorLake {
         }))
     }
 
-    /// A file of the table is replaced by a commit (remove it, add the file
-    /// without the person under a new name), then deleted: no version left
-    /// readable holds the person (an older version names a file that is
-    /// gone). A file the table already removed is deleted. A file outside
-    /// the table (a batch written, not yet committed) is written again in
-    /// place, as the batch will commit it.
-    async fn replace(&self, path: &str, bytes: Option<Vec<u8>>) -> fastack_core::Result<()> {
-        let Some((root, rel)) = path.split_once('/') else {
-            return Err(fastack_core::Error::Storage(format!(
-                "{path} is not in a tenant's table"
-            )));
-        };
-        let table = Table::new(&self.objects, root);
-        let mut snapshot = table.snapshot().await?;
-        let Some(old) = snapshot.files.get(rel).cloned() else {
-            return match bytes {
-                Some(bytes) if !snapshot.removed.contains(rel) => {
-                    self.objects.put(path, bytes).await
-                }
-                _ => self.objects.delete(path).await,
-            };
-        };
-        let mut add = Vec::new();
-        if let Some(bytes) = bytes {
-            let stem = rel.strip_suffix(".parquet").unwrap_or(rel);
-            let new = format!("{stem}.erased-{}.parquet", uuid::Uuid::now_v7().simple());
-            add.push(DataFile {
-                path: new.clone(),
-                date: old.date.clone(),
-                size: bytes.len() as u64,
-                stats: None,
+    /// The replacement beside the file: `<name>.erased-<job>.parquet`.
+    async fn stage(
+        &self,
+        job: JobId,
+        path: &str,
+        bytes: Option<Vec<u8>>,
+    ) -> fastack_core::Result<erasure::LakeStaged> {
+        let Some(bytes) = bytes else {
+            return Ok(erasure::LakeStaged {
+                path: path.to_owned(),
+                new: None,
+                size: 0,
             });
-            self.objects.put(&format!("{root}/{new}"), bytes).await?;
-        }
-        let commit = Commit {
-            operation: "DELETE",
-            add,
-            remove: vec![rel.to_owned()],
-            transaction: None,
         };
-        table
-            .commit(
-                &mut snapshot,
-                &commit,
-                &self.table_schema,
-                Utc::now(),
-                &|| {},
-            )
-            .await?;
-        self.objects.delete(path).await
+        let stem = path.strip_suffix(".parquet").unwrap_or(path);
+        // A file replaced before by another erasure: one suffix, not two.
+        let stem = stem.split_once(".erased-").map_or(stem, |(s, _)| s);
+        let new = format!("{stem}.erased-{}.parquet", job.0.simple());
+        let size = bytes.len() as u64;
+        self.objects.put(&new, bytes).await?;
+        Ok(erasure::LakeStaged {
+            path: path.to_owned(),
+            new: Some(new),
+            size,
+        })
+    }
+
+    /// The table's files replaced by one commit (each removed, its
+    /// replacement added), then deleted: no version left readable holds
+    /// the person (an older version names files that are gone). A file a
+    /// version already removed is deleted. A file outside the table (a
+    /// batch written and not yet committed) is replaced in place, as the
+    /// batch will commit it under its own name.
+    async fn swap(
+        &self,
+        tenant: TenantId,
+        staged: &[erasure::LakeStaged],
+    ) -> fastack_core::Result<Option<u64>> {
+        let root = table_root(tenant);
+        let table = Table::new(&self.objects, root.clone());
+        let mut snapshot = table.snapshot().await?;
+        let rel = |path: &str| {
+            path.strip_prefix(&format!("{root}/"))
+                .unwrap_or(path)
+                .to_owned()
+        };
+        let mut commit = Commit {
+            operation: "DELETE",
+            ..Commit::default()
+        };
+        let mut deletes = Vec::new();
+        for s in staged {
+            let old = rel(&s.path);
+            match snapshot.files.get(&old) {
+                Some(file) => {
+                    commit.remove.push(old.clone());
+                    if let Some(new) = &s.new {
+                        commit.add.push(DataFile {
+                            path: rel(new),
+                            date: file.date.clone(),
+                            size: s.size,
+                            stats: None,
+                        });
+                    }
+                    deletes.push(s.path.clone());
+                }
+                None if snapshot.removed.contains(&old) => {
+                    deletes.extend([Some(s.path.clone()), s.new.clone()].into_iter().flatten());
+                }
+                None => match &s.new {
+                    Some(new) => {
+                        self.objects.copy(new, &s.path).await?;
+                        deletes.push(new.clone());
+                    }
+                    None => deletes.push(s.path.clone()),
+                },
+            }
+        }
+        let version = if commit.remove.is_empty() {
+            None
+        } else {
+            match table
+                .commit(
+                    &mut snapshot,
+                    &commit,
+                    &self.table_schema,
+                    Utc::now(),
+                    &|| {},
+                )
+                .await?
+            {
+                Outcome::Committed(v) => Some(v),
+                Outcome::AlreadyCommitted => None,
+            }
+        };
+        for path in deletes {
+            self.objects.delete(&path).await?;
+        }
+        Ok(version)
     }
 }
 
