@@ -147,6 +147,15 @@ pub struct Commit {
     pub remove: Vec<String>,
     /// An application transaction committed with it, once.
     pub transaction: Option<String>,
+    /// Files added only if this commit creates the table (what was there
+    /// before it had a log); dropped when another writer created it first.
+    pub imports: Vec<DataFile>,
+}
+
+impl Commit {
+    fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty() && self.transaction.is_none()
+    }
 }
 
 /// How a commit ended.
@@ -228,6 +237,9 @@ impl<'a> Table<'a> {
             if let Some(txn) = &commit.transaction
                 && snapshot.transactions.contains(txn)
             {
+                return Ok(Outcome::AlreadyCommitted);
+            }
+            if snapshot.version.is_some() && commit.is_empty() {
                 return Ok(Outcome::AlreadyCommitted);
             }
             if snapshot.writer_version > WRITER_VERSION {
@@ -319,7 +331,11 @@ fn render(snapshot: &Snapshot, commit: &Commit, schema: &str, now: DateTime<Utc>
             "size": file.map_or(0, |f| f.size),
         }}));
     }
-    for file in &commit.add {
+    let imports = match snapshot.version {
+        None => &commit.imports[..],
+        Some(_) => &[],
+    };
+    for file in commit.add.iter().chain(imports) {
         let mut add = json!({
             "path": encode(&file.path),
             "partitionValues": { PARTITION: file.date },
@@ -464,8 +480,8 @@ mod tests {
         let write = |path: &str, txn: &str| Commit {
             operation: "WRITE",
             add: vec![file(path)],
-            remove: vec![],
             transaction: Some(txn.to_owned()),
+            ..Commit::default()
         };
         // Two writers that both read the empty table.
         let (mut a, mut b) = (
@@ -508,7 +524,7 @@ mod tests {
             operation: "DELETE",
             add: vec![file("x.1.parquet")],
             remove: vec!["x.parquet".to_owned()],
-            transaction: None,
+            ..Commit::default()
         };
         table
             .commit(&mut c, &replace, "{}", now, &race)
@@ -521,6 +537,29 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::Conflict(_)), "{err}");
         assert!(d.removed.contains("x.parquet"));
+    }
+
+    #[tokio::test]
+    async fn files_from_before_the_log_are_imported_by_the_commit_creating_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = objects(dir.path());
+        let table = Table::new(&objects, "tenant=t");
+        let create = |path: &str| Commit {
+            operation: "CREATE TABLE",
+            imports: vec![file(path)],
+            ..Commit::default()
+        };
+        let (mut a, mut b) = (Snapshot::default(), Snapshot::default());
+        let none = || {};
+        let (old, other) = (create("old.parquet"), create("other.parquet"));
+        let made = table.commit(&mut a, &old, "{}", Utc::now(), &none);
+        assert_eq!(made.await.unwrap(), Outcome::Committed(0));
+        // A second writer that saw no table: it finds one, adds nothing.
+        let late = table.commit(&mut b, &other, "{}", Utc::now(), &none);
+        assert_eq!(late.await.unwrap(), Outcome::AlreadyCommitted);
+        let read = table.snapshot().await.unwrap();
+        assert_eq!(read.version, Some(0));
+        assert_eq!(read.files.keys().collect::<Vec<_>>(), ["old.parquet"]);
     }
 
     #[tokio::test]

@@ -449,6 +449,59 @@ async fn mirror_to_s3() {
     app.cleanup().await;
 }
 
+/// A lake written by the release before tables (its files, no log) becomes
+/// the table when the mirror first commits to it: its files imported once,
+/// beside the new batches.
+async fn a_lake_from_before_tables_becomes_the_table(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let db = Arc::new(db);
+    let root = lake(&db);
+    let url = format!("file://{}", root.display());
+    let before = spawn_on(db.clone(), |c| {
+        mirror_on(c, url.clone(), 300, Duration::from_secs(1));
+    })
+    .await;
+    let addr: SocketAddr = before.base.trim_start_matches("http://").parse().unwrap();
+    let mut accepted = send(&[addr], &before.t.key, "old", 6, 100).await;
+    mirrored(&root, accepted.len(), Duration::from_secs(30)).await;
+    before.stop().await;
+    // What the release before left: the same files, no log.
+    let mut logs = 0;
+    for entry in std::fs::read_dir(&root).unwrap().flatten() {
+        let log = entry.path().join("_delta_log");
+        if log.is_dir() {
+            std::fs::remove_dir_all(log).unwrap();
+            logs += 1;
+        }
+    }
+    assert_eq!(logs, 1, "one tenant, one table");
+    let old_files = files_under(&root).len();
+
+    let app = spawn_on(db.clone(), |c| {
+        mirror_on(c, url, 300, Duration::from_secs(1));
+    })
+    .await;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    accepted.extend(send(&[addr], &app.t.key, "new", 4, 100).await);
+    let rows = mirrored(&root, accepted.len(), Duration::from_secs(30)).await;
+    assert_exactly_once(&rows, &accepted);
+    assert!(files_under(&root).len() > old_files);
+    assert_pyarrow(&root, accepted.len());
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_lake_from_before_tables_becomes_the_table() {
+    a_lake_from_before_tables_becomes_the_table(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_lake_from_before_tables_becomes_the_table() {
+    a_lake_from_before_tables_becomes_the_table(Backend::Postgres).await;
+}
+
 /// A node process mirroring to `root`.
 async fn mirror_node(db: &TestDb, root: &Path) -> Node {
     let url = format!("file://{}", root.display());

@@ -329,15 +329,24 @@ impl MirrorSink {
             let snapshot = match self.tables.get_mut(tenant) {
                 Some(snapshot) => snapshot,
                 None => {
-                    let read = table.snapshot().await.map_err(|e| e.to_string())?;
+                    let mut read = table.snapshot().await.map_err(|e| e.to_string())?;
+                    ensure_table(
+                        objects,
+                        *tenant,
+                        &mut read,
+                        &self.table_schema,
+                        ctx.clock.now(),
+                    )
+                    .await
+                    .map_err(|e| format!("creating tenant {tenant}'s table: {e}"))?;
                     self.tables.entry(*tenant).or_insert(read)
                 }
             };
             let commit = Commit {
                 operation: "WRITE",
                 add: files.clone(),
-                remove: Vec::new(),
                 transaction: Some(format!("fastack-mirror-{batch}")),
+                ..Commit::default()
             };
             let outcome = table
                 .commit(
@@ -364,6 +373,57 @@ impl MirrorSink {
 /// A tenant's table: `tenant=<id>` under the lake's root.
 fn table_root(tenant: TenantId) -> String {
     format!("tenant={tenant}")
+}
+
+/// Whether a path under the lake is a data file: not a table's log or
+/// checkpoint, nor a staged upload.
+fn is_data_file(path: &str) -> bool {
+    path.ends_with(".parquet")
+        && !path
+            .split('/')
+            .any(|part| part.starts_with('_') || part.starts_with('.'))
+}
+
+/// Creates the tenant's table if it has none yet, with every data file
+/// already under its root: a lake written by a release before tables (its
+/// `hour=` files), and files of batches written and not yet committed
+/// (committed again later under the same path: one file). Another writer
+/// creating it first is as good.
+async fn ensure_table(
+    objects: &Objects,
+    tenant: TenantId,
+    snapshot: &mut Snapshot,
+    schema: &str,
+    now: DateTime<Utc>,
+) -> fastack_core::Result<()> {
+    if snapshot.version.is_some() {
+        return Ok(());
+    }
+    let root = table_root(tenant);
+    let mut imports = Vec::new();
+    for (path, size) in objects.list_sized(&root).await? {
+        let Some(rel) = path.strip_prefix(&format!("{root}/")) else {
+            continue;
+        };
+        let date = rel.split('/').find_map(|part| part.strip_prefix("date="));
+        if let (true, Some(date)) = (is_data_file(rel), date) {
+            imports.push(DataFile {
+                path: rel.to_owned(),
+                date: date.to_owned(),
+                size,
+                stats: None,
+            });
+        }
+    }
+    let commit = Commit {
+        operation: "CREATE TABLE",
+        imports,
+        ..Commit::default()
+    };
+    Table::new(objects, root)
+        .commit(snapshot, &commit, schema, now, &|| {})
+        .await?;
+    Ok(())
 }
 
 /// The table's schema in Delta's JSON: the files' columns, and the date
@@ -572,24 +632,25 @@ const BACKFILL_FILE_ROWS: usize = 500_000;
 
 /// Writes the job's tenant's stored events of `[from, to)` (its params)
 /// that the mirror neither holds nor owes, hour by hour, as
-/// `backfill-<job>-<attempt>-<n>.parquet` beside the live files. Per hour it
-/// reads the stored events, then what the mirror owes, then the ids in the
-/// hour's files: an event a live batch completes in between was written
-/// before it was completed, so it is in a listed file; an event still owed
-/// is left to the live mirror. A run after a crash (a new attempt, new
-/// names) finds the files of the one before. `progress(hours done, hours)`.
+/// `backfill-<job>-<attempt>-<n>.parquet` beside the live files, and adds
+/// them to the tenant's table in one commit at the end (the job and
+/// attempt its transaction). Per hour it reads the stored events, then
+/// what the mirror owes, then the table: an event a live batch completes
+/// in between was committed before it was completed, so it is in a file of
+/// the table; an event still owed is left to the live mirror. A file
+/// outside the table (what a stopped run wrote) is not counted as holding
+/// anything. `progress(hours done, hours)`.
 ///
 /// With `rewrite` (whole hours: the range is widened to the hours it
 /// touches) the hour's files are replaced instead: it lists them first,
-/// then reads the stored events and what the mirror owes, lists again,
+/// then reads the stored events, what the mirror owes and the table,
 /// writes every stored event except those still owed and those in files
-/// that appeared since the first list, and deletes the first list's files
-/// except those holding an owed event (a live batch's, written and not yet
-/// recorded). An event whose batch completes between the first list and
-/// the owed read is in a deleted file and is written again; one whose
-/// batch completes after the first list is in a file of the second. Until
-/// the deletes an hour holds both; a rewrite stopped in between (the job is
-/// run again) leaves duplicates its next run removes.
+/// of the table that appeared since the first list, and the commit removes
+/// the first list's files except those holding an owed event (a live
+/// batch's, written and not yet recorded); they are deleted after it, as
+/// are files the table does not hold. A file the table lists that is gone
+/// leaves the table, its events written again. Readers see the hours as
+/// they were until the commit, as the backfill leaves them after it.
 pub struct MirrorBackfill;
 
 #[async_trait]
@@ -621,6 +682,17 @@ impl Backfill for MirrorBackfill {
         let hours = (range.to - first).num_hours() as u64 + 1;
         let tenant_text = tenant.to_string();
         let table = Table::new(&objects, table_root(tenant));
+        // A lake from before tables: its files are the table first.
+        let mut created = table.snapshot().await.map_err(|e| e.to_string())?;
+        ensure_table(
+            &objects,
+            tenant,
+            &mut created,
+            &table_schema(&schema),
+            Utc::now(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let in_table = |snapshot: &Snapshot, path: &str| {
             path.strip_prefix(&format!("{}/", table_root(tenant)))
                 .is_some_and(|rel| snapshot.files.contains_key(rel))
@@ -733,6 +805,7 @@ impl Backfill for MirrorBackfill {
                     .filter_map(|p| p.strip_prefix(&root).map(str::to_owned))
                     .collect(),
                 transaction: Some(format!("fastack-backfill-{}-{}", job.id, job.attempts)),
+                ..Commit::default()
             };
             let schema = table_schema(&schema);
             table
@@ -888,6 +961,14 @@ impl erasure::Lake for MirrorLake {
         let root = table_root(tenant);
         let table = Table::new(&self.objects, root.clone());
         let mut snapshot = table.snapshot().await?;
+        ensure_table(
+            &self.objects,
+            tenant,
+            &mut snapshot,
+            &self.table_schema,
+            Utc::now(),
+        )
+        .await?;
         let rel = |path: &str| {
             path.strip_prefix(&format!("{root}/"))
                 .unwrap_or(path)
@@ -1078,13 +1159,7 @@ async fn files_in(objects: &Objects, dir: &str) -> Result<Vec<String>, String> {
         .await
         .map_err(|e| e.to_string())?
         .into_iter()
-        // Not the tables' logs and checkpoints, nor staged uploads.
-        .filter(|p| {
-            p.ends_with(".parquet")
-                && !p
-                    .split('/')
-                    .any(|part| part.starts_with('_') || part.starts_with('.'))
-        })
+        .filter(|p| is_data_file(p))
         .collect())
 }
 

@@ -250,12 +250,22 @@ impl Objects {
     /// The paths of every object under `prefix` (a directory, without its
     /// trailing slash).
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list_sized(prefix)
+            .await?
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect())
+    }
+
+    /// [`Objects::list`] with each object's size in bytes.
+    pub async fn list_sized(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
         use futures::TryStreamExt;
         let prefix = ObjectPath::from(prefix);
-        let mut paths: Vec<String> = self
+        let mut paths: Vec<(String, u64)> = self
             .store
             .list(Some(&prefix))
-            .map_ok(|meta| meta.location.to_string())
+            .map_ok(|meta| (meta.location.to_string(), meta.size))
             .try_collect()
             .await
             .map_err(storage_err)?;
