@@ -16,7 +16,7 @@
 //! commits again and adds nothing. Statistics are written only for the
 //! columns the caller names; the log carries no identifier of a person.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
@@ -62,9 +62,10 @@ pub struct Snapshot {
     pub version: Option<u64>,
     /// The live files, by path.
     pub files: BTreeMap<String, DataFile>,
-    /// Files removed by a version and not added again (their objects may
-    /// still exist until whoever removed them deletes them).
-    pub removed: HashSet<String>,
+    /// Files removed by a version and not added again, with when (ms
+    /// since the epoch): their objects are kept for time travel until the
+    /// removed files' retention, unless whoever removed them deleted them.
+    pub removed: HashMap<String, i64>,
     /// Application transactions committed.
     pub transactions: HashSet<String>,
     /// The writer protocol the table asks for.
@@ -113,8 +114,12 @@ impl Snapshot {
                 );
             } else if let Some(remove) = action.get("remove") {
                 let path = decode(text(remove, "path").map_err(&corrupt)?);
+                let at = remove
+                    .get("deletionTimestamp")
+                    .and_then(Value::as_i64)
+                    .unwrap_or_default();
                 self.files.remove(&path);
-                self.removed.insert(path);
+                self.removed.insert(path, at);
             } else if let Some(txn) = action.get("txn") {
                 self.transactions
                     .insert(text(txn, "appId").map_err(&corrupt)?.to_owned());
@@ -150,6 +155,9 @@ pub struct Commit {
     /// Files added only if this commit creates the table (what was there
     /// before it had a log); dropped when another writer created it first.
     pub imports: Vec<DataFile>,
+    /// The same rows in other files (a compaction): readers of changes
+    /// skip it (`dataChange: false`).
+    pub rearranged: bool,
 }
 
 impl Commit {
@@ -325,7 +333,7 @@ fn render(snapshot: &Snapshot, commit: &Commit, schema: &str, now: DateTime<Utc>
         lines.push(json!({ "remove": {
             "path": encode(path),
             "deletionTimestamp": ms,
-            "dataChange": true,
+            "dataChange": !commit.rearranged,
             "extendedFileMetadata": true,
             "partitionValues": { PARTITION: file.map(|f| f.date.as_str()) },
             "size": file.map_or(0, |f| f.size),
@@ -341,7 +349,7 @@ fn render(snapshot: &Snapshot, commit: &Commit, schema: &str, now: DateTime<Utc>
             "partitionValues": { PARTITION: file.date },
             "size": file.size,
             "modificationTime": ms,
-            "dataChange": true,
+            "dataChange": !commit.rearranged,
         });
         if let Some(stats) = &file.stats {
             add["stats"] = Value::String(stats_json(stats).to_string());
@@ -536,7 +544,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Conflict(_)), "{err}");
-        assert!(d.removed.contains("x.parquet"));
+        assert!(d.removed.contains_key("x.parquet"));
     }
 
     #[tokio::test]

@@ -35,6 +35,7 @@ pub fn mirror_on(c: &mut fastack_core::Config, url: String, flush_rows: u32, flu
             url: Some(url),
             flush_rows,
             flush,
+            ..Default::default()
         });
 }
 
@@ -500,6 +501,114 @@ async fn sqlite_a_lake_from_before_tables_becomes_the_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_a_lake_from_before_tables_becomes_the_table() {
     a_lake_from_before_tables_becomes_the_table(Backend::Postgres).await;
+}
+
+/// The tenant's table under `root`, as its log says now.
+async fn table_now(root: &Path, tenant: &str) -> fastack_core::delta::Snapshot {
+    let objects = fastack_core::objects::Objects::at(
+        &fastack_core::Config::default(),
+        &format!("file://{}", root.display()),
+    )
+    .unwrap();
+    fastack_core::delta::Table::new(&objects, format!("tenant={tenant}"))
+        .snapshot()
+        .await
+        .unwrap()
+}
+
+/// The ids one version of a table holds, read by `deltalake` (time travel).
+fn ids_at_version(table: &Path, version: u64) -> Option<HashSet<String>> {
+    let python = std::env::var("FASTACK_TEST_PYTHON").ok()?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mirror/check.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(table)
+        .arg(version.to_string())
+        .output()
+        .expect("run check.py");
+    assert!(
+        out.status.success(),
+        "check.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("check.py prints JSON");
+    Some(
+        seen["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_str().unwrap().to_owned())
+            .collect(),
+    )
+}
+
+/// Many small files (a batch of 100 every second, over three hours), then a
+/// node that compacts: one file a date, the same rows, and the version
+/// before the compaction still reads the same rows.
+async fn compaction_leaves_a_file_a_date(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let db = Arc::new(db);
+    let root = lake(&db);
+    let url = format!("file://{}", root.display());
+    let writer = spawn_on(db.clone(), |c| {
+        mirror_on(c, url.clone(), 100, Duration::from_secs(1));
+    })
+    .await;
+    let addr: SocketAddr = writer.base.trim_start_matches("http://").parse().unwrap();
+    let accepted = send(&[addr], &writer.t.key, "small", 8, 100).await;
+    mirrored(&root, accepted.len(), Duration::from_secs(30)).await;
+    let tenant = writer.t.tenant.id.to_string();
+    writer.stop().await;
+    let before = table_now(&root, &tenant).await;
+    let small_files = before.files.len();
+    let dates: HashSet<&String> = before.files.values().map(|f| &f.date).collect();
+    assert!(
+        small_files > dates.len(),
+        "{small_files} files over {} dates: nothing to compact",
+        dates.len()
+    );
+
+    let compactor = spawn_on(db.clone(), |c| {
+        c.sections
+            .set(fastack_actors::sinks::mirror::MirrorSettings {
+                url: Some(url.clone()),
+                maintain_every: Duration::from_millis(500),
+                ..Default::default()
+            });
+    })
+    .await;
+    let after = eventually("one file a date", Duration::from_secs(30), || async {
+        let now = table_now(&root, &tenant).await;
+        (now.files.len() == dates.len()).then_some(now)
+    })
+    .await;
+    println!(
+        "compaction ({backend:?}): {small_files} files over {} dates -> {} files, version {:?} -> {:?}",
+        dates.len(),
+        after.files.len(),
+        before.version,
+        after.version
+    );
+    assert_pyarrow(&root, accepted.len());
+    let table = root.join(format!("tenant={tenant}"));
+    if let Some(ids) = ids_at_version(&table, before.version.unwrap()) {
+        assert_eq!(ids, accepted, "the version before the compaction");
+    }
+    // The files it replaced are kept for that version, outside the table.
+    assert!(files_under(&root).len() > after.files.len());
+    compactor.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_compaction_leaves_a_file_a_date() {
+    compaction_leaves_a_file_a_date(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_compaction_leaves_a_file_a_date() {
+    compaction_leaves_a_file_a_date(Backend::Postgres).await;
 }
 
 /// A node process mirroring to `root`.

@@ -273,6 +273,24 @@ impl Objects {
         Ok(paths)
     }
 
+    /// The directories directly under `prefix` (`""`: the top), as
+    /// paths.
+    pub async fn dirs(&self, prefix: &str) -> Result<Vec<String>> {
+        let prefix = (!prefix.is_empty()).then(|| ObjectPath::from(prefix));
+        let listed = self
+            .store
+            .list_with_delimiter(prefix.as_ref())
+            .await
+            .map_err(storage_err)?;
+        let mut dirs: Vec<String> = listed
+            .common_prefixes
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect();
+        dirs.sort();
+        Ok(dirs)
+    }
+
     /// Whether an object exists.
     pub async fn exists(&self, path: &str) -> Result<bool> {
         match self.store.head(&ObjectPath::from(path)).await {
@@ -301,11 +319,12 @@ impl Objects {
         restrict(self.local_root.as_deref(), to)
     }
 
+    /// Deletes an object; one already gone is no error (as on S3).
     pub async fn delete(&self, path: &str) -> Result<()> {
-        self.store
-            .delete(&ObjectPath::from(path))
-            .await
-            .map_err(storage_err)
+        match self.store.delete(&ObjectPath::from(path)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(storage_err(e)),
+        }
     }
 
     /// Removes the directory `dir` of local storage if it is empty (object

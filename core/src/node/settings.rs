@@ -206,6 +206,10 @@ pub mod parse {
     pub fn secs(value: &str) -> std::result::Result<Duration, String> {
         from_str(value).map(Duration::from_secs)
     }
+
+    pub fn hours(value: &str) -> std::result::Result<Duration, String> {
+        from_str::<u64>(value).map(|h| Duration::from_secs(h.saturating_mul(3600)))
+    }
 }
 
 /// Checks of parsed values (`Err` completes "<VARIABLE> …").

@@ -62,7 +62,11 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::{Backfill, BackfillRequest, Flush, Lake, Sent, Sink, Tracked};
-use crate::context::Ctx;
+use crate::{child::ChildSpec, context::Ctx, periodic::PeriodicActor};
+
+mod maintenance;
+
+use maintenance::LakeMaintenance;
 
 fastack_core::settings! {
     /// The mirror's settings.
@@ -90,6 +94,34 @@ fastack_core::settings! {
         pub flush: Duration = "FASTACK_MIRROR_FLUSH_SECS" {
             default: "60",
             parse: parse::secs,
+        },
+        /// how often a node compacts the tables' small files, checkpoints their logs and deletes what retention lets go
+        pub maintain_every: Duration = "FASTACK_MIRROR_MAINTAIN_SECS" {
+            default: "3600",
+            parse: parse::secs,
+            check: check::positive,
+        },
+        /// compaction writes files of about this size (and leaves files this large alone)
+        pub target_file_mib: u32 = "FASTACK_MIRROR_TARGET_FILE_MIB" {
+            default: "128",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// a checkpoint of a table's log every this many versions
+        pub checkpoint_every: u32 = "FASTACK_MIRROR_CHECKPOINT_EVERY" {
+            default: "100",
+            parse: parse::from_str,
+            check: check::positive,
+        },
+        /// versions of the log older than this (and older than a checkpoint) are deleted: time travel reaches back this far
+        pub log_retention: Duration = "FASTACK_MIRROR_LOG_RETENTION_HOURS" {
+            default: "720",
+            parse: parse::hours,
+        },
+        /// files a compaction removed are kept this long for readers of older versions, then deleted
+        pub removed_retention: Duration = "FASTACK_MIRROR_REMOVED_RETENTION_HOURS" {
+            default: "168",
+            parse: parse::hours,
         },
     }
 }
@@ -162,7 +194,13 @@ impl Sink for MirrorSink {
     const JOBS: bool = false;
     const TRACKED: Tracked = Tracked::Every;
     const GROUPED: bool = true;
-    const COUNTERS: &'static [CounterSpec] = &[EVENTS_WRITTEN, FILES_WRITTEN, COMMIT_RACES];
+    const COUNTERS: &'static [CounterSpec] = &[
+        EVENTS_WRITTEN,
+        FILES_WRITTEN,
+        COMMIT_RACES,
+        maintenance::FILES_COMPACTED,
+        maintenance::COMPACTIONS_ABANDONED,
+    ];
     const SETTINGS: Option<Extension> = Some(Extension::of::<MirrorSettings>());
     const BACKFILL: Option<&'static dyn Backfill> = Some(&MirrorBackfill);
 
@@ -193,6 +231,13 @@ impl Sink for MirrorSink {
             props,
             tables: HashMap::new(),
         })
+    }
+
+    /// The lake's upkeep: compaction, checkpoints, retention.
+    fn workers() -> Vec<ChildSpec> {
+        vec![PeriodicActor::<LakeMaintenance>::child(
+            LakeMaintenance::default(),
+        )]
     }
 
     fn lake(config: &Config) -> Option<fastack_core::Result<Lake>> {
@@ -372,7 +417,12 @@ impl MirrorSink {
 
 /// A tenant's table: `tenant=<id>` under the lake's root.
 fn table_root(tenant: TenantId) -> String {
-    format!("tenant={tenant}")
+    format!("{}{tenant}", table_root_prefix())
+}
+
+/// What every table's root starts with.
+fn table_root_prefix() -> &'static str {
+    "tenant="
 }
 
 /// Whether a path under the lake is a data file: not a table's log or
@@ -994,7 +1044,7 @@ impl erasure::Lake for MirrorLake {
                     }
                     deletes.push(s.path.clone());
                 }
-                None if snapshot.removed.contains(&old) => {
+                None if snapshot.removed.contains_key(&old) => {
                     deletes.extend([Some(s.path.clone()), s.new.clone()].into_iter().flatten());
                 }
                 None => match &s.new {
@@ -1063,15 +1113,16 @@ impl Fields<'_> {
     }
 }
 
-/// The events of a file (its tenant and the rows not `picked`), as the
-/// mirror writes them.
+/// The events of a file (its tenant and the rows not `picked`; rows past
+/// the end of `picked` are kept), as the mirror writes them.
 fn read_events(bytes: Bytes, picked: &[bool]) -> Result<(String, Vec<Event>), String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let reader = SerializedFileReader::new(bytes).map_err(|e| e.to_string())?;
     let (mut tenant, mut kept) = (String::new(), Vec::new());
     let rows = reader.get_row_iter(None).map_err(|e| e.to_string())?;
-    for (row, theirs) in rows.zip(picked) {
+    for (n, row) in rows.enumerate() {
         let row = row.map_err(|e| e.to_string())?;
+        let theirs = picked.get(n).unwrap_or(&false);
         let f = fields(&row);
         if tenant.is_empty() {
             tenant = f.text("tenant_id").unwrap_or_default().to_owned();
