@@ -336,27 +336,17 @@ fn assert_no_version_holds_them(seen: &Value) {
     assert_eq!(seen["files_with_them"], 0, "{seen}");
 }
 
-/// The lake's event ids, read with the parquet crate.
+/// The lake's event ids, read with the parquet crate from every data file
+/// under it (in a table or not).
 fn lake_ids(root: &Path) -> Vec<String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::RowAccessor;
     let mut ids = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet") {
-                let bytes = bytes::Bytes::from(std::fs::read(&p).unwrap());
-                let reader = SerializedFileReader::new(bytes).unwrap();
-                for row in reader.get_row_iter(None).unwrap() {
-                    ids.push(row.unwrap().get_string(0).unwrap().clone());
-                }
-            }
+    for file in crate::mirror::files_under(root) {
+        let bytes = bytes::Bytes::from(std::fs::read(root.join(file)).unwrap());
+        let reader = SerializedFileReader::new(bytes).unwrap();
+        for row in reader.get_row_iter(None).unwrap() {
+            ids.push(row.unwrap().get_string(0).unwrap().clone());
         }
     }
     ids

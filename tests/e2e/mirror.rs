@@ -89,8 +89,9 @@ fn read_file(file: &str, bytes: bytes::Bytes) -> Vec<LakeRow> {
         .collect()
 }
 
-/// Every `.parquet` file under `root`, relative paths.
-fn files_under(root: &Path) -> Vec<String> {
+/// Every data file under `root` (`.parquet`, outside the tables' logs),
+/// relative paths.
+pub(crate) fn files_under(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut dirs = vec![root.to_owned()];
     while let Some(dir) = dirs.pop() {
@@ -99,6 +100,11 @@ fn files_under(root: &Path) -> Vec<String> {
         };
         for entry in entries.flatten() {
             let path = entry.path();
+            let name = entry.file_name();
+            // Not a table's log (its checkpoints are Parquet too).
+            if name.to_string_lossy().starts_with(['_', '.']) {
+                continue;
+            }
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "parquet") {
@@ -609,6 +615,63 @@ async fn sqlite_compaction_leaves_a_file_a_date() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_compaction_leaves_a_file_a_date() {
     compaction_leaves_a_file_a_date(Backend::Postgres).await;
+}
+
+/// Checkpoints every two versions and no log kept past the last one:
+/// `deltalake` opens the table from the checkpoint, with the same rows.
+async fn a_checkpointed_log_reads_the_same(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let db = Arc::new(db);
+    let root = lake(&db);
+    let url = format!("file://{}", root.display());
+    let app = spawn_on(db.clone(), |c| {
+        c.sections
+            .set(fastack_actors::sinks::mirror::MirrorSettings {
+                url: Some(url.clone()),
+                flush_rows: 100,
+                flush: Duration::from_millis(200),
+                maintain_every: Duration::from_millis(300),
+                checkpoint_every: 2,
+                log_retention: Duration::ZERO,
+                ..Default::default()
+            });
+    })
+    .await;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let tenant = app.t.tenant.id.to_string();
+    let accepted = send(&[addr], &app.t.key, "cp", 8, 100).await;
+    mirrored(&root, accepted.len(), Duration::from_secs(30)).await;
+    let log = root.join(format!("tenant={tenant}/_delta_log"));
+    eventually(
+        "the log before the checkpoint deleted",
+        Duration::from_secs(30),
+        || async { (!log.join(format!("{:020}.json", 0)).exists()).then_some(()) },
+    )
+    .await;
+    let names: Vec<String> = std::fs::read_dir(&log)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with(".checkpoint.parquet")),
+        "{names:?}"
+    );
+    assert!(names.contains(&"_last_checkpoint".to_owned()), "{names:?}");
+    assert_pyarrow(&root, accepted.len());
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_checkpointed_log_reads_the_same() {
+    a_checkpointed_log_reads_the_same(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_checkpointed_log_reads_the_same() {
+    a_checkpointed_log_reads_the_same(Backend::Postgres).await;
 }
 
 /// A node process mirroring to `root`.

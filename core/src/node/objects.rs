@@ -21,6 +21,14 @@ use crate::{
 /// corrupted upload must be caught by verification).
 pub type WriteFault = Arc<dyn Fn(&mut Vec<u8>) + Send + Sync>;
 
+/// An object as a listing gives it.
+#[derive(Clone, Debug)]
+pub struct ObjectInfo {
+    pub path: String,
+    pub size: u64,
+    pub modified: chrono::DateTime<chrono::Utc>,
+}
+
 #[derive(Clone)]
 pub struct Objects {
     store: Arc<dyn ObjectStore>,
@@ -251,26 +259,30 @@ impl Objects {
     /// trailing slash).
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         Ok(self
-            .list_sized(prefix)
+            .list_meta(prefix)
             .await?
             .into_iter()
-            .map(|(path, _)| path)
+            .map(|o| o.path)
             .collect())
     }
 
-    /// [`Objects::list`] with each object's size in bytes.
-    pub async fn list_sized(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+    /// [`Objects::list`] with each object's size and last change.
+    pub async fn list_meta(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         use futures::TryStreamExt;
         let prefix = ObjectPath::from(prefix);
-        let mut paths: Vec<(String, u64)> = self
+        let mut listed: Vec<ObjectInfo> = self
             .store
             .list(Some(&prefix))
-            .map_ok(|meta| (meta.location.to_string(), meta.size))
+            .map_ok(|meta| ObjectInfo {
+                path: meta.location.to_string(),
+                size: meta.size,
+                modified: meta.last_modified,
+            })
             .try_collect()
             .await
             .map_err(storage_err)?;
-        paths.sort();
-        Ok(paths)
+        listed.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(listed)
     }
 
     /// The directories directly under `prefix` (`""`: the top), as

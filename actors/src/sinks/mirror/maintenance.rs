@@ -18,7 +18,7 @@ use std::{collections::BTreeMap, time::Duration};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fastack_core::{
-    delta::{Commit, DataFile, Outcome, Snapshot, Table},
+    delta::{Commit, DataFile, Outcome, Snapshot},
     metrics::CounterSpec,
     objects::Objects,
 };
@@ -89,6 +89,8 @@ pub(super) struct Done {
     pub written: usize,
     pub abandoned: usize,
     pub deleted: usize,
+    /// Versions and checkpoints of the log past its retention.
+    pub log_deleted: usize,
 }
 
 async fn maintain(
@@ -106,21 +108,23 @@ async fn maintain(
     if let Some(c) = ctx.metrics.counter(COMPACTIONS_ABANDONED.name) {
         c.inc_by(done.abandoned as u64);
     }
-    if done.compacted + done.deleted + done.abandoned > 0 {
+    if done.compacted + done.deleted + done.abandoned + done.log_deleted > 0 {
         info!(
             table = %root,
             compacted = done.compacted,
             written = done.written,
             abandoned = done.abandoned,
             deleted = done.deleted,
-            "lake table compacted"
+            log_deleted = done.log_deleted,
+            "lake table kept"
         );
     }
     Ok(())
 }
 
 /// Compacts every date of the table holding two or more files under the
-/// target size, then deletes removed files past their retention.
+/// target size, then deletes removed files past their retention and the
+/// log's versions past its retention.
 pub(super) async fn compact(
     objects: &Objects,
     settings: &MirrorSettings,
@@ -128,7 +132,7 @@ pub(super) async fn compact(
     tenant: &str,
     now: DateTime<Utc>,
 ) -> fastack_core::Result<Done> {
-    let table = Table::new(objects, root);
+    let table = super::tenant_table(objects, root.to_owned(), settings);
     let mut snapshot = table.snapshot().await?;
     let mut done = Done::default();
     if snapshot.version.is_none() {
@@ -198,6 +202,9 @@ pub(super) async fn compact(
             done.deleted += 1;
         }
     }
+    let keep_log =
+        chrono::Duration::from_std(settings.log_retention).unwrap_or(chrono::Duration::days(30));
+    done.log_deleted = table.clean_log(now - keep_log).await?;
     Ok(done)
 }
 

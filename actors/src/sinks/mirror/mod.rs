@@ -33,7 +33,7 @@ use bytes::Bytes;
 use chrono::{DateTime, DurationRound, Timelike, Utc};
 use fastack_core::{
     Config,
-    delta::{self, Commit, DataFile, Outcome, Snapshot, Stats, Table},
+    delta::{self, Checkpoints, Commit, DataFile, Outcome, Snapshot, Stats, Table},
     domain::Matcher,
     erasure,
     metrics::CounterSpec,
@@ -170,6 +170,7 @@ pub struct MirrorSink {
     table_schema: String,
     /// Each tenant's table as this node last read or committed it.
     tables: HashMap<TenantId, Snapshot>,
+    settings: MirrorSettings,
 }
 
 /// Events written to the lake (a batch written again counts again).
@@ -230,6 +231,7 @@ impl Sink for MirrorSink {
             schema,
             props,
             tables: HashMap::new(),
+            settings: settings.clone(),
         })
     }
 
@@ -242,6 +244,7 @@ impl Sink for MirrorSink {
 
     fn lake(config: &Config) -> Option<fastack_core::Result<Lake>> {
         let url = lake_url(config)?;
+        let settings = config.sections.get::<MirrorSettings>()?.clone();
         Some(Objects::at(config, url).and_then(|objects| {
             let (schema, props) = writer().map_err(fastack_core::Error::Storage)?;
             Ok(Lake {
@@ -250,6 +253,7 @@ impl Sink for MirrorSink {
                            FASTACK_S3_ACCESS_KEY_ID, FASTACK_S3_SECRET_ACCESS_KEY",
                 files: Box::new(MirrorLake {
                     objects,
+                    settings,
                     table_schema: table_schema(&schema),
                     schema,
                     props,
@@ -370,7 +374,7 @@ impl MirrorSink {
             }
         };
         for (tenant, files) in tables {
-            let table = Table::new(objects, table_root(*tenant));
+            let table = tenant_table(objects, table_root(*tenant), &self.settings);
             let snapshot = match self.tables.get_mut(tenant) {
                 Some(snapshot) => snapshot,
                 None => {
@@ -420,6 +424,19 @@ fn table_root(tenant: TenantId) -> String {
     format!("{}{tenant}", table_root_prefix())
 }
 
+/// A tenant's table at `root`, its commits checkpointing the log as the
+/// settings say.
+fn tenant_table<'o>(objects: &'o Objects, root: String, settings: &MirrorSettings) -> Table<'o> {
+    Table::new(objects, root).with_checkpoints(Checkpoints {
+        every: u64::from(settings.checkpoint_every),
+        // A removed file is deleted by the first round past its retention:
+        // named until then, and a round more.
+        keep_removed: settings.removed_retention + settings.maintain_every * 2,
+        // Far longer than a batch can wait to be written again.
+        keep_transactions: settings.log_retention,
+    })
+}
+
 /// What every table's root starts with.
 fn table_root_prefix() -> &'static str {
     "tenant="
@@ -451,10 +468,11 @@ async fn ensure_table(
     }
     let root = table_root(tenant);
     let mut imports = Vec::new();
-    for (path, size) in objects.list_sized(&root).await? {
-        let Some(rel) = path.strip_prefix(&format!("{root}/")) else {
+    for object in objects.list_meta(&root).await? {
+        let Some(rel) = object.path.strip_prefix(&format!("{root}/")) else {
             continue;
         };
+        let size = object.size;
         let date = rel.split('/').find_map(|part| part.strip_prefix("date="));
         if let (true, Some(date)) = (is_data_file(rel), date) {
             imports.push(DataFile {
@@ -731,7 +749,11 @@ impl Backfill for MirrorBackfill {
             .map_err(|e| e.to_string())?;
         let hours = (range.to - first).num_hours() as u64 + 1;
         let tenant_text = tenant.to_string();
-        let table = Table::new(&objects, table_root(tenant));
+        let settings = config
+            .sections
+            .get::<MirrorSettings>()
+            .ok_or("the mirror is off: set FASTACK_MIRROR_URL")?;
+        let table = tenant_table(&objects, table_root(tenant), settings);
         // A lake from before tables: its files are the table first.
         let mut created = table.snapshot().await.map_err(|e| e.to_string())?;
         ensure_table(
@@ -901,6 +923,7 @@ impl Backfill for MirrorBackfill {
 /// else is left in it.
 pub struct MirrorLake {
     objects: Objects,
+    settings: MirrorSettings,
     schema: Arc<Type>,
     props: Arc<WriterProperties>,
     table_schema: String,
@@ -1009,7 +1032,7 @@ impl erasure::Lake for MirrorLake {
         staged: &[erasure::LakeStaged],
     ) -> fastack_core::Result<Option<u64>> {
         let root = table_root(tenant);
-        let table = Table::new(&self.objects, root.clone());
+        let table = tenant_table(&self.objects, root.clone(), &self.settings);
         let mut snapshot = table.snapshot().await?;
         ensure_table(
             &self.objects,

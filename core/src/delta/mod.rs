@@ -16,7 +16,7 @@
 //! commits again and adds nothing. Statistics are written only for the
 //! columns the caller names; the log carries no identifier of a person.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
@@ -25,6 +25,8 @@ use crate::{
     error::{Error, Result},
     objects::Objects,
 };
+
+mod checkpoint;
 
 /// The log's directory under a table's root.
 pub const LOG_DIR: &str = "_delta_log";
@@ -66,8 +68,13 @@ pub struct Snapshot {
     /// since the epoch): their objects are kept for time travel until the
     /// removed files' retention, unless whoever removed them deleted them.
     pub removed: HashMap<String, i64>,
-    /// Application transactions committed.
-    pub transactions: HashSet<String>,
+    /// Application transactions committed, with when (ms since the epoch).
+    pub transactions: HashMap<String, i64>,
+    /// The live files' statistics as the log gives them (for checkpoints).
+    stats: HashMap<String, String>,
+    /// The table's metadata and protocol actions (for checkpoints).
+    metadata: Option<Value>,
+    protocol: Option<Value>,
     /// The writer protocol the table asks for.
     writer_version: u64,
 }
@@ -78,7 +85,7 @@ impl Snapshot {
         self.version.map_or(0, |v| v + 1)
     }
 
-    /// Applies one version's actions.
+    /// Applies one version's file of actions.
     fn apply(&mut self, version: u64, body: &[u8], at: &str) -> Result<()> {
         let corrupt = |why: String| Error::Corrupt(format!("{at}: {why}"));
         if version != self.next_version() {
@@ -93,45 +100,100 @@ impl Snapshot {
             }
             let action: Value =
                 serde_json::from_slice(line).map_err(|e| corrupt(format!("an action: {e}")))?;
-            if let Some(add) = action.get("add") {
-                let path = decode(text(add, "path").map_err(&corrupt)?);
-                let date = add
-                    .get("partitionValues")
-                    .and_then(|p| p.get(PARTITION))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                let size = add.get("size").and_then(Value::as_u64).unwrap_or_default();
-                self.removed.remove(&path);
-                self.files.insert(
-                    path.clone(),
-                    DataFile {
-                        path,
-                        date,
-                        size,
-                        stats: None,
-                    },
-                );
-            } else if let Some(remove) = action.get("remove") {
-                let path = decode(text(remove, "path").map_err(&corrupt)?);
-                let at = remove
-                    .get("deletionTimestamp")
-                    .and_then(Value::as_i64)
-                    .unwrap_or_default();
-                self.files.remove(&path);
-                self.removed.insert(path, at);
-            } else if let Some(txn) = action.get("txn") {
-                self.transactions
-                    .insert(text(txn, "appId").map_err(&corrupt)?.to_owned());
-            } else if let Some(protocol) = action.get("protocol") {
-                self.writer_version = protocol
-                    .get("minWriterVersion")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(WRITER_VERSION);
-            }
+            self.apply_action(&action).map_err(&corrupt)?;
         }
         self.version = Some(version);
         Ok(())
+    }
+
+    /// One action, from a version's file or a checkpoint.
+    fn apply_action(&mut self, action: &Value) -> std::result::Result<(), String> {
+        if let Some(add) = action.get("add") {
+            let path = decode(text(add, "path")?);
+            let date = add
+                .get("partitionValues")
+                .and_then(|p| p.get(PARTITION))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let size = add.get("size").and_then(Value::as_u64).unwrap_or_default();
+            self.removed.remove(&path);
+            match add.get("stats").and_then(Value::as_str) {
+                Some(stats) => self.stats.insert(path.clone(), stats.to_owned()),
+                None => self.stats.remove(&path),
+            };
+            self.files.insert(
+                path.clone(),
+                DataFile {
+                    path,
+                    date,
+                    size,
+                    stats: None,
+                },
+            );
+        } else if let Some(remove) = action.get("remove") {
+            let path = decode(text(remove, "path")?);
+            let at = remove
+                .get("deletionTimestamp")
+                .and_then(Value::as_i64)
+                .unwrap_or_default();
+            self.files.remove(&path);
+            self.stats.remove(&path);
+            self.removed.insert(path, at);
+        } else if let Some(txn) = action.get("txn") {
+            let at = txn
+                .get("lastUpdated")
+                .and_then(Value::as_i64)
+                .unwrap_or_default();
+            self.transactions.insert(text(txn, "appId")?.to_owned(), at);
+        } else if let Some(protocol) = action.get("protocol") {
+            self.writer_version = protocol
+                .get("minWriterVersion")
+                .and_then(Value::as_u64)
+                .unwrap_or(WRITER_VERSION);
+            self.protocol = Some(protocol.clone());
+        } else if let Some(metadata) = action.get("metaData") {
+            self.metadata = Some(metadata.clone());
+        }
+        Ok(())
+    }
+
+    /// The actions that make this version, for a checkpoint: removed files
+    /// removed after `removed_since` (older ones are no longer kept) and
+    /// transactions since `transactions_since` (ms since the epoch).
+    fn actions(&self, removed_since: i64, transactions_since: i64) -> Vec<Value> {
+        let mut out = Vec::with_capacity(self.files.len() + 2);
+        out.extend(self.protocol.iter().map(|p| json!({ "protocol": p })));
+        out.extend(self.metadata.iter().map(|m| json!({ "metaData": m })));
+        for (app, at) in &self.transactions {
+            if *at >= transactions_since {
+                out.push(json!({ "txn": { "appId": app, "version": 0, "lastUpdated": at } }));
+            }
+        }
+        for file in self.files.values() {
+            let mut add = json!({
+                "path": encode(&file.path),
+                "partitionValues": { PARTITION: file.date },
+                "size": file.size,
+                "modificationTime": 0,
+                "dataChange": false,
+            });
+            if let Some(stats) = self.stats.get(&file.path) {
+                add["stats"] = Value::String(stats.clone());
+            }
+            out.push(json!({ "add": add }));
+        }
+        for (path, at) in &self.removed {
+            if *at >= removed_since {
+                out.push(json!({ "remove": {
+                    "path": encode(path),
+                    "deletionTimestamp": at,
+                    "dataChange": false,
+                    "extendedFileMetadata": false,
+                }}));
+            }
+        }
+        out
     }
 }
 
@@ -179,6 +241,30 @@ pub enum Outcome {
 pub struct Table<'a> {
     objects: &'a Objects,
     root: String,
+    checkpoints: Option<Checkpoints>,
+}
+
+/// When a committing writer checkpoints the log, and what a checkpoint
+/// keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct Checkpoints {
+    /// A checkpoint at every version divisible by this.
+    pub every: u64,
+    /// Removed files are named (for a reader's vacuum) this long.
+    pub keep_removed: std::time::Duration,
+    /// Application transactions are kept this long: far longer than a
+    /// writer can be unsure whether its commit landed.
+    pub keep_transactions: std::time::Duration,
+}
+
+/// Where a snapshot starts reading the log.
+enum Start {
+    /// No log: no table.
+    Empty,
+    /// Version 0 on.
+    First,
+    /// A checkpoint of this version, then the versions after it.
+    Checkpoint(u64),
 }
 
 impl<'a> Table<'a> {
@@ -187,31 +273,138 @@ impl<'a> Table<'a> {
         Table {
             objects,
             root: root.into(),
+            checkpoints: None,
         }
+    }
+
+    /// The same table, its commits checkpointing the log.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+        self.checkpoints = Some(checkpoints);
+        self
     }
 
     fn log_path(&self, version: u64) -> String {
         format!("{}/{LOG_DIR}/{version:020}.json", self.root)
     }
 
-    /// The log read whole: every version listed, then any committed since.
+    fn checkpoint_path(&self, version: u64) -> String {
+        format!("{}/{LOG_DIR}/{version:020}.checkpoint.parquet", self.root)
+    }
+
+    fn last_checkpoint_path(&self) -> String {
+        format!("{}/{LOG_DIR}/_last_checkpoint", self.root)
+    }
+
+    /// The table as its log says now: from the latest checkpoint, then
+    /// every version after it.
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        let mut versions: Vec<u64> = self
-            .objects
-            .list(&format!("{}/{LOG_DIR}", self.root))
-            .await?
-            .iter()
-            .filter_map(|p| p.rsplit('/').next()?.strip_suffix(".json")?.parse().ok())
-            .collect();
-        versions.sort_unstable();
         let mut snapshot = Snapshot::default();
-        for version in versions {
-            let at = self.log_path(version);
-            let body = self.objects.get(&at).await?;
-            snapshot.apply(version, &body, &at)?;
+        let start = match self.last_checkpoint().await? {
+            Some(version) => Start::Checkpoint(version),
+            None => self.listed_start().await?,
+        };
+        match start {
+            Start::Empty => return Ok(snapshot),
+            Start::First => {}
+            Start::Checkpoint(version) => {
+                let at = self.checkpoint_path(version);
+                let body = self.objects.get(&at).await?;
+                for action in checkpoint::read(body)? {
+                    snapshot
+                        .apply_action(&action)
+                        .map_err(|why| Error::Corrupt(format!("{at}: {why}")))?;
+                }
+                snapshot.version = Some(version);
+            }
         }
         self.update(&mut snapshot).await?;
         Ok(snapshot)
+    }
+
+    /// The version `_last_checkpoint` names.
+    pub async fn last_checkpoint(&self) -> Result<Option<u64>> {
+        let Some(body) = self.objects.get_opt(&self.last_checkpoint_path()).await? else {
+            return Ok(None);
+        };
+        let named: Value = serde_json::from_slice(&body)
+            .map_err(|e| Error::Corrupt(format!("{}: {e}", self.last_checkpoint_path())))?;
+        Ok(named.get("version").and_then(Value::as_u64))
+    }
+
+    /// Where to start without `_last_checkpoint`: the log's latest
+    /// checkpoint, else its first version, which must be 0 (a log that
+    /// starts later without a checkpoint cannot be read, and must never be
+    /// taken for no table: a writer would create version 0 again).
+    async fn listed_start(&self) -> Result<Start> {
+        let (mut first, mut checkpoint) = (None::<u64>, None::<u64>);
+        for path in self
+            .objects
+            .list(&format!("{}/{LOG_DIR}", self.root))
+            .await?
+        {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            if let Some(v) = name.strip_suffix(".json").and_then(|v| v.parse().ok()) {
+                first = Some(first.map_or(v, |f: u64| f.min(v)));
+            } else if let Some(v) = name
+                .strip_suffix(".checkpoint.parquet")
+                .and_then(|v| v.parse().ok())
+            {
+                checkpoint = Some(checkpoint.map_or(v, |c: u64| c.max(v)));
+            }
+        }
+        match (checkpoint, first) {
+            (Some(v), _) => Ok(Start::Checkpoint(v)),
+            (None, None) => Ok(Start::Empty),
+            (None, Some(0)) => Ok(Start::First),
+            (None, Some(v)) => Err(Error::Corrupt(format!(
+                "{}: the log starts at version {v} and has no checkpoint",
+                self.root
+            ))),
+        }
+    }
+
+    /// Writes a checkpoint of `snapshot`'s version and names it in
+    /// `_last_checkpoint`.
+    pub async fn checkpoint(&self, snapshot: &Snapshot, now: DateTime<Utc>) -> Result<()> {
+        let (Some(version), Some(policy)) = (snapshot.version, self.checkpoints) else {
+            return Ok(());
+        };
+        let since = |keep: std::time::Duration| {
+            now.timestamp_millis()
+                .saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX))
+        };
+        let actions = snapshot.actions(since(policy.keep_removed), since(policy.keep_transactions));
+        let bytes = checkpoint::write(&actions)?;
+        self.objects
+            .put(&self.checkpoint_path(version), bytes)
+            .await?;
+        let named = json!({ "version": version, "size": actions.len() });
+        self.objects
+            .put(&self.last_checkpoint_path(), named.to_string().into_bytes())
+            .await
+    }
+
+    /// Deletes the versions and checkpoints before the last checkpoint
+    /// that were written before `before` (time travel reaches back to what
+    /// is left): how many.
+    pub async fn clean_log(&self, before: DateTime<Utc>) -> Result<usize> {
+        let Some(last) = self.last_checkpoint().await? else {
+            return Ok(0);
+        };
+        let mut deleted = 0;
+        for object in self
+            .objects
+            .list_meta(&format!("{}/{LOG_DIR}", self.root))
+            .await?
+        {
+            let name = object.path.rsplit('/').next().unwrap_or_default();
+            let version = name.split('.').next().and_then(|v| v.parse::<u64>().ok());
+            if version.is_some_and(|v| v < last) && object.modified < before {
+                self.objects.delete(&object.path).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
     }
 
     /// Reads the versions committed after `snapshot`'s.
@@ -243,7 +436,7 @@ impl<'a> Table<'a> {
     ) -> Result<Outcome> {
         loop {
             if let Some(txn) = &commit.transaction
-                && snapshot.transactions.contains(txn)
+                && snapshot.transactions.contains_key(txn)
             {
                 return Ok(Outcome::AlreadyCommitted);
             }
@@ -271,6 +464,14 @@ impl<'a> Table<'a> {
             let at = self.log_path(version);
             if self.objects.put_new(&at, body.clone()).await? {
                 snapshot.apply(version, &body, &at)?;
+                if let Some(policy) = self.checkpoints
+                    && version > 0
+                    && version % policy.every.max(1) == 0
+                    && let Err(error) = self.checkpoint(snapshot, now).await
+                {
+                    // The commit stands; readers read more of the log.
+                    tracing::warn!(table = %self.root, version, %error, "checkpoint failed");
+                }
                 return Ok(Outcome::Committed(version));
             }
             on_race();
@@ -568,6 +769,60 @@ mod tests {
         let read = table.snapshot().await.unwrap();
         assert_eq!(read.version, Some(0));
         assert_eq!(read.files.keys().collect::<Vec<_>>(), ["old.parquet"]);
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_reads_as_the_log_it_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = objects(dir.path());
+        let hour = std::time::Duration::from_secs(3600);
+        let table = Table::new(&objects, "tenant=t").with_checkpoints(Checkpoints {
+            every: 2,
+            keep_removed: hour,
+            keep_transactions: hour,
+        });
+        let now = Utc::now();
+        let none = || {};
+        let mut snapshot = Snapshot::default();
+        let commits = [
+            (vec![file("a.parquet")], vec![], Some("t0")),
+            (vec![file("b.parquet")], vec![], Some("t1")),
+            (vec![file("c.parquet")], vec!["a.parquet".to_owned()], None),
+            (vec![file("d.parquet")], vec![], None),
+        ];
+        for (add, remove, txn) in commits {
+            let commit = Commit {
+                operation: "WRITE",
+                add,
+                remove,
+                transaction: txn.map(str::to_owned),
+                ..Commit::default()
+            };
+            table
+                .commit(&mut snapshot, &commit, "{}", now, &none)
+                .await
+                .unwrap();
+        }
+        assert_eq!(table.last_checkpoint().await.unwrap(), Some(2));
+        let same = |read: &Snapshot| {
+            assert_eq!(read.version, Some(3));
+            assert_eq!(read.files, snapshot.files);
+            assert!(read.transactions.contains_key("t0") && read.transactions.contains_key("t1"));
+            assert!(read.removed.contains_key("a.parquet"));
+            assert_eq!(read.writer_version, 2);
+            assert!(read.metadata.is_some());
+        };
+        // Versions 0 and 1 go; the checkpoint stands for them.
+        let later = now + chrono::Duration::days(1);
+        assert_eq!(table.clean_log(later).await.unwrap(), 2);
+        same(&table.snapshot().await.unwrap());
+        // Without `_last_checkpoint` the listing finds it.
+        objects.delete(&table.last_checkpoint_path()).await.unwrap();
+        same(&table.snapshot().await.unwrap());
+        // Without the checkpoint either, a log that no longer starts at 0
+        // is an error, never an empty table.
+        objects.delete(&table.checkpoint_path(2)).await.unwrap();
+        assert!(matches!(table.snapshot().await, Err(Error::Corrupt(_))));
     }
 
     #[tokio::test]
