@@ -674,6 +674,109 @@ async fn postgres_a_checkpointed_log_reads_the_same() {
     a_checkpointed_log_reads_the_same(Backend::Postgres).await;
 }
 
+/// Another writer commits to the tenant's table between two of the
+/// mirror's commits, on a local disk or on S3 (moto: a conditional put
+/// answered `412`): the mirror's next commit loses the race for its
+/// version, reads what won and commits on top. The lost race is counted;
+/// every event is in the table once.
+async fn a_lost_commit_race_is_retried(backend: Backend, s3: bool) {
+    let bucket = match s3 {
+        true => match S3Bucket::create().await {
+            Some(bucket) => Some(bucket),
+            None => return,
+        },
+        false => None,
+    };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let mut config = db.config();
+    let url = match &bucket {
+        Some(bucket) => {
+            bucket.apply(&mut config);
+            format!("s3://{}/lake", bucket.bucket)
+        }
+        None => format!("file://{}", lake(&db).display()),
+    };
+    let objects = fastack_core::objects::Objects::at(&config, &url).unwrap();
+    let app = spawn_on(Arc::new(db), |c| {
+        if let Some(bucket) = &bucket {
+            bucket.apply(c);
+            c.storage_url = None;
+        }
+        mirror_on(c, url.clone(), 100, Duration::from_millis(200));
+    })
+    .await;
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let root = format!("tenant={}", app.t.tenant.id);
+    let table = fastack_core::delta::Table::new(&objects, root.clone());
+    // The rows of the table's files, read as its log lists them.
+    let in_table = |n: usize| {
+        let (objects, table, root) = (&objects, &table, &root);
+        async move {
+            let snapshot = table.snapshot().await.unwrap();
+            let mut rows = Vec::new();
+            for path in snapshot.files.keys() {
+                let file = format!("{root}/{path}");
+                rows.extend(read_file(&file, objects.get(&file).await.unwrap()));
+            }
+            (rows.len() >= n).then_some((snapshot, rows))
+        }
+    };
+    let mut accepted = send(&[addr], &app.t.key, "first", 2, 100).await;
+    let (mut snapshot, _) = eventually(
+        "the first events in the table",
+        Duration::from_secs(30),
+        || in_table(accepted.len()),
+    )
+    .await;
+    // The other writer: a version of its own (a transaction, no files).
+    let other = fastack_core::delta::Commit {
+        operation: "WRITE",
+        transaction: Some("another-writer".to_owned()),
+        ..Default::default()
+    };
+    let won = table
+        .commit(&mut snapshot, &other, "{}", Utc::now(), &|| {})
+        .await
+        .unwrap();
+    assert!(matches!(won, fastack_core::delta::Outcome::Committed(_)));
+    accepted.extend(send(&[addr], &app.t.key, "second", 2, 100).await);
+    let (snapshot, rows) = eventually("every event in the table", Duration::from_secs(30), || {
+        in_table(accepted.len())
+    })
+    .await;
+    assert_exactly_once(&rows, &accepted);
+    assert!(snapshot.transactions.contains_key("another-writer"));
+    let races = app
+        .metrics()
+        .await
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fastack_mirror_commit_races_total ")?
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or_default();
+    assert!(races >= 1.0, "lost races counted: {races}");
+    app.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_lost_commit_race_is_retried() {
+    a_lost_commit_race_is_retried(Backend::Sqlite, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_lost_commit_race_is_retried() {
+    a_lost_commit_race_is_retried(Backend::Postgres, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_a_lost_commit_race_is_retried() {
+    a_lost_commit_race_is_retried(Backend::Sqlite, true).await;
+}
+
 /// A node process mirroring to `root`.
 async fn mirror_node(db: &TestDb, root: &Path) -> Node {
     let url = format!("file://{}", root.display());
