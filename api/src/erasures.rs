@@ -277,6 +277,11 @@ pub struct LakeErased {
     pub files_rewritten: u64,
     pub files_removed: u64,
     pub events_removed: u64,
+    /// The version of the tenant's Delta table whose commit replaced the
+    /// files: no readable version from it on holds the person, and the
+    /// versions before it name files that are deleted. Absent when no file
+    /// of the table held the person.
+    pub table_version: Option<u64>,
 }
 
 /// What was removed, store by store: `archives` are retention archives

@@ -1299,6 +1299,94 @@ async fn postgres_an_erasure_killed_midway_completes() {
     an_erasure_killed_midway_completes(Backend::Postgres).await;
 }
 
+/// An erasure while the lake is compacted every second over many small
+/// files of the person and a neighbour: whichever commits first (a
+/// compaction that lost a file is dropped; an erasure that lost one lists
+/// again), no readable version, log entry or object holds the person
+/// after it, and the neighbour's events are in the table once each.
+async fn an_erasure_racing_a_compaction_leaves_nothing(backend: Backend) {
+    use crate::helpers::Node;
+    const EVENTS: usize = 600;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "shop", Plan::Enterprise, None).await;
+    drop(store);
+    let lake = db.dir.path().join("lake");
+    let url = format!("file://{}", lake.display());
+    let env = [
+        ("FASTACK_MIRROR_URL", url.as_str()),
+        ("FASTACK_MIRROR_FLUSH_ROWS", "20"),
+        ("FASTACK_MIRROR_FLUSH_SECS", "1"),
+        ("FASTACK_MIRROR_MAINTAIN_SECS", "1"),
+    ];
+    let node = Node::start(&db, &env).await;
+    let api = Remote::of(&node, &t.key);
+    let start = (Utc::now() - chrono::Duration::hours(6))
+        .duration_trunc(chrono::Duration::hours(1))
+        .unwrap();
+    let mut all = HashSet::new();
+    let mut others = HashSet::new();
+    // Small requests, one after another: many small files to compact.
+    for chunk in (0..EVENTS).collect::<Vec<_>>().chunks(20) {
+        let items: Vec<Value> = chunk
+            .iter()
+            .map(|i| {
+                let at = start + chrono::Duration::minutes(*i as i64);
+                let user = if i % 3 == 0 { "u-race" } else { "u-stay" };
+                track(&format!("r-{i}"), Some(user), None, at)
+            })
+            .collect();
+        let a = api.post("/v1/core/batch", &json!({ "batch": items })).await;
+        assert_eq!(a.status, 202, "{}", a.body);
+        for (i, item) in chunk.iter().zip(a.body["items"].as_array().unwrap()) {
+            let id = item["id"].as_str().unwrap().to_owned();
+            if i % 3 != 0 {
+                others.insert(id.clone());
+            }
+            all.insert(id);
+        }
+    }
+    wait_lake(&lake, &all).await;
+    let a = api
+        .post("/v1/core/erasures", &json!({"user_ids": ["u-race"]}))
+        .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let id = a.body["job_id"].as_str().unwrap().to_owned();
+    let job = api.completed(&id, Duration::from_secs(120)).await;
+    assert_eq!(job["result"]["verification"]["found"], 0, "{job}");
+    // A round or two more of compaction after the erasure.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if let Some(seen) = lake_check(&lake, &t.tenant.id.to_string(), &["u-race"]) {
+        assert_eq!(seen["theirs"], 0, "{seen}");
+        assert_eq!(seen["rows"], others.len(), "{seen}");
+        assert_eq!(seen["distinct_ids"], others.len(), "{seen}");
+        assert_no_version_holds_them(&seen);
+    }
+    let compacted = node
+        .log
+        .lock()
+        .iter()
+        .filter(|l| l.contains("lake table kept"))
+        .count();
+    println!(
+        "erasure racing compaction ({backend:?}): {compacted} maintenance rounds changed the table"
+    );
+    node.terminate().await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_erasure_racing_a_compaction_leaves_nothing() {
+    an_erasure_racing_a_compaction_leaves_nothing(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_erasure_racing_a_compaction_leaves_nothing() {
+    an_erasure_racing_a_compaction_leaves_nothing(Backend::Postgres).await;
+}
+
 /// Two nodes take the person's and a neighbour's events without pause
 /// while one of them runs a suppressing erasure: whichever node processes
 /// the tenant and whichever runs the job, not one of the person's events

@@ -283,6 +283,11 @@ impl<'a> Table<'a> {
         self
     }
 
+    /// The table's root.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
     fn log_path(&self, version: u64) -> String {
         format!("{}/{LOG_DIR}/{version:020}.json", self.root)
     }

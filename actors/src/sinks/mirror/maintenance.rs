@@ -13,15 +13,16 @@
 //! node's compaction that removed one first wins, and this one's output is
 //! deleted), so it never brings back rows an erasure removed.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fastack_core::{
-    delta::{Commit, DataFile, Outcome, Snapshot},
+    delta::{Commit, DataFile, Snapshot, Table},
     metrics::CounterSpec,
     objects::Objects,
 };
+use parquet::{file::properties::WriterProperties, schema::types::Type};
 use ractor::ActorProcessingErr;
 use tracing::{info, warn};
 
@@ -143,46 +144,22 @@ pub(super) async fn compact(
     let (schema, props) = writer().map_err(fastack_core::Error::Storage)?;
     let table_schema = table_schema(&schema);
     for group in groups(&snapshot, target) {
-        let mut events = Vec::new();
-        for file in &group {
-            let bytes = objects.get(&format!("{root}/{}", file.path)).await?;
-            let (_, mut rows) = read_events(bytes, &[])
-                .map_err(|e| fastack_core::Error::Corrupt(format!("{root}/{}: {e}", file.path)))?;
-            events.append(&mut rows);
-        }
-        let date = group[0].date.clone();
-        let bytes = encode(tenant, &events, &schema, &props)
-            .map_err(|e| fastack_core::Error::Storage(e.to_string()))?;
-        let path = format!(
-            "date={date}/compacted-{}.parquet",
-            uuid::Uuid::now_v7().simple()
-        );
-        let start = DateTime::parse_from_rfc3339(&format!("{date}T00:00:00Z"))
-            .map(|d| d.with_timezone(&Utc))
-            .unwrap_or(now);
-        let file = super::data_file(path.clone(), start, &events, bytes.len());
-        objects.put(&format!("{root}/{path}"), bytes).await?;
-        let commit = Commit {
-            operation: "OPTIMIZE",
-            add: vec![file],
-            remove: group.iter().map(|f| f.path.clone()).collect(),
-            rearranged: true,
-            ..Commit::default()
-        };
-        match table
-            .commit(&mut snapshot, &commit, &table_schema, now, &|| {})
-            .await
-        {
-            Ok(Outcome::Committed(_) | Outcome::AlreadyCommitted) => {
-                done.compacted += group.len();
-                done.written += 1;
-            }
-            Err(fastack_core::Error::Conflict(why)) => {
-                info!(table = %root, %why, "compaction lost a file to another commit; dropped");
-                objects.delete(&format!("{root}/{path}")).await?;
-                done.abandoned += 1;
-            }
-            Err(e) => return Err(e),
+        let n = group.len();
+        let committed = compact_group(
+            objects,
+            &table,
+            &mut snapshot,
+            &group,
+            tenant,
+            (&schema, &props, &table_schema),
+            now,
+        )
+        .await?;
+        if committed {
+            done.compacted += n;
+            done.written += 1;
+        } else {
+            done.abandoned += 1;
         }
     }
     let keep =
@@ -206,6 +183,59 @@ pub(super) async fn compact(
         chrono::Duration::from_std(settings.log_retention).unwrap_or(chrono::Duration::days(30));
     done.log_deleted = table.clean_log(now - keep_log).await?;
     Ok(done)
+}
+
+/// Rewrites one group of files as one file and commits the swap on top of
+/// `snapshot`: `false` when another commit removed one of the files first
+/// (an erasure, another node's compaction), the new file then deleted.
+async fn compact_group(
+    objects: &Objects,
+    table: &Table<'_>,
+    snapshot: &mut Snapshot,
+    group: &[DataFile],
+    tenant: &str,
+    (schema, props, table_schema): (&Arc<Type>, &Arc<WriterProperties>, &str),
+    now: DateTime<Utc>,
+) -> fastack_core::Result<bool> {
+    let root = table.root();
+    let mut events = Vec::new();
+    for file in group {
+        let bytes = objects.get(&format!("{root}/{}", file.path)).await?;
+        let (_, mut rows) = read_events(bytes, &[])
+            .map_err(|e| fastack_core::Error::Corrupt(format!("{root}/{}: {e}", file.path)))?;
+        events.append(&mut rows);
+    }
+    let date = group[0].date.clone();
+    let bytes = encode(tenant, &events, schema, props)
+        .map_err(|e| fastack_core::Error::Storage(e.to_string()))?;
+    let path = format!(
+        "date={date}/compacted-{}.parquet",
+        uuid::Uuid::now_v7().simple()
+    );
+    let start = DateTime::parse_from_rfc3339(&format!("{date}T00:00:00Z"))
+        .map(|d| d.with_timezone(&Utc))
+        .unwrap_or(now);
+    let file = super::data_file(path.clone(), start, &events, bytes.len());
+    objects.put(&format!("{root}/{path}"), bytes).await?;
+    let commit = Commit {
+        operation: "OPTIMIZE",
+        add: vec![file],
+        remove: group.iter().map(|f| f.path.clone()).collect(),
+        rearranged: true,
+        ..Commit::default()
+    };
+    match table
+        .commit(snapshot, &commit, table_schema, now, &|| {})
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(fastack_core::Error::Conflict(why)) => {
+            info!(table = %root, %why, "compaction lost a file to another commit; dropped");
+            objects.delete(&format!("{root}/{path}")).await?;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The files to compact, a group per new file: per date, the files under
@@ -246,6 +276,75 @@ mod tests {
             size,
             stats: None,
         }
+    }
+
+    /// The compaction read two files; an erasure removed one before the
+    /// compaction committed: the compaction is dropped, its file deleted,
+    /// and the erased file's rows do not come back.
+    #[tokio::test]
+    async fn a_compaction_that_lost_a_file_to_an_erasure_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = Objects::at(
+            &fastack_core::Config::default(),
+            &format!("file://{}", dir.path().display()),
+        )
+        .unwrap();
+        let (schema, props) = writer().unwrap();
+        let tenant = uuid::Uuid::nil().to_string();
+        let table = Table::new(&objects, format!("tenant={tenant}"));
+        let mut snapshot = Snapshot::default();
+        let none = || {};
+        for (batch, at) in [
+            ("b1", "2026-12-05T07:00:00Z"),
+            ("b2", "2026-12-05T08:00:00Z"),
+        ] {
+            let rows = [super::super::tests::row(1, at)];
+            let files = super::super::encode_batch(batch, &rows, &schema, &props).unwrap();
+            for file in &files {
+                objects.put(&file.path, file.bytes.clone()).await.unwrap();
+            }
+            let commit = Commit {
+                operation: "WRITE",
+                add: files.iter().map(|f| f.entry.clone()).collect(),
+                ..Commit::default()
+            };
+            table
+                .commit(&mut snapshot, &commit, "{}", Utc::now(), &none)
+                .await
+                .unwrap();
+        }
+        let read = snapshot.clone();
+        let group = groups(&read, 1 << 30).remove(0);
+        assert_eq!(group.len(), 2);
+        let erased = Commit {
+            operation: "DELETE",
+            remove: vec!["date=2026-12-05/hour=07/b1.parquet".to_owned()],
+            ..Commit::default()
+        };
+        table
+            .commit(&mut snapshot, &erased, "{}", Utc::now(), &none)
+            .await
+            .unwrap();
+        let mut stale = read;
+        let committed = compact_group(
+            &objects,
+            &table,
+            &mut stale,
+            &group,
+            &tenant,
+            (&schema, &props, "{}"),
+            Utc::now(),
+        )
+        .await
+        .unwrap();
+        assert!(!committed);
+        let now = table.snapshot().await.unwrap();
+        assert_eq!(
+            now.files.keys().collect::<Vec<_>>(),
+            ["date=2026-12-05/hour=08/b2.parquet"]
+        );
+        let left = objects.list("").await.unwrap();
+        assert!(!left.iter().any(|p| p.contains("compacted-")), "{left:?}");
     }
 
     #[test]

@@ -1356,7 +1356,7 @@ mod tests {
     use super::*;
     use fastack_entities::TenantId;
 
-    fn row(id: i64, occurred: &str) -> OutboxRow {
+    pub(super) fn row(id: i64, occurred: &str) -> OutboxRow {
         OutboxRow {
             id,
             tenant_id: TenantId(uuid::Uuid::nil()),
