@@ -71,7 +71,7 @@ use maintenance::LakeMaintenance;
 fastack_core::settings! {
     /// The mirror's settings.
     pub struct MirrorSettings {
-        /// Parquet mirror of every event: `s3://bucket/prefix` (with the `FASTACK_S3_*` settings) or `file:///path`
+        /// the lake: every event in a Delta table per tenant, at `s3://bucket/prefix` (with the `FASTACK_S3_*` settings) or `file:///path`
         pub url: Option<String> = "FASTACK_MIRROR_URL" {
             default: "",
             shown: "(unset: mirror off)",
@@ -95,19 +95,19 @@ fastack_core::settings! {
             default: "60",
             parse: parse::secs,
         },
-        /// how often a node compacts the tables' small files, checkpoints their logs and deletes what retention lets go
+        /// how often a node compacts the tables' small files and deletes the log versions and replaced files their retention lets go
         pub maintain_every: Duration = "FASTACK_MIRROR_MAINTAIN_SECS" {
             default: "3600",
             parse: parse::secs,
             check: check::positive,
         },
-        /// compaction writes files of about this size (and leaves files this large alone)
+        /// compaction writes files of about this size (and leaves files over half of it alone)
         pub target_file_mib: u32 = "FASTACK_MIRROR_TARGET_FILE_MIB" {
             default: "128",
             parse: parse::from_str,
             check: check::positive,
         },
-        /// a checkpoint of a table's log every this many versions
+        /// a checkpoint of a table's log every this many versions (written by the commit that makes the version)
         pub checkpoint_every: u32 = "FASTACK_MIRROR_CHECKPOINT_EVERY" {
             default: "100",
             parse: parse::from_str,

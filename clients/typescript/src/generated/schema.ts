@@ -863,6 +863,14 @@ export interface components {
             files_removed: number;
             /** Format: uint64 */
             events_removed: number;
+            /**
+             * Format: uint64
+             * @description The version of the tenant's Delta table whose commit replaced the
+             *     files: no readable version from it on holds the person, and the
+             *     versions before it name files that are deleted. Absent when no file
+             *     of the table held the person.
+             */
+            table_version?: number;
         };
         /**
          * ObjectErased

@@ -6,6 +6,8 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
+from ..types import UNSET, Unset
+
 T = TypeVar("T", bound="LakeErased")
 
 
@@ -16,11 +18,16 @@ class LakeErased:
         files_rewritten (int):
         files_removed (int):
         events_removed (int):
+        table_version (int | Unset): The version of the tenant's Delta table whose commit replaced the
+            files: no readable version from it on holds the person, and the
+            versions before it name files that are deleted. Absent when no file
+            of the table held the person.
     """
 
     files_rewritten: int
     files_removed: int
     events_removed: int
+    table_version: int | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -29,6 +36,8 @@ class LakeErased:
         files_removed = self.files_removed
 
         events_removed = self.events_removed
+
+        table_version = self.table_version
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -39,6 +48,8 @@ class LakeErased:
                 "events_removed": events_removed,
             }
         )
+        if table_version is not UNSET:
+            field_dict["table_version"] = table_version
 
         return field_dict
 
@@ -51,10 +62,13 @@ class LakeErased:
 
         events_removed = d.pop("events_removed")
 
+        table_version = d.pop("table_version", UNSET)
+
         lake_erased = cls(
             files_rewritten=files_rewritten,
             files_removed=files_removed,
             events_removed=events_removed,
+            table_version=table_version,
         )
 
         lake_erased.additional_properties = d
