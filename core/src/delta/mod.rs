@@ -471,7 +471,7 @@ impl<'a> Table<'a> {
                 snapshot.apply(version, &body, &at)?;
                 if let Some(policy) = self.checkpoints
                     && version > 0
-                    && version % policy.every.max(1) == 0
+                    && version.is_multiple_of(policy.every.max(1))
                     && let Err(error) = self.checkpoint(snapshot, now).await
                 {
                     // The commit stands; readers read more of the log.
