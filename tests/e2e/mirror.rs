@@ -173,6 +173,13 @@ pub(crate) fn assert_exactly_once(rows: &[LakeRow], accepted: &HashSet<String>) 
 /// no Python with pyarrow is configured (an error where services are
 /// required).
 fn pyarrow(root: &Path) -> Option<Value> {
+    check_py(&[root.as_os_str()])
+}
+
+/// `tests/mirror/check.py` with `args`: what it prints, or `None` when no
+/// Python with pyarrow and deltalake is configured (an error where services
+/// are required).
+fn check_py(args: &[&std::ffi::OsStr]) -> Option<Value> {
     let Ok(python) = std::env::var("FASTACK_TEST_PYTHON") else {
         assert!(
             !services_required(),
@@ -184,7 +191,7 @@ fn pyarrow(root: &Path) -> Option<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mirror/check.py");
     let out = std::process::Command::new(python)
         .arg(script)
-        .arg(root)
+        .args(args)
         .output()
         .expect("run check.py");
     assert!(
@@ -524,20 +531,8 @@ async fn table_now(root: &Path, tenant: &str) -> fastack_core::delta::Snapshot {
 
 /// The ids one version of a table holds, read by `deltalake` (time travel).
 fn ids_at_version(table: &Path, version: u64) -> Option<HashSet<String>> {
-    let python = std::env::var("FASTACK_TEST_PYTHON").ok()?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mirror/check.py");
-    let out = std::process::Command::new(python)
-        .arg(script)
-        .arg(table)
-        .arg(version.to_string())
-        .output()
-        .expect("run check.py");
-    assert!(
-        out.status.success(),
-        "check.py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).expect("check.py prints JSON");
+    let version = version.to_string();
+    let seen = check_py(&[table.as_os_str(), version.as_ref()])?;
     Some(
         seen["ids"]
             .as_array()
