@@ -772,6 +772,58 @@ async fn s3_a_lost_commit_race_is_retried() {
     a_lost_commit_race_is_retried(Backend::Sqlite, true).await;
 }
 
+/// A store that does not refuse a second create of one object (here S3
+/// with conditional puts turned off in the client) would let two nodes
+/// both commit one version: the mirror says so, naming the setting, and
+/// writes nothing there; its events stay owed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_without_conditional_puts_is_refused() {
+    let Some(bucket) = S3Bucket::create().await else {
+        return;
+    };
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "lake", Plan::Enterprise, None).await;
+    drop(store);
+    let url = format!("s3://{}/lake", bucket.bucket);
+    let node = Node::start(
+        &db,
+        &[
+            ("FASTACK_MIRROR_URL", &url),
+            ("FASTACK_MIRROR_FLUSH_SECS", "1"),
+            ("FASTACK_S3_ENDPOINT", &bucket.endpoint),
+            ("FASTACK_S3_REGION", "us-east-1"),
+            ("FASTACK_S3_ACCESS_KEY_ID", "test"),
+            ("FASTACK_S3_SECRET_ACCESS_KEY", "test"),
+            ("AWS_CONDITIONAL_PUT", "disabled"),
+        ],
+    )
+    .await;
+    let accepted = send(&[node.addr], &t.key, "refused", 1, 10).await;
+    assert_eq!(accepted.len(), 10);
+    let said = eventually(
+        "the refusal in the log",
+        Duration::from_secs(30),
+        || async {
+            node.log
+                .lock()
+                .iter()
+                .find(|l| l.contains("If-None-Match") && l.contains("FASTACK_MIRROR_URL"))
+                .cloned()
+        },
+    )
+    .await;
+    assert!(said.contains("sink link down"), "{said}");
+    // Two flushes' time: nothing under the lake's prefix.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let keys = bucket.keys().await;
+    assert!(!keys.iter().any(|k| k.starts_with("lake/")), "{keys:?}");
+    node.terminate().await;
+    db.drop_db().await;
+}
+
 /// A node process mirroring to `root`.
 async fn mirror_node(db: &TestDb, root: &Path) -> Node {
     let url = format!("file://{}", root.display());
