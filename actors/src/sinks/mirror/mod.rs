@@ -754,17 +754,13 @@ impl Backfill for MirrorBackfill {
             .get::<MirrorSettings>()
             .ok_or("the mirror is off: set FASTACK_MIRROR_URL")?;
         let table = tenant_table(&objects, table_root(tenant), settings);
-        // A lake from before tables: its files are the table first.
-        let mut created = table.snapshot().await.map_err(|e| e.to_string())?;
-        ensure_table(
-            &objects,
-            tenant,
-            &mut created,
-            &table_schema(&schema),
-            Utc::now(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let schema_json = table_schema(&schema);
+        // One snapshot, brought up to date (only the versions since) at
+        // each hour. A lake from before tables: its files are the table first.
+        let mut snapshot = table.snapshot().await.map_err(|e| e.to_string())?;
+        ensure_table(&objects, tenant, &mut snapshot, &schema_json, Utc::now())
+            .await
+            .map_err(|e| e.to_string())?;
         let in_table = |snapshot: &Snapshot, path: &str| {
             path.strip_prefix(&format!("{}/", table_root(tenant)))
                 .is_some_and(|rel| snapshot.files.contains_key(rel))
@@ -797,7 +793,11 @@ impl Backfill for MirrorBackfill {
             let owed = owed_ids(store, tenant).await?;
             // The table read after what is owed: a batch completed since
             // the owed read was committed before it.
-            let now_read = table.snapshot().await.map_err(|e| e.to_string())?;
+            table
+                .update(&mut snapshot)
+                .await
+                .map_err(|e| e.to_string())?;
+            let now_read = &snapshot;
             // Ids the table holds or the live mirror will write: not
             // written here. A file outside the table (a batch written and
             // not yet committed, what a stopped run left) adds none: its
@@ -815,7 +815,7 @@ impl Backfill for MirrorBackfill {
                 }
             }
             for path in listed {
-                let live = in_table(&now_read, &path);
+                let live = in_table(now_read, &path);
                 if !live && !before.contains(&path) {
                     continue;
                 }
@@ -868,7 +868,6 @@ impl Backfill for MirrorBackfill {
         let files = add.len() as u64;
         let root = format!("{}/", table_root(tenant));
         if !add.is_empty() || !remove.is_empty() {
-            let mut snapshot = table.snapshot().await.map_err(|e| e.to_string())?;
             let commit = Commit {
                 operation: if rewrite { "REPLACE" } else { "WRITE" },
                 add,
@@ -879,9 +878,8 @@ impl Backfill for MirrorBackfill {
                 transaction: Some(format!("fastack-backfill-{}-{}", job.id, job.attempts)),
                 ..Commit::default()
             };
-            let schema = table_schema(&schema);
             table
-                .commit(&mut snapshot, &commit, &schema, Utc::now(), &|| {})
+                .commit(&mut snapshot, &commit, &schema_json, Utc::now(), &|| {})
                 .await
                 .map_err(|e| e.to_string())?;
         }
