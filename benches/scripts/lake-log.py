@@ -7,7 +7,10 @@ One embedded node mirrors to a local directory with a flush every second
 flush per event); EVENTS events over 30 days arrive from 4 clients in
 batches of 500. Once the mirror owes nothing the node stops and the log is
 measured: objects and bytes under `_delta_log/`, the last checkpoint, and
-the median of 5 runs of opening the table and counting its rows.
+the median of 5 runs of opening the table and counting its rows. Then the
+node starts again with a maintenance round a second, until every date holds
+one file (the events fit the size target), and the same is measured after
+that compaction.
 
     lake-log.py BIN [EVENTS]
 
@@ -31,6 +34,57 @@ def metric(name: str) -> float:
     return 0.0
 
 
+def start(env: dict) -> subprocess.Popen:
+    node = subprocess.Popen([BIN, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(BASE + "/readyz", timeout=1)
+            break
+        except Exception:
+            time.sleep(0.1)
+    return node
+
+
+READ = r"""
+import json, os, statistics, sys, time
+from collections import Counter
+from deltalake import DeltaTable
+if sys.argv[2] == "files":
+    t0 = time.perf_counter()
+    dt = DeltaTable(sys.argv[1])
+    dates = Counter(str(d) for d in dt.get_add_actions(flatten=True).column("partition.date").to_pylist())
+    print(json.dumps({"version": dt.version(), "files": sum(dates.values()), "dates": len(dates),
+                      "most_files_a_date": max(dates.values()),
+                      "open_ms": round((time.perf_counter() - t0) * 1000, 1)}))
+else:
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dt = DeltaTable(sys.argv[1])
+        rows = dt.to_pyarrow_dataset().count_rows()
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"version": dt.version(), "rows": rows, "files": len(dt.file_uris()),
+                      "open_and_count_ms": round(statistics.median(times) * 1000, 1)}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def read(table: str, what: str) -> dict:
+    return json.loads(subprocess.run([PYTHON, "-c", READ, table, what], check=True, capture_output=True,
+                                     text=True).stdout)
+
+
+def log_size(table: str) -> dict:
+    log = os.path.join(table, "_delta_log")
+    names = os.listdir(log)
+    last = json.load(open(os.path.join(log, "_last_checkpoint"))) if "_last_checkpoint" in names else None
+    return {"log_objects": len(names),
+            "log_bytes": sum(os.path.getsize(os.path.join(log, n)) for n in names),
+            "checkpoints": sum(n.endswith(".checkpoint.parquet") for n in names),
+            "last_checkpoint": last}
+
+
 def main() -> None:
     work = tempfile.mkdtemp()
     lake = os.path.join(work, "lake")
@@ -42,13 +96,7 @@ def main() -> None:
         "FASTACK_MIRROR_URL": f"file://{lake}",
         "FASTACK_MIRROR_FLUSH_SECS": "1",
     }
-    node = subprocess.Popen([BIN, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(BASE + "/readyz", timeout=1)
-            break
-        except Exception:
-            time.sleep(0.1)
+    node = start(env)
     subprocess.run([BIN, "admin", "tenant", "create", "--name", "log", "--plan", "enterprise"],
                    env=env, check=True, capture_output=True)
     out = subprocess.run([BIN, "admin", "key", "create", "--tenant", "log"], env=env, check=True,
@@ -91,31 +139,20 @@ def main() -> None:
     node.terminate()
     node.wait()
     table = next(os.path.join(lake, d) for d in os.listdir(lake) if d.startswith("tenant="))
-    log = os.path.join(table, "_delta_log")
-    names = os.listdir(log)
-    script = r"""
-import json, os, statistics, sys, time
-from deltalake import DeltaTable
-times = []
-for _ in range(5):
-    t0 = time.perf_counter()
-    dt = DeltaTable(sys.argv[1])
-    rows = dt.to_pyarrow_dataset().count_rows()
-    times.append(time.perf_counter() - t0)
-print(json.dumps({"version": dt.version(), "rows": rows, "files": len(dt.file_uris()),
-                  "open_and_count_ms": round(statistics.median(times) * 1000, 1)}))
-sys.stdout.flush()
-os._exit(0)
-"""
-    seen = json.loads(subprocess.run([PYTHON, "-c", script, table], check=True, capture_output=True,
-                                     text=True).stdout)
-    last = json.load(open(os.path.join(log, "_last_checkpoint"))) if "_last_checkpoint" in names else None
-    print(json.dumps(dict(seen, events=EVENTS, load_s=round(loaded_s, 1), mirrored_s=round(mirrored_s, 1),
-                          log_objects=len(names),
-                          log_bytes=sum(os.path.getsize(os.path.join(log, n)) for n in names),
-                          checkpoints=sum(n.endswith(".checkpoint.parquet") for n in names),
-                          last_checkpoint=last), indent=1))
-
+    before = dict(read(table, "count"), **log_size(table))
+    # Compaction: maintenance rounds a second until each date is one file.
+    node = start(dict(env, FASTACK_MIRROR_MAINTAIN_SECS="1"))
+    t1 = time.time()
+    while time.time() < t1 + 1800:
+        time.sleep(5)
+        if read(table, "files")["most_files_a_date"] <= 1:
+            break
+    compaction_s = round(time.time() - t1, 1)
+    node.terminate()
+    node.wait()
+    after = dict(read(table, "count"), **read(table, "files"), **log_size(table))
+    print(json.dumps({"events": EVENTS, "load_s": round(loaded_s, 1), "mirrored_s": round(mirrored_s, 1),
+                      "before": before, "compaction_s": compaction_s, "after": after}, indent=1))
 
 if __name__ == "__main__":
     main()

@@ -4,8 +4,9 @@
 //! `FASTACK_TEST_PYTHON` names a Python with pyarrow: CI always does), on
 //! both backends, on a directory and on S3 (moto); every event exactly once
 //! after a `kill -9` in the middle of a 100k-event load and with two nodes
-//! writing at once; a mirror that cannot write holds its rows and shows its
-//! lag while the rest of the node goes on.
+//! writing at once (one of them killed mid-load, on a disk and on S3); a
+//! mirror that cannot write holds its rows and shows its lag while the rest
+//! of the node goes on.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -291,21 +292,29 @@ async fn send(
                         }
                     })
                     .collect();
-                let addr = addrs[r % addrs.len()];
                 let body = json!({ "batch": items });
                 // A 503 (the answer budget, on a loaded machine) is sent
-                // again with the same keys, as the SDKs do.
+                // again with the same keys, as the SDKs do; so is a request
+                // whose node went away, to the next node.
                 let mut tries = 0;
                 let a = loop {
-                    let resp = http
+                    let addr = addrs[(r + tries) % addrs.len()];
+                    tries += 1;
+                    let resp = match http
                         .post(format!("http://{addr}/v1/core/batch"))
                         .bearer_auth(&key)
                         .json(&body)
                         .send()
                         .await
-                        .expect("send");
+                    {
+                        Ok(resp) => resp,
+                        Err(e) if addrs.len() > 1 && tries < 10 => {
+                            eprintln!("{addr} did not answer ({e}): sent to the next node");
+                            continue;
+                        }
+                        Err(e) => panic!("send to {addr}: {e}"),
+                    };
                     let a = answer(resp).await;
-                    tries += 1;
                     if a.status != 503 || tries == 10 {
                         break a;
                     }
@@ -669,6 +678,24 @@ async fn postgres_a_checkpointed_log_reads_the_same() {
     a_checkpointed_log_reads_the_same(Backend::Postgres).await;
 }
 
+/// A table's snapshot and the rows of its files, read as its log lists
+/// them (not a listing).
+async fn table_rows(
+    objects: &fastack_core::objects::Objects,
+    root: &str,
+) -> (fastack_core::delta::Snapshot, Vec<LakeRow>) {
+    let snapshot = fastack_core::delta::Table::new(objects, root)
+        .snapshot()
+        .await
+        .unwrap();
+    let mut rows = Vec::new();
+    for path in snapshot.files.keys() {
+        let file = format!("{root}/{path}");
+        rows.extend(read_file(&file, objects.get(&file).await.unwrap()));
+    }
+    (snapshot, rows)
+}
+
 /// Another writer commits to the tenant's table between two of the
 /// mirror's commits, on a local disk or on S3 (moto: a conditional put
 /// answered `412`): the mirror's next commit loses the race for its
@@ -705,16 +732,10 @@ async fn a_lost_commit_race_is_retried(backend: Backend, s3: bool) {
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let root = format!("tenant={}", app.t.tenant.id);
     let table = fastack_core::delta::Table::new(&objects, root.clone());
-    // The rows of the table's files, read as its log lists them.
     let in_table = |n: usize| {
-        let (objects, table, root) = (&objects, &table, &root);
+        let (objects, root) = (&objects, &root);
         async move {
-            let snapshot = table.snapshot().await.unwrap();
-            let mut rows = Vec::new();
-            for path in snapshot.files.keys() {
-                let file = format!("{root}/{path}");
-                rows.extend(read_file(&file, objects.get(&file).await.unwrap()));
-            }
+            let (snapshot, rows) = table_rows(objects, root).await;
             (rows.len() >= n).then_some((snapshot, rows))
         }
     };
@@ -986,6 +1007,136 @@ async fn postgres_two_nodes_mirror_each_event_once() {
     a.terminate().await;
     b.terminate().await;
     db.drop_db().await;
+}
+
+/// Two nodes commit to one tenant's table, on a local disk or on S3, and
+/// one of them is killed (`kill -9`) in the middle of the load, its batch
+/// and its lease with it. The clients send again to the node left; the
+/// survivor takes the dead node's batches over. The table, read through
+/// its log here and through the `deltalake` package, holds every accepted
+/// event once, and plain pyarrow over the table's file list agrees.
+async fn two_nodes_one_killed_mid_load(s3: bool) {
+    let bucket = match s3 {
+        true => match S3Bucket::create().await {
+            Some(bucket) => Some(bucket),
+            None => return,
+        },
+        false => None,
+    };
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store().await;
+    let t = make_tenant(&store, "lake", Plan::Enterprise, None).await;
+    drop(store);
+    let mut config = db.config();
+    let local = lake(&db);
+    let url = match &bucket {
+        Some(bucket) => {
+            bucket.apply(&mut config);
+            format!("s3://{}/lake", bucket.bucket)
+        }
+        None => format!("file://{}", local.display()),
+    };
+    let objects = fastack_core::objects::Objects::at(&config, &url).unwrap();
+    let mut env = vec![
+        ("FASTACK_LEASE_TTL_MS", "2000"),
+        ("FASTACK_MIRROR_URL", url.as_str()),
+        ("FASTACK_MIRROR_FLUSH_ROWS", "2000"),
+        ("FASTACK_MIRROR_FLUSH_SECS", "1"),
+    ];
+    if let Some(bucket) = &bucket {
+        env.extend([
+            ("FASTACK_S3_ENDPOINT", bucket.endpoint.as_str()),
+            ("FASTACK_S3_REGION", "us-east-1"),
+            ("FASTACK_S3_ACCESS_KEY_ID", "test"),
+            ("FASTACK_S3_SECRET_ACCESS_KEY", "test"),
+        ]);
+    }
+    let mut a = Node::start(&db, &env).await;
+    let b = Node::start(&db, &env).await;
+    let addrs = [a.addr, b.addr];
+    let key = t.key.clone();
+    let load = tokio::spawn(async move { send(&addrs, &key, "kill", 300, 100).await });
+    // Killed once the table has taken a few commits, with the load going on,
+    // at a moment both nodes hold a batch (a relay claims one at a time).
+    let root = format!("tenant={}", t.tenant.id);
+    let table = fastack_core::delta::Table::new(&objects, root.clone());
+    let versions = eventually(
+        "a few commits, and a batch claimed by each node",
+        Duration::from_secs(60),
+        || async {
+            let version = table.snapshot().await.ok()?.version?;
+            (version >= 2 && batches_in_flight(&db).await >= 2).then_some(version)
+        },
+    )
+    .await;
+    a.child.start_kill().expect("SIGKILL");
+    let _ = a.child.wait().await;
+    assert!(!load.is_finished(), "the load ended before the kill");
+    let claimed: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT batch FROM outbox_sinks WHERE sink = 'mirror' AND batch IS NOT NULL",
+    )
+    .fetch_all(&db.pg_pool().await)
+    .await
+    .unwrap();
+    let accepted = load.await.unwrap();
+    assert_eq!(accepted.len(), 30_000);
+    // A batch the dead node had claimed is taken over once its claim runs out.
+    let (snapshot, rows) = eventually(
+        "every accepted event in the table",
+        Duration::from_secs(150),
+        || async {
+            let (snapshot, rows) = table_rows(&objects, &root).await;
+            (rows.len() >= accepted.len()).then_some((snapshot, rows))
+        },
+    )
+    .await;
+    println!(
+        "two nodes, one killed ({}): killed at version {versions} with batches {claimed:?} \
+         claimed, now version {:?} with {} files",
+        if s3 { "S3" } else { "file://" },
+        snapshot.version,
+        snapshot.files.len()
+    );
+    assert_exactly_once(&rows, &accepted);
+    // The batches claimed at the kill, the dead node's among them, were
+    // committed under their names (by the node left).
+    for batch in &claimed {
+        assert!(
+            snapshot
+                .transactions
+                .contains_key(&format!("fastack-mirror-{batch}")),
+            "batch {batch}, claimed at the kill, is not in the table"
+        );
+    }
+    // What the Python readers see, on a copy of the bucket for S3.
+    let copy = tempfile::tempdir().unwrap();
+    let dir = match &bucket {
+        Some(bucket) => {
+            for key in bucket.keys().await {
+                let file = key.strip_prefix("lake/").expect("under the prefix");
+                let path = copy.path().join(file);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, objects.get(file).await.unwrap()).unwrap();
+            }
+            copy.path().to_owned()
+        }
+        None => local,
+    };
+    assert_pyarrow(&dir, accepted.len());
+    b.terminate().await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_two_nodes_one_killed_mid_load() {
+    two_nodes_one_killed_mid_load(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_two_nodes_one_killed_mid_load() {
+    two_nodes_one_killed_mid_load(true).await;
 }
 
 /// A mirror whose storage does not answer keeps its rows owed, shows how
