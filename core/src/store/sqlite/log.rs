@@ -111,8 +111,9 @@ struct Added {
     /// Moved in from the inbox table (its `received_at` is older than
     /// records before it in the log).
     legacy: bool,
-    /// The event as the front door validated it, held if the bounds allow.
-    held: Option<Box<Held>>,
+    /// The event as the front door validated it, held if the bounds allow
+    /// (boxed only then: under a backlog most are not kept).
+    held: Option<Held>,
 }
 
 /// An event the index holds decoded, with its content's fingerprint.
@@ -212,7 +213,7 @@ impl Index {
         if let Some(held) = held {
             let bytes = u64::from(entry.len);
             if self.held.len() < HOLD_AT_MOST && self.held_bytes + bytes <= HOLD_BYTES_AT_MOST {
-                self.held.insert(entry.seq, held);
+                self.held.insert(entry.seq, Box::new(held));
                 self.held_bytes += bytes;
             }
         }
@@ -585,7 +586,7 @@ impl AcceptLog {
                 tenant: r.tenant_id,
                 entry: Entry::new(seq, pos, hash_of[&r.event_id], r.received_at),
                 legacy: false,
-                held: Some(Box::new(Held {
+                held: Some(Held {
                     item: Item {
                         seq: seq as i64,
                         id: r.event_id,
@@ -593,7 +594,7 @@ impl AcceptLog {
                         received_at: r.received_at,
                     },
                     fingerprint: r.fingerprint,
-                })),
+                }),
             }),
         );
         if let Err(e) = synced {
@@ -1012,7 +1013,7 @@ mod tests {
             tenant,
             entry: Entry::new(seq, pos, seq, Utc::now()),
             legacy: false,
-            held: Some(Box::new(Held {
+            held: Some(Held {
                 item: Item {
                     seq: seq as i64,
                     id: EventId(uuid::Uuid::now_v7()),
@@ -1020,7 +1021,7 @@ mod tests {
                     received_at: Utc::now(),
                 },
                 fingerprint: [0; 32],
-            })),
+            }),
         }
     }
 
