@@ -413,52 +413,34 @@ async fn postgres_mirror_writes_typed_partitioned_parquet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mirror_to_s3() {
-    let Some(bucket) = S3Bucket::create().await else {
-        return;
-    };
     let Some(db) = TestDb::new(Backend::Sqlite).await else {
         return;
     };
-    let url = format!("s3://{}/lake", bucket.bucket);
-    let mut config = db.config();
-    bucket.apply(&mut config);
-    // Objects are read back signed, as any S3 client reads them.
-    let objects = fastack_core::objects::Objects::at(&config, &url).unwrap();
+    let Some(lake) = TestLake::new(&db, true).await else {
+        return;
+    };
+    let bucket = lake.bucket.as_ref().expect("a bucket");
     let app = spawn_on(Arc::new(db), |c| {
-        bucket.apply(c);
-        c.storage_url = None;
-        mirror_on(c, url.clone(), 400, Duration::from_secs(1));
+        lake.apply(c);
+        mirror_on(c, lake.url.clone(), 400, Duration::from_secs(1));
     })
     .await;
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let accepted = send(&[addr], &app.t.key, "s3", 8, 100).await;
-    // Downloaded as they are listed, into a directory pyarrow reads too.
-    let local = tempfile::tempdir().unwrap();
+    // Read signed, as any S3 client reads the objects.
+    let root = format!("tenant={}", app.t.tenant.id);
     let rows = eventually(
         "the bucket to hold every event",
         Duration::from_secs(30),
         || async {
-            let mut rows = Vec::new();
-            for key in bucket.keys().await {
-                let file = key.strip_prefix("lake/").expect("under the prefix");
-                let bytes = objects.get(file).await.unwrap();
-                let path = local.path().join(file);
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, &bytes).unwrap();
-                if file.ends_with(".parquet") {
-                    rows.extend(read_file(file, bytes));
-                }
-            }
-            // The tables' last commits follow the files.
-            let committed = rows.len() >= accepted.len()
-                && pyarrow(local.path()).is_none_or(|seen| seen["delta"]["rows"] == accepted.len());
-            committed.then_some(rows)
+            let (_, rows) = table_rows(&lake.objects, &root).await;
+            (rows.len() >= accepted.len()).then_some(rows)
         },
     )
     .await;
     assert_exactly_once(&rows, &accepted);
     assert_partitioned(&rows);
-    assert_pyarrow(local.path(), accepted.len());
+    assert_pyarrow(lake.dir().await, accepted.len());
     // Nothing but the tables: no probe of the conditional put left behind.
     assert!(
         bucket
@@ -525,19 +507,6 @@ async fn postgres_a_lake_from_before_tables_becomes_the_table() {
     a_lake_from_before_tables_becomes_the_table(Backend::Postgres).await;
 }
 
-/// The tenant's table under `root`, as its log says now.
-async fn table_now(root: &Path, tenant: &str) -> fastack_core::delta::Snapshot {
-    let objects = fastack_core::objects::Objects::at(
-        &fastack_core::Config::default(),
-        &format!("file://{}", root.display()),
-    )
-    .unwrap();
-    fastack_core::delta::Table::new(&objects, format!("tenant={tenant}"))
-        .snapshot()
-        .await
-        .unwrap()
-}
-
 /// The ids one version of a table holds, read by `deltalake` (time travel).
 fn ids_at_version(table: &Path, version: u64) -> Option<HashSet<String>> {
     let version = version.to_string();
@@ -553,25 +522,34 @@ fn ids_at_version(table: &Path, version: u64) -> Option<HashSet<String>> {
 }
 
 /// Many small files (a batch of 100 every second, over three hours), then a
-/// node that compacts: one file a date, the same rows, and the version
-/// before the compaction still reads the same rows.
-async fn compaction_leaves_a_file_a_date(backend: Backend) {
+/// node that compacts, on a disk or on S3: one file a date, the same rows,
+/// and the version before the compaction still reads the same rows.
+async fn compaction_leaves_a_file_a_date(backend: Backend, s3: bool) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
+    let Some(lake) = TestLake::new(&db, s3).await else {
+        return;
+    };
     let db = Arc::new(db);
-    let root = lake(&db);
-    let url = format!("file://{}", root.display());
     let writer = spawn_on(db.clone(), |c| {
-        mirror_on(c, url.clone(), 100, Duration::from_secs(1));
+        lake.apply(c);
+        mirror_on(c, lake.url.clone(), 100, Duration::from_secs(1));
     })
     .await;
     let addr: SocketAddr = writer.base.trim_start_matches("http://").parse().unwrap();
     let accepted = send(&[addr], &writer.t.key, "small", 8, 100).await;
-    mirrored(&root, accepted.len(), Duration::from_secs(30)).await;
-    let tenant = writer.t.tenant.id.to_string();
+    let root = format!("tenant={}", writer.t.tenant.id);
+    let (before, _) = eventually(
+        "every event in the table",
+        Duration::from_secs(30),
+        || async {
+            let (snapshot, rows) = table_rows(&lake.objects, &root).await;
+            (rows.len() >= accepted.len()).then_some((snapshot, rows))
+        },
+    )
+    .await;
     writer.stop().await;
-    let before = table_now(&root, &tenant).await;
     let small_files = before.files.len();
     let dates: HashSet<&String> = before.files.values().map(|f| &f.date).collect();
     assert!(
@@ -581,44 +559,54 @@ async fn compaction_leaves_a_file_a_date(backend: Backend) {
     );
 
     let compactor = spawn_on(db.clone(), |c| {
+        lake.apply(c);
         c.sections
             .set(fastack_actors::sinks::mirror::MirrorSettings {
-                url: Some(url.clone()),
+                url: Some(lake.url.clone()),
                 maintain_every: Duration::from_millis(500),
                 ..Default::default()
             });
     })
     .await;
+    let table = fastack_core::delta::Table::new(&lake.objects, root.clone());
     let after = eventually("one file a date", Duration::from_secs(30), || async {
-        let now = table_now(&root, &tenant).await;
+        let now = table.snapshot().await.unwrap();
         (now.files.len() == dates.len()).then_some(now)
     })
     .await;
     println!(
-        "compaction ({backend:?}): {small_files} files over {} dates -> {} files, version {:?} -> {:?}",
+        "compaction ({backend:?}, {}): {small_files} files over {} dates -> {} files, version {:?} -> {:?}",
+        lake.name(),
         dates.len(),
         after.files.len(),
         before.version,
         after.version
     );
-    assert_pyarrow(&root, accepted.len());
-    let table = root.join(format!("tenant={tenant}"));
-    if let Some(ids) = ids_at_version(&table, before.version.unwrap()) {
+    let (_, rows) = table_rows(&lake.objects, &root).await;
+    assert_exactly_once(&rows, &accepted);
+    let dir = lake.dir().await;
+    assert_pyarrow(dir, accepted.len());
+    if let Some(ids) = ids_at_version(&dir.join(&root), before.version.unwrap()) {
         assert_eq!(ids, accepted, "the version before the compaction");
     }
     // The files it replaced are kept for that version, outside the table.
-    assert!(files_under(&root).len() > after.files.len());
+    assert!(files_under(dir).len() > after.files.len());
     compactor.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_compaction_leaves_a_file_a_date() {
-    compaction_leaves_a_file_a_date(Backend::Sqlite).await;
+    compaction_leaves_a_file_a_date(Backend::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_compaction_leaves_a_file_a_date() {
-    compaction_leaves_a_file_a_date(Backend::Postgres).await;
+    compaction_leaves_a_file_a_date(Backend::Postgres, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_compaction_leaves_a_file_a_date() {
+    compaction_leaves_a_file_a_date(Backend::Sqlite, true).await;
 }
 
 /// Checkpoints every two versions and no log kept past the last one:
@@ -646,7 +634,18 @@ async fn a_checkpointed_log_reads_the_same(backend: Backend) {
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let tenant = app.t.tenant.id.to_string();
     let accepted = send(&[addr], &app.t.key, "cp", 8, 100).await;
-    mirrored(&root, accepted.len(), Duration::from_secs(30)).await;
+    // Through the table: a compaction may already have replaced files.
+    let objects = fastack_core::objects::Objects::at(&db.config(), &url).unwrap();
+    let table = format!("tenant={tenant}");
+    eventually(
+        "every event in the table",
+        Duration::from_secs(30),
+        || async {
+            let (_, rows) = table_rows(&objects, &table).await;
+            (rows.len() >= accepted.len()).then_some(())
+        },
+    )
+    .await;
     let log = root.join(format!("tenant={tenant}/_delta_log"));
     eventually(
         "the log before the checkpoint deleted",
@@ -696,44 +695,114 @@ async fn table_rows(
     (snapshot, rows)
 }
 
+/// A test's lake: a directory, or a prefix of a fresh bucket on the S3
+/// test endpoint; read back through the store's own object client.
+struct TestLake {
+    bucket: Option<S3Bucket>,
+    url: String,
+    objects: fastack_core::objects::Objects,
+    /// The directory (or the bucket's copy) the Python readers open.
+    local: PathBuf,
+    _copy: Option<tempfile::TempDir>,
+}
+
+impl TestLake {
+    /// `None` when S3 is asked for and no endpoint is configured.
+    async fn new(db: &TestDb, s3: bool) -> Option<TestLake> {
+        let bucket = match s3 {
+            true => Some(S3Bucket::create().await?),
+            false => None,
+        };
+        let mut config = db.config();
+        let (url, copy) = match &bucket {
+            Some(bucket) => {
+                bucket.apply(&mut config);
+                let url = format!("s3://{}/lake", bucket.bucket);
+                (url, Some(tempfile::tempdir().unwrap()))
+            }
+            None => (format!("file://{}", lake(db).display()), None),
+        };
+        Some(TestLake {
+            objects: fastack_core::objects::Objects::at(&config, &url).unwrap(),
+            local: copy
+                .as_ref()
+                .map_or_else(|| lake(db), |c| c.path().to_owned()),
+            bucket,
+            url,
+            _copy: copy,
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        if self.bucket.is_some() {
+            "S3"
+        } else {
+            "file://"
+        }
+    }
+
+    /// An in-process node's configuration: the bucket's credentials.
+    fn apply(&self, c: &mut fastack_core::Config) {
+        if let Some(bucket) = &self.bucket {
+            bucket.apply(c);
+            c.storage_url = None;
+        }
+    }
+
+    /// A node process's environment: the mirror's URL and the bucket's
+    /// credentials.
+    fn env(&self) -> Vec<(&str, &str)> {
+        let mut env = vec![("FASTACK_MIRROR_URL", self.url.as_str())];
+        if let Some(bucket) = &self.bucket {
+            env.extend([
+                ("FASTACK_S3_ENDPOINT", bucket.endpoint.as_str()),
+                ("FASTACK_S3_REGION", "us-east-1"),
+                ("FASTACK_S3_ACCESS_KEY_ID", "test"),
+                ("FASTACK_S3_SECRET_ACCESS_KEY", "test"),
+            ]);
+        }
+        env
+    }
+
+    /// A directory holding the lake as it is now (for S3, every object
+    /// under the prefix, downloaded).
+    async fn dir(&self) -> &Path {
+        if let Some(bucket) = &self.bucket {
+            let _ = std::fs::remove_dir_all(&self.local);
+            for key in bucket.keys().await {
+                let file = key.strip_prefix("lake/").expect("under the prefix");
+                let path = self.local.join(file);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, self.objects.get(file).await.unwrap()).unwrap();
+            }
+        }
+        &self.local
+    }
+}
+
 /// Another writer commits to the tenant's table between two of the
 /// mirror's commits, on a local disk or on S3 (moto: a conditional put
 /// answered `412`): the mirror's next commit loses the race for its
 /// version, reads what won and commits on top. The lost race is counted;
 /// every event is in the table once.
 async fn a_lost_commit_race_is_retried(backend: Backend, s3: bool) {
-    let bucket = match s3 {
-        true => match S3Bucket::create().await {
-            Some(bucket) => Some(bucket),
-            None => return,
-        },
-        false => None,
-    };
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let mut config = db.config();
-    let url = match &bucket {
-        Some(bucket) => {
-            bucket.apply(&mut config);
-            format!("s3://{}/lake", bucket.bucket)
-        }
-        None => format!("file://{}", lake(&db).display()),
+    let Some(lake) = TestLake::new(&db, s3).await else {
+        return;
     };
-    let objects = fastack_core::objects::Objects::at(&config, &url).unwrap();
+    let objects = &lake.objects;
     let app = spawn_on(Arc::new(db), |c| {
-        if let Some(bucket) = &bucket {
-            bucket.apply(c);
-            c.storage_url = None;
-        }
-        mirror_on(c, url.clone(), 100, Duration::from_millis(200));
+        lake.apply(c);
+        mirror_on(c, lake.url.clone(), 100, Duration::from_millis(200));
     })
     .await;
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let root = format!("tenant={}", app.t.tenant.id);
-    let table = fastack_core::delta::Table::new(&objects, root.clone());
+    let table = fastack_core::delta::Table::new(objects, root.clone());
     let in_table = |n: usize| {
-        let (objects, root) = (&objects, &root);
+        let root = &root;
         async move {
             let (snapshot, rows) = table_rows(objects, root).await;
             (rows.len() >= n).then_some((snapshot, rows))
@@ -1016,43 +1085,22 @@ async fn postgres_two_nodes_mirror_each_event_once() {
 /// its log here and through the `deltalake` package, holds every accepted
 /// event once, and plain pyarrow over the table's file list agrees.
 async fn two_nodes_one_killed_mid_load(s3: bool) {
-    let bucket = match s3 {
-        true => match S3Bucket::create().await {
-            Some(bucket) => Some(bucket),
-            None => return,
-        },
-        false => None,
-    };
     let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let Some(lake) = TestLake::new(&db, s3).await else {
         return;
     };
     let store = db.store().await;
     let t = make_tenant(&store, "lake", Plan::Enterprise, None).await;
     drop(store);
-    let mut config = db.config();
-    let local = lake(&db);
-    let url = match &bucket {
-        Some(bucket) => {
-            bucket.apply(&mut config);
-            format!("s3://{}/lake", bucket.bucket)
-        }
-        None => format!("file://{}", local.display()),
-    };
-    let objects = fastack_core::objects::Objects::at(&config, &url).unwrap();
-    let mut env = vec![
+    let objects = &lake.objects;
+    let mut env = lake.env();
+    env.extend([
         ("FASTACK_LEASE_TTL_MS", "2000"),
-        ("FASTACK_MIRROR_URL", url.as_str()),
         ("FASTACK_MIRROR_FLUSH_ROWS", "2000"),
         ("FASTACK_MIRROR_FLUSH_SECS", "1"),
-    ];
-    if let Some(bucket) = &bucket {
-        env.extend([
-            ("FASTACK_S3_ENDPOINT", bucket.endpoint.as_str()),
-            ("FASTACK_S3_REGION", "us-east-1"),
-            ("FASTACK_S3_ACCESS_KEY_ID", "test"),
-            ("FASTACK_S3_SECRET_ACCESS_KEY", "test"),
-        ]);
-    }
+    ]);
     let mut a = Node::start(&db, &env).await;
     let b = Node::start(&db, &env).await;
     let addrs = [a.addr, b.addr];
@@ -1061,7 +1109,7 @@ async fn two_nodes_one_killed_mid_load(s3: bool) {
     // Killed once the table has taken a few commits, with the load going on,
     // at a moment both nodes hold a batch (a relay claims one at a time).
     let root = format!("tenant={}", t.tenant.id);
-    let table = fastack_core::delta::Table::new(&objects, root.clone());
+    let table = fastack_core::delta::Table::new(objects, root.clone());
     let versions = eventually(
         "a few commits, and a batch claimed by each node",
         Duration::from_secs(60),
@@ -1087,7 +1135,7 @@ async fn two_nodes_one_killed_mid_load(s3: bool) {
         "every accepted event in the table",
         Duration::from_secs(150),
         || async {
-            let (snapshot, rows) = table_rows(&objects, &root).await;
+            let (snapshot, rows) = table_rows(objects, &root).await;
             (rows.len() >= accepted.len()).then_some((snapshot, rows))
         },
     )
@@ -1095,7 +1143,7 @@ async fn two_nodes_one_killed_mid_load(s3: bool) {
     println!(
         "two nodes, one killed ({}): killed at version {versions} with batches {claimed:?} \
          claimed, now version {:?} with {} files",
-        if s3 { "S3" } else { "file://" },
+        lake.name(),
         snapshot.version,
         snapshot.files.len()
     );
@@ -1111,20 +1159,7 @@ async fn two_nodes_one_killed_mid_load(s3: bool) {
         );
     }
     // What the Python readers see, on a copy of the bucket for S3.
-    let copy = tempfile::tempdir().unwrap();
-    let dir = match &bucket {
-        Some(bucket) => {
-            for key in bucket.keys().await {
-                let file = key.strip_prefix("lake/").expect("under the prefix");
-                let path = copy.path().join(file);
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, objects.get(file).await.unwrap()).unwrap();
-            }
-            copy.path().to_owned()
-        }
-        None => local,
-    };
-    assert_pyarrow(&dir, accepted.len());
+    assert_pyarrow(lake.dir().await, accepted.len());
     b.terminate().await;
     db.drop_db().await;
 }
