@@ -868,29 +868,22 @@ async fn s3_a_lost_commit_race_is_retried() {
 /// writes nothing there; its events stay owed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_store_without_conditional_puts_is_refused() {
-    let Some(bucket) = S3Bucket::create().await else {
-        return;
-    };
     let Some(db) = TestDb::new(Backend::Sqlite).await else {
         return;
     };
+    let Some(lake) = TestLake::new(&db, true).await else {
+        return;
+    };
+    let bucket = lake.bucket.as_ref().expect("a bucket");
     let store = db.store().await;
     let t = make_tenant(&store, "lake", Plan::Enterprise, None).await;
     drop(store);
-    let url = format!("s3://{}/lake", bucket.bucket);
-    let node = Node::start(
-        &db,
-        &[
-            ("FASTACK_MIRROR_URL", &url),
-            ("FASTACK_MIRROR_FLUSH_SECS", "1"),
-            ("FASTACK_S3_ENDPOINT", &bucket.endpoint),
-            ("FASTACK_S3_REGION", "us-east-1"),
-            ("FASTACK_S3_ACCESS_KEY_ID", "test"),
-            ("FASTACK_S3_SECRET_ACCESS_KEY", "test"),
-            ("AWS_CONDITIONAL_PUT", "disabled"),
-        ],
-    )
-    .await;
+    let mut env = lake.env();
+    env.extend([
+        ("FASTACK_MIRROR_FLUSH_SECS", "1"),
+        ("AWS_CONDITIONAL_PUT", "disabled"),
+    ]);
+    let node = Node::start(&db, &env).await;
     let accepted = send(&[node.addr], &t.key, "refused", 1, 10).await;
     assert_eq!(accepted.len(), 10);
     let said = eventually(
